@@ -1,0 +1,1 @@
+"""taso.generator (see DESIGN.md)."""

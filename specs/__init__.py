@@ -1,0 +1,1 @@
+"""taso.specs (see DESIGN.md)."""

@@ -1,0 +1,90 @@
+"""The `taso` command line: one sub-command per job (info, models, ...).
+
+Every error a user can cause is a :class:`~taso.errors.TasoError`: it is printed as one
+line on stderr and the exit code is 2. Nothing else should escape; if it does, that is a
+bug and the traceback is the right report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from .errors import TasoError
+
+__all__ = ["main", "parse_input_shapes"]
+
+
+def parse_input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
+    """Parses repeated ``--input-shape name=1,3,224,224`` options.
+
+    Raises:
+        TasoError: on a malformed item.
+    """
+    shapes: dict[str, tuple[int, ...]] = {}
+    for item in items or ():
+        name, sep, dims = item.rpartition("=")
+        try:
+            shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip() != "")
+        except ValueError:
+            shape = ()
+        if not sep or not name or not shape or any(d <= 0 for d in shape):
+            raise TasoError(f"--input-shape {item!r}: expected NAME=D0,D1,... with positive integers, e.g. input=1,3,224,224")
+        shapes[name] = shape
+    return shapes
+
+
+def _add_input_shape_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
+                        help="fix the shape of an input with symbolic dimensions (repeatable)")
+
+
+def _cmd_info(args: argparse.Namespace) -> int:
+    from .info import describe_graph, format_description, to_json
+    from .onnx import load_onnx
+
+    graph = load_onnx(args.file, parse_input_shapes(args.input_shape))
+    summary = describe_graph(graph)
+    print(to_json(summary) if args.json else format_description(summary, args.file))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
+    parser = argparse.ArgumentParser(prog="taso", description="A tensor-graph superoptimizer: generate, verify and apply graph substitutions.")
+    parser.add_argument("--version", action="version", version=f"taso {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    info = sub.add_parser("info", help="describe an ONNX model")
+    info.add_argument("file", help="an .onnx model")
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    _add_input_shape_option(info)
+    info.set_defaults(func=_cmd_info)
+
+    try:
+        from .models import cli as models_cli
+    except ImportError:  # the model zoo is optional while it is being built
+        models_cli = None
+    if models_cli is not None:
+        models_cli.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except TasoError as e:
+        print(f"taso: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print("taso: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""The exceptions taso raises on bad input.
+
+Every error a user can cause (a missing file, a malformed model, a symbolic shape, a bad
+rule file) is a :class:`TasoError`. The CLI prints its message on one line and exits 2;
+anything else escaping is a bug in taso.
+"""
+
+from __future__ import annotations
+
+__all__ = ["TasoError", "ShapeError", "GraphError", "ImportError_", "ExportError"]
+
+
+class TasoError(Exception):
+    """Base class: a problem with the user's input, reported without a traceback."""
+
+    exit_code = 2
+
+
+class ShapeError(TasoError):
+    """An operator was applied to tensors whose shapes or parameters it does not accept."""
+
+
+class GraphError(TasoError):
+    """A graph is malformed: a cycle, an undefined tensor, a tensor defined twice."""
+
+
+class ImportError_(TasoError):  # noqa: N801 - avoid shadowing the builtin ImportError
+    """An ONNX model cannot be loaded (unreadable, invalid, unsupported opset, symbolic dims)."""
+
+
+class ExportError(TasoError):
+    """A graph cannot be written as ONNX (for example an op that needs a newer opset)."""

@@ -1,0 +1,49 @@
+"""`taso info`: describe a model (inputs, outputs, op histogram, opaque ops, parameters)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+from .ir import Graph
+
+
+def describe_graph(graph: Graph) -> dict[str, Any]:
+    """A JSON-ready summary of a graph."""
+    opaque = Counter(
+        (n.params["domain"] + "::" if n.params["domain"] else "") + n.params["op_type"] for n in graph.nodes if n.op.name == "opaque"
+    )
+    names = graph.meta.output_names or graph.outputs
+    return {
+        "opset": graph.meta.opset,
+        "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in graph.inputs.items()],
+        "outputs": [{"name": n, "shape": list(graph.type(v).shape), "dtype": graph.type(v).dtype} for n, v in zip(names, graph.outputs)],
+        "nodes": len(graph),
+        "ops": dict(sorted(graph.op_histogram().items(), key=lambda kv: (-kv[1], kv[0]))),
+        "opaque": dict(sorted(opaque.items())),
+        "parameters": graph.parameter_count(),
+        "weights": len(graph.weights),
+    }
+
+
+def format_description(summary: dict[str, Any], title: str) -> str:
+    """The human-readable form of :func:`describe_graph`'s summary."""
+    lines = [f"{title}  (opset {summary['opset']}, {summary['nodes']} nodes, {summary['parameters']:,} parameters in {summary['weights']} weights)"]
+    lines.append("inputs:")
+    lines += [f"  {i['name']}: {i['dtype']}[{','.join(map(str, i['shape']))}]" for i in summary["inputs"]]
+    lines.append("outputs:")
+    lines += [f"  {o['name']}: {o['dtype']}[{','.join(map(str, o['shape']))}]" for o in summary["outputs"]]
+    lines.append("operators:")
+    width = max((len(k) for k in summary["ops"]), default=0)
+    lines += [f"  {k:<{width}}  {v}" for k, v in summary["ops"].items()]
+    if summary["opaque"]:
+        lines.append("opaque (kept verbatim, not optimized):")
+        lines += [f"  {k}  {v}" for k, v in summary["opaque"].items()]
+    else:
+        lines.append("opaque: none (every operator is modelled)")
+    return "\n".join(lines)
+
+
+def to_json(summary: dict[str, Any]) -> str:
+    return json.dumps(summary, indent=2)

@@ -1,0 +1,453 @@
+"""The graph IR: static-shape tensors, immutable nodes, persistent graphs.
+
+Design (see README "Graph IR"):
+
+* A value is named by a string, as in ONNX. Every value has a :class:`TensorType` (static
+  shape, NumPy dtype name), recorded in ``Graph.types``.
+* A :class:`Node` is immutable: an operator, its parameters, input value names and output
+  value names. Nodes never change after creation.
+* A :class:`Graph` is immutable too. A rewrite builds a new graph with
+  :meth:`Graph.replace`, which shares every untouched node, type and weight array with the
+  old one: the search creates thousands of variants, so copy-with-change must cost a dict
+  copy, not a deep copy. Use-def chains (:meth:`Graph.producer`, :meth:`Graph.uses`) and
+  the topological order are derived lazily and cached, so they can never go stale.
+
+The IR never imports onnx; conversion lives in :mod:`taso.onnx`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import GraphError, ShapeError
+
+if TYPE_CHECKING:
+    from .ops.base import Op
+
+__all__ = ["TensorType", "Params", "Node", "Graph", "check"]
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """A tensor's static shape and element type (a NumPy dtype name such as 'float32')."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+    @classmethod
+    def of(cls, array: np.ndarray) -> TensorType:
+        return cls(tuple(int(d) for d in array.shape), array.dtype.name)
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+class Params(Mapping):
+    """An immutable, hashable mapping of operator parameters.
+
+    Values are ints, floats, strings, bools, bytes or tuples of those, so that a node's
+    parameters can be hashed, compared and serialised to JSON without special cases.
+    """
+
+    __slots__ = ("_items", "_hash")
+
+    def __init__(self, items: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()):
+        pairs = items.items() if isinstance(items, Mapping) else items
+        self._items = tuple(sorted((str(k), _freeze(v)) for k, v in pairs))
+        self._hash = hash(self._items)
+
+    def __getitem__(self, key: str) -> Any:
+        for k, v in self._items:
+            if k == key:
+                return v
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[str]:
+        return (k for k, _ in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Params) and self._items == other._items
+
+    def __repr__(self) -> str:
+        return "Params(" + ", ".join(f"{k}={v!r}" for k, v in self._items) + ")"
+
+    def replace(self, **changes: Any) -> Params:
+        """Returns a copy with some parameters changed."""
+        return Params({**dict(self._items), **changes})
+
+    def canonical(self) -> str:
+        """A stable text form, used in structural hashes (bytes values by digest)."""
+        return repr(tuple((k, _digest_bytes(v)) for k, v in self._items))
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v) for v in value)
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (int, float, str, bool, bytes)) or value is None:
+        return value
+    raise TypeError(f"operator parameter values must be scalars, strings or tuples, got {type(value).__name__}")
+
+
+def _digest_bytes(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return hashlib.blake2b(value, digest_size=16).hexdigest()
+    return value
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One operator application. Immutable: edges change only by building a new graph.
+
+    Attributes:
+        op: the operator (from :mod:`taso.ops`).
+        params: its parameters, validated against ``op.params``.
+        inputs: names of the values it reads, in the operator's argument order.
+        outputs: names of the values it defines.
+        name: a label for people and for ONNX export; not part of the structure.
+    """
+
+    op: Op
+    params: Params
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    name: str = ""
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{k}={v!r}" for k, v in self.params.items() if not isinstance(v, bytes))
+        return f"{','.join(self.outputs)} = {self.op.name}({', '.join(self.inputs)}{'; ' + params if params else ''})"
+
+
+@dataclass(frozen=True)
+class GraphMeta:
+    """Facts about where a graph came from that export needs to reproduce its interface."""
+
+    opset: int = 17
+    ir_version: int = 8
+    output_names: tuple[str, ...] = ()
+    # Initializers that the original model also declared as (overridable) graph inputs.
+    initializer_inputs: tuple[str, ...] = ()
+    # Other opset imports (custom domains) of the original model.
+    extra_opsets: tuple[tuple[str, int], ...] = ()
+    producer: str = "taso"
+    graph_name: str = "taso"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+class Graph:
+    """An immutable dataflow graph with static shapes.
+
+    Args:
+        inputs: graph inputs in order, name -> type.
+        weights: constant tensors (ONNX initializers), name -> array. Arrays are shared
+            between graph versions and must never be written to.
+        nodes: the operator applications, in any order (the topological order is derived).
+        outputs: names of the values the graph returns, in order.
+        types: the type of every value. Computed from the nodes' shape rules when omitted.
+        meta: import provenance used by the exporter.
+
+    Raises:
+        GraphError: a value is defined twice, used without a definition, or the nodes form
+            a cycle.
+    """
+
+    def __init__(
+        self,
+        inputs: Mapping[str, TensorType],
+        weights: Mapping[str, np.ndarray],
+        nodes: Iterable[Node],
+        outputs: Sequence[str],
+        types: Mapping[str, TensorType] | None = None,
+        meta: GraphMeta | None = None,
+    ):
+        self._inputs = dict(inputs)
+        self._weights = dict(weights)
+        self._nodes = tuple(nodes)
+        self._outputs = tuple(outputs)
+        self.meta = meta or GraphMeta(output_names=self._outputs)
+        if types is None:
+            types = _infer_types(self._inputs, self._weights, self.topological_order())
+        self._types = dict(types)
+
+    # ---- read-only views -------------------------------------------------------------
+    @property
+    def inputs(self) -> Mapping[str, TensorType]:
+        return MappingProxyType(self._inputs)
+
+    @property
+    def weights(self) -> Mapping[str, np.ndarray]:
+        return MappingProxyType(self._weights)
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        """The nodes in topological order."""
+        return self.topological_order()
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self._outputs
+
+    @property
+    def types(self) -> Mapping[str, TensorType]:
+        return MappingProxyType(self._types)
+
+    def type(self, value: str) -> TensorType:
+        try:
+            return self._types[value]
+        except KeyError:
+            raise GraphError(f"value {value!r} is not defined in the graph") from None
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __repr__(self) -> str:
+        return f"<Graph {len(self._inputs)} inputs, {len(self._weights)} weights, {len(self._nodes)} nodes, outputs {list(self._outputs)}>"
+
+    # ---- derived structure (cached: the graph is immutable) ---------------------------
+    @cached_property
+    def _producers(self) -> dict[str, tuple[Node, int]]:
+        producers: dict[str, tuple[Node, int]] = {}
+        for node in self._nodes:
+            for i, out in enumerate(node.outputs):
+                if out in producers or out in self._inputs or out in self._weights:
+                    raise GraphError(f"value {out!r} is defined twice (second time by {node.op.name} node {node.name!r})")
+                producers[out] = (node, i)
+        return producers
+
+    @cached_property
+    def _uses(self) -> dict[str, list[tuple[Node, int]]]:
+        uses: dict[str, list[tuple[Node, int]]] = {}
+        for node in self._nodes:
+            for i, value in enumerate(node.inputs):
+                uses.setdefault(value, []).append((node, i))
+        return uses
+
+    def producer(self, value: str) -> Node | None:
+        """The node that defines ``value``, or None for inputs and weights."""
+        hit = self._producers.get(value)
+        return hit[0] if hit else None
+
+    def uses(self, value: str) -> list[tuple[Node, int]]:
+        """The (node, input position) pairs that read ``value``."""
+        return self._uses.get(value, [])
+
+    def is_defined(self, value: str) -> bool:
+        return value in self._inputs or value in self._weights or value in self._producers
+
+    def topological_order(self) -> tuple[Node, ...]:
+        """Nodes ordered so that every value is defined before it is used (stable: ties keep insertion order)."""
+        if self.__dict__.get("_topo") is None:
+            self.__dict__["_topo"] = _toposort(self._nodes, self._producers, self._inputs, self._weights)
+        return self.__dict__["_topo"]
+
+    def op_histogram(self) -> Counter:
+        return Counter(node.op.name for node in self._nodes)
+
+    def parameter_count(self) -> int:
+        return sum(int(w.size) for w in self._weights.values())
+
+    # ---- copy with change ---------------------------------------------------------------
+    def replace(
+        self,
+        remove: Iterable[Node] = (),
+        add: Iterable[Node] = (),
+        new_weights: Mapping[str, np.ndarray] | None = None,
+        outputs: Sequence[str] | None = None,
+        new_types: Mapping[str, TensorType] | None = None,
+    ) -> Graph:
+        """Returns a new graph with some nodes removed and others added.
+
+        A replacement that reuses a removed node's output names keeps every consumer of
+        those values wired, so a rewrite never has to rebuild the nodes around it. Types
+        of values produced by added nodes are taken from ``new_types`` or inferred from the
+        op's shape rule. Dangling types of removed values are dropped.
+
+        Raises:
+            GraphError: a node to remove is not in the graph, or the result is malformed.
+            ShapeError: an added node does not type-check.
+        """
+        removed = {id(n) for n in remove}
+        kept = [n for n in self._nodes if id(n) not in removed]
+        if len(kept) != len(self._nodes) - len(removed):
+            raise GraphError("replace(): asked to remove a node that is not in the graph")
+        added = list(add)
+        weights = self._weights if not new_weights else {**self._weights, **new_weights}
+        types = dict(self._types)
+        for node in self._nodes:
+            if id(node) in removed:
+                for out in node.outputs:
+                    types.pop(out, None)
+        if new_weights:
+            types.update({k: TensorType.of(v) for k, v in new_weights.items()})
+        graph = Graph(self._inputs, weights, kept + added, self._outputs if outputs is None else outputs, types={}, meta=self.meta)
+        # NOTE: infer only the added nodes, in topological order among themselves.
+        pending = {id(n) for n in added}
+        for node in graph.topological_order():
+            if id(node) in pending:
+                if new_types and all(o in new_types for o in node.outputs):
+                    out_types = [new_types[o] for o in node.outputs]
+                else:
+                    out_types = node.op.infer([types[v] for v in node.inputs], node.params)
+                types.update(zip(node.outputs, out_types))
+        graph._types = types
+        return graph
+
+    def with_outputs(self, outputs: Sequence[str]) -> Graph:
+        """Returns the same graph returning other values (for example an intermediate)."""
+        meta = GraphMeta(**{**self.meta.__dict__, "output_names": tuple(outputs)})
+        return Graph(self._inputs, self._weights, self._nodes, outputs, self._types, meta)
+
+    def pruned(self) -> Graph:
+        """Returns the graph without nodes and weights that no output depends on."""
+        live: set[str] = set(self._outputs)
+        keep: list[Node] = []
+        for node in reversed(self.topological_order()):
+            if any(o in live for o in node.outputs):
+                keep.append(node)
+                live.update(node.inputs)
+        weights = {k: v for k, v in self._weights.items() if k in live}
+        if len(keep) == len(self._nodes) and len(weights) == len(self._weights):
+            return self
+        types = {k: t for k, t in self._types.items() if k in live or k in self._inputs}
+        for node in keep:
+            types.update({o: self._types[o] for o in node.outputs})
+        return Graph(self._inputs, weights, reversed(keep), self._outputs, types, self.meta)
+
+    # ---- hashing -------------------------------------------------------------------------
+    def structural_hash(self) -> str:
+        """A digest of the computation, independent of node order and intermediate names.
+
+        Two graphs hash equal when they apply the same operators with the same parameters
+        to the same graph inputs and weights (by name) and return them in the same order.
+        Stable across processes (blake2b, not Python's salted ``hash``).
+        """
+        if self.__dict__.get("_shash") is None:
+            digests = value_digests(self)
+            h = hashlib.blake2b(digest_size=16)
+            for out in self._outputs:
+                h.update(digests[out])
+            self.__dict__["_shash"] = h.hexdigest()
+        return self.__dict__["_shash"]
+
+    # ---- execution -----------------------------------------------------------------------
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Runs the graph on the NumPy reference executor; returns outputs by export name."""
+        from .execute import run
+
+        return run(self, inputs)
+
+
+def value_digests(graph: Graph) -> dict[str, bytes]:
+    """The structural digest of every value (see :meth:`Graph.structural_hash`)."""
+    digests: dict[str, bytes] = {}
+    for name in graph.inputs:
+        digests[name] = hashlib.blake2b(b"in\0" + name.encode(), digest_size=16).digest()
+    for name in graph.weights:
+        digests[name] = hashlib.blake2b(b"w\0" + name.encode(), digest_size=16).digest()
+    for node in graph.topological_order():
+        h = hashlib.blake2b(digest_size=16)
+        h.update(node.op.name.encode() + b"\0" + node.params.canonical().encode())
+        for v in node.inputs:
+            h.update(digests[v])
+        node_digest = h.digest()
+        for i, out in enumerate(node.outputs):
+            digests[out] = hashlib.blake2b(node_digest + i.to_bytes(2, "little"), digest_size=16).digest()
+    return digests
+
+
+def _toposort(nodes, producers, inputs, weights) -> tuple[Node, ...]:
+    index = {id(n): i for i, n in enumerate(nodes)}
+    missing_before: dict[int, int] = {}
+    users: dict[int, list[Node]] = {}
+    ready: list[int] = []
+    for node in nodes:
+        deps = set()
+        for v in node.inputs:
+            if v in inputs or v in weights:
+                continue
+            hit = producers.get(v)
+            if hit is None:
+                raise GraphError(f"{node.op.name} node {node.name!r} reads {v!r}, which nothing defines")
+            deps.add(id(hit[0]))
+        missing_before[id(node)] = len(deps)
+        for d in deps:
+            users.setdefault(d, []).append(node)
+        if not deps:
+            ready.append(index[id(node)])
+    import heapq
+
+    heapq.heapify(ready)
+    order: list[Node] = []
+    while ready:
+        node = nodes[heapq.heappop(ready)]
+        order.append(node)
+        for user in users.get(id(node), ()):
+            missing_before[id(user)] -= 1
+            if missing_before[id(user)] == 0:
+                heapq.heappush(ready, index[id(user)])
+    if len(order) != len(nodes):
+        stuck = [n for n in nodes if missing_before[id(n)] > 0]
+        raise GraphError(f"the graph has a cycle through {len(stuck)} nodes, e.g. {stuck[0].op.name} node {stuck[0].name!r}")
+    return tuple(order)
+
+
+def _infer_types(inputs, weights, order: Iterable[Node]) -> dict[str, TensorType]:
+    types: dict[str, TensorType] = dict(inputs)
+    types.update({k: TensorType.of(v) for k, v in weights.items()})
+    for node in order:
+        out_types = node.op.infer([types[v] for v in node.inputs], node.params)
+        types.update(zip(node.outputs, out_types))
+    return types
+
+
+def check(graph: Graph) -> None:
+    """Verifies a graph's invariants; raises on the first violation.
+
+    Checks: every value is defined once; every node input is defined; the graph is
+    acyclic; every node's parameters fit its op; every recorded type equals what the op's
+    shape rule infers; every output is defined.
+
+    Raises:
+        GraphError: on a structural problem.
+        ShapeError: when a recorded type disagrees with the shape rule.
+    """
+    graph.topological_order()  # raises on undefined inputs, double definitions and cycles
+    for name, array in graph.weights.items():
+        if graph.types.get(name) != TensorType.of(array):
+            raise ShapeError(f"weight {name!r} has type {TensorType.of(array)} but the graph records {graph.types.get(name)}")
+    for node in graph.topological_order():
+        node.op.check_params(node.params)
+        inferred = node.op.infer([graph.type(v) for v in node.inputs], node.params)
+        recorded = [graph.type(o) for o in node.outputs]
+        if list(inferred) != recorded:
+            raise ShapeError(f"{node.op.name} node {node.name!r}: outputs recorded as {[str(t) for t in recorded]}, shape rule gives {[str(t) for t in inferred]}")
+    for out in graph.outputs:
+        if not graph.is_defined(out):
+            raise GraphError(f"graph output {out!r} is not defined")

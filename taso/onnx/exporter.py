@@ -1,0 +1,192 @@
+"""Graph -> ONNX.
+
+Each IR node is written by its op's exporter (fused activations become their own nodes).
+Weight-only subgraphs (for example two kernels concatenated by a rewrite) are evaluated
+and written as initializers, as TASO's weight preprocessing did. The model keeps the
+original's input and output names, in order, and the original's opset unless another is
+requested.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import ExportError
+from ..ir import Graph, Node, TensorType
+
+__all__ = ["export_onnx", "save_onnx"]
+
+# Constants that stay lazy: materialising ConstantOfShape would bloat "light" models.
+_KEEP_LAZY = {"fill", "opaque"}
+_MAX_FOLDED_BYTES = 1 << 30
+# Models larger than this are written with external data (protobuf's hard limit is 2 GiB).
+_EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+
+
+class ExportContext:
+    """What an op's exporter sees: ways to emit ONNX nodes and constants."""
+
+    def __init__(self, graph: Graph, opset: int):
+        self.graph = graph
+        self.opset = opset
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: dict[str, onnx.TensorProto] = {}
+        self._used = set(graph.types) | set(graph.meta.output_names)
+        self._counter = 0
+        self._node_name = ""
+
+    def fresh(self, hint: str) -> str:
+        while True:
+            self._counter += 1
+            name = f"{hint}_{self._counter}"
+            if name not in self._used:
+                self._used.add(name)
+                return name
+
+    def type(self, value: str) -> TensorType:
+        return self.graph.type(value)
+
+    def error(self, message: str) -> ExportError:
+        return ExportError(message)
+
+    def onnx_dtype(self, dtype: str) -> int:
+        return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+
+    def emit(self, op_type: str, inputs: list[str], outputs: list[str], **attrs: Any) -> None:
+        name = self.fresh(self._node_name or op_type)
+        attrs = {k: numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
+        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, **attrs))
+
+    def const(self, array: np.ndarray, hint: str = "const") -> str:
+        name = self.fresh(hint)
+        self.initializers[name] = numpy_helper.from_array(np.asarray(array), name)
+        return name
+
+    def initializer(self, name: str, array: np.ndarray) -> None:
+        self.initializers[name] = numpy_helper.from_array(np.ascontiguousarray(array), name)
+
+    def emit_proto(self, node: Node) -> None:
+        """Writes an opaque node's original NodeProto with its (possibly renamed) edges."""
+        p = node.params
+        proto = onnx.NodeProto()
+        proto.ParseFromString(p["proto"])
+        present = iter(node.inputs)
+        proto.input[:] = [next(present) if slot else "" for slot in p["input_slots"]]
+        outputs = iter(node.outputs)
+        proto.output[:] = [next(outputs) if slot else "" for slot in list(proto.output)]
+        for capture, value in zip(p["captures"], list(present)):
+            if capture != value:  # the subgraph reads the old name: keep it defined
+                self.nodes.append(helper.make_node("Identity", [value], [capture], name=self.fresh("capture")))
+        self.nodes.append(proto)
+
+
+def _weight_only_values(graph: Graph) -> list[Node]:
+    """Nodes computed from weights alone, in topological order (to be folded)."""
+    constant = set(graph.weights)
+    folded = []
+    for node in graph.topological_order():
+        if node.op.name in _KEEP_LAZY:
+            continue
+        if all(v in constant for v in node.inputs):
+            if sum(graph.type(o).nbytes for o in node.outputs) > _MAX_FOLDED_BYTES:
+                continue
+            folded.append(node)
+            constant.update(node.outputs)
+    return folded
+
+
+def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> onnx.ModelProto:
+    """Writes a graph as an ONNX model.
+
+    Args:
+        graph: the graph.
+        opset: the ai.onnx opset to declare; default the imported model's.
+        check: run ``onnx.checker`` (full check) on the result.
+
+    Raises:
+        ExportError: an op cannot be written at this opset, or the result fails the checker.
+    """
+    opset = opset or graph.meta.opset
+    ctx = ExportContext(graph, opset)
+    weights: dict[str, np.ndarray] = dict(graph.weights)
+    folded = _weight_only_values(graph)
+    folded_ids = {id(n) for n in folded}
+    for node in folded:
+        for name, value in zip(node.outputs, node.op.evaluate([weights[v] for v in node.inputs], node.params)):
+            weights[name] = value
+    live = graph.pruned()
+    needed = {v for n in live.topological_order() if id(n) not in folded_ids for v in n.inputs} | set(graph.outputs)
+    for name, array in weights.items():
+        if name in needed:
+            ctx.initializer(name, array)
+    for node in live.topological_order():
+        if id(node) in folded_ids:
+            continue
+        ctx._node_name = node.name
+        node.op.onnx.exporter(ctx, node)
+    ctx._node_name = ""
+    output_names = graph.meta.output_names or graph.outputs
+    outputs = []
+    for value, name in zip(graph.outputs, output_names):
+        if value != name:
+            ctx.nodes.append(helper.make_node("Identity", [value], [name], name=ctx.fresh("output")))
+        t = graph.type(value)
+        outputs.append(helper.make_tensor_value_info(name, ctx.onnx_dtype(t.dtype), t.shape))
+    inputs = [helper.make_tensor_value_info(n, ctx.onnx_dtype(t.dtype), t.shape) for n, t in graph.inputs.items()]
+    for name in graph.meta.initializer_inputs:
+        if name in ctx.initializers:
+            t = TensorType.of(weights[name])
+            inputs.append(helper.make_tensor_value_info(name, ctx.onnx_dtype(t.dtype), t.shape))
+    onnx_graph = helper.make_graph(ctx.nodes, graph.meta.graph_name, inputs, outputs, initializer=list(ctx.initializers.values()))
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in graph.meta.extra_opsets]
+    model = helper.make_model(onnx_graph, opset_imports=opsets, producer_name="taso")
+    model.ir_version = max(min(graph.meta.ir_version, onnx.IR_VERSION), _min_ir_version(opset))
+    if check:
+        _check(model)
+    return model
+
+
+def _min_ir_version(opset: int) -> int:
+    try:
+        return helper.find_min_ir_version_for([helper.make_opsetid("", opset)], ignore_unknown=True)
+    except Exception:  # noqa: BLE001
+        return 7
+
+
+def _check(model: onnx.ModelProto) -> None:
+    try:
+        if model.ByteSize() < _EXTERNAL_DATA_THRESHOLD:
+            onnx.checker.check_model(model, full_check=True)
+    except Exception as e:  # noqa: BLE001
+        raise ExportError(f"the exported model fails onnx.checker: {str(e).splitlines()[0]}") from None
+
+
+def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None) -> None:
+    """Exports a graph and writes it atomically (external data beside it when over 1.8 GB).
+
+    Raises:
+        ExportError: as :func:`export_onnx`, or the path cannot be written.
+    """
+    model = export_onnx(graph, opset)
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise ExportError(f"{path}: directory {directory} does not exist")
+    external = sum(len(t.raw_data) for t in model.graph.initializer) > _EXTERNAL_DATA_THRESHOLD
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".taso-", suffix=".onnx", dir=directory)
+        os.close(fd)
+        if external:
+            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=os.path.basename(path) + ".data")
+        else:
+            onnx.save_model(model, tmp)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise ExportError(f"{path}: cannot write ({e.strerror or e})") from None

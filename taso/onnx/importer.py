@@ -1,0 +1,473 @@
+"""ONNX -> Graph.
+
+Initializers become weights; Constant, Shape and small all-constant subgraphs are folded;
+each node is offered to the importers registered for its op type (see
+:mod:`taso.ops`), and a node no importer claims becomes an opaque node kept verbatim, so any
+valid model loads and round-trips.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..errors import GraphError, ImportError_, ShapeError, TasoError
+from ..ir import Graph, GraphMeta, Node, Params, TensorType
+from ..ops import OPS, Op, onnx_importers
+from ..ops.opaque import opaque
+
+__all__ = ["load_onnx", "read_model", "MIN_OPSET", "MAX_OPSET"]
+
+MIN_OPSET, MAX_OPSET = 9, 21
+_ONNX_DOMAINS = ("", "ai.onnx")
+# Folding a node whose constant inputs are all this small is always cheap.
+_FOLD_MAX_INPUT_ELEMENTS = 1 << 16
+_NEVER_FOLD = {"ConstantOfShape", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+
+
+def read_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
+    """Reads an ONNX file (external data included) with clear errors for bad files."""
+    if isinstance(source, onnx.ModelProto):
+        return source
+    path = os.fspath(source)
+    if not os.path.exists(path):
+        raise ImportError_(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise ImportError_(f"{path}: is a directory, not an ONNX file")
+    try:
+        model = onnx.load(path, load_external_data=False)
+    except Exception as e:  # noqa: BLE001 - protobuf raises several types for garbage
+        raise ImportError_(f"{path}: not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'cannot parse'})") from None
+    if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
+        raise ImportError_(f"{path}: not a valid ONNX model (no graph; is the file truncated or of another format?)")
+    try:
+        onnx.external_data_helper.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
+    except Exception as e:  # noqa: BLE001
+        raise ImportError_(f"{path}: cannot load external data ({e})") from None
+    return model
+
+
+_SUPPORTED_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"}
+
+
+def _np_dtype(elem_type: int) -> str | None:
+    """The NumPy dtype name of an ONNX element type, or None outside taso's types (bfloat16, float8, strings...)."""
+    try:
+        name = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
+    except Exception:  # noqa: BLE001
+        return None
+    return name if name in _SUPPORTED_DTYPES else None
+
+
+def _static_type(value_info: onnx.ValueInfoProto) -> TensorType | None:
+    t = value_info.type
+    if not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
+        return None
+    dtype = _np_dtype(t.tensor_type.elem_type)
+    dims = t.tensor_type.shape.dim
+    if dtype is None or any(not d.HasField("dim_value") for d in dims):
+        return None
+    return TensorType(tuple(int(d.dim_value) for d in dims), dtype)
+
+
+def _subgraph_captures(node: onnx.NodeProto) -> list[str]:
+    """Names read inside a node's subgraphs that the subgraphs do not define themselves."""
+    captured: list[str] = []
+
+    def walk(graph: onnx.GraphProto, outer_defined: set[str]) -> None:
+        defined = set(outer_defined) | {i.name for i in graph.input} | {i.name for i in graph.initializer}
+        for n in graph.node:
+            for name in n.input:
+                if name and name not in defined and name not in captured:
+                    captured.append(name)
+            for attr in n.attribute:
+                for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                    walk(sub, defined)
+            defined.update(n.output)
+
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+            walk(sub, set())
+    return captured
+
+
+class ImportContext:
+    """What an op's importer sees: the current ONNX node and ways to emit IR for it.
+
+    Emitted nodes are buffered; they enter the graph only when the importer returns True.
+    """
+
+    def __init__(self, state: _ImportState, node: onnx.NodeProto):
+        self._state = state
+        self.node = node
+        self.op_type = node.op_type
+        self.opset = state.opset
+        self.inputs = [state.resolve(n) if n else "" for n in node.input]
+        self.outputs = list(node.output)
+        self._attrs = {a.name: a for a in node.attribute}
+        self.attr_names = set(self._attrs)
+        self.pending_nodes: list[Node] = []
+        self.pending_types: dict[str, TensorType] = {}
+        self.pending_weights: dict[str, np.ndarray] = {}
+        self.pending_aliases: dict[str, str] = {}
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        if name not in self._attrs:
+            return default
+        value = helper.get_attribute_value(self._attrs[name])
+        if isinstance(value, onnx.TensorProto):
+            return numpy_helper.to_array(value)
+        if isinstance(value, bytes):
+            return value.decode()
+        if isinstance(value, list):
+            return tuple(v.decode() if isinstance(v, bytes) else v for v in value)
+        return value
+
+    def type(self, name: str) -> TensorType:
+        name = self.pending_aliases.get(name, name)
+        if name in self.pending_types:
+            return self.pending_types[name]
+        return self._state.type(name)
+
+    def const(self, name: str) -> np.ndarray | None:
+        if not name:
+            return None
+        name = self.pending_aliases.get(name, self._state.resolve(name))
+        return self.pending_weights.get(name, self._state.weights.get(name))
+
+    def dtype_of_onnx(self, elem_type: int) -> str | None:
+        return _np_dtype(int(elem_type))
+
+    def emit(self, op: Op, inputs: Sequence[str], outputs: Sequence[str] | None = None, **params: Any) -> list[str]:
+        inputs = [self.pending_aliases.get(i, i) for i in inputs]
+        p = op.make_params(**params)
+        out_types = op.infer([self.type(i) for i in inputs], p)
+        names = list(outputs) if outputs is not None else [self._state.fresh(f"{self.node.name or self.op_type}_{op.name}") for _ in out_types]
+        if len(names) != len(out_types):
+            raise ShapeError(f"{op.name}: produces {len(out_types)} outputs, {len(names)} names given")
+        self.pending_nodes.append(Node(op, p, tuple(inputs), tuple(names), self.node.name))
+        self.pending_types.update(zip(names, out_types))
+        return names
+
+    def weight(self, array: np.ndarray, hint: str = "const") -> str:
+        name = self._state.fresh(f"{self.node.name or self.op_type}_{hint}")
+        self.pending_weights[name] = array
+        self.pending_types[name] = TensorType.of(array)
+        return name
+
+    def alias(self, dst: str, src: str) -> None:
+        self.pending_aliases[dst] = self.pending_aliases.get(src, src)
+
+
+class _ImportState:
+    def __init__(self, model: onnx.ModelProto, opset: int, known_types: dict[str, TensorType]):
+        self.model = model
+        self.opset = opset
+        self.known_types = known_types  # from ONNX shape inference: static types only
+        self.weights: dict[str, np.ndarray] = {}
+        self.types: dict[str, TensorType] = {}
+        self.nodes: list[Node] = []
+        self.aliases: dict[str, str] = {}
+        self.used_names: set[str] = set()
+        self._counter = 0
+
+    def resolve(self, name: str) -> str:
+        return self.aliases.get(name, name)
+
+    def type(self, name: str) -> TensorType:
+        name = self.resolve(name)
+        if name in self.types:
+            return self.types[name]
+        raise GraphError(f"value {name!r} is used before it is defined")
+
+    def fresh(self, hint: str) -> str:
+        while True:
+            self._counter += 1
+            name = f"{hint}_{self._counter}"
+            if name not in self.used_names:
+                self.used_names.add(name)
+                return name
+
+    def commit(self, ctx: ImportContext) -> None:
+        self.nodes.extend(ctx.pending_nodes)
+        self.types.update(ctx.pending_types)
+        self.weights.update(ctx.pending_weights)
+        for dst, src in ctx.pending_aliases.items():
+            self.aliases[dst] = self.resolve(src)
+
+
+def _fix_input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, TensorType]:
+    initializers = {i.name for i in model.graph.initializer}
+    real_inputs = [i for i in model.graph.input if i.name not in initializers]
+    names = {i.name for i in real_inputs}
+    unknown = set(input_shapes) - names
+    if unknown:
+        raise ImportError_(f"--input-shape names unknown input(s) {sorted(unknown)}; the model's inputs are {sorted(names)}")
+    types: dict[str, TensorType] = {}
+    for vi in real_inputs:
+        tt = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise ImportError_(f"input {vi.name!r} is not a tensor (sequences, maps and optionals are not supported)")
+        dtype = _np_dtype(tt.elem_type)
+        if dtype is None:
+            raise ImportError_(f"input {vi.name!r} has an element type taso does not support ({helper.tensor_dtype_to_string(tt.elem_type)})")
+        dims = list(tt.shape.dim)
+        if vi.name in input_shapes:
+            shape = tuple(int(d) for d in input_shapes[vi.name])
+            if tt.HasField("shape") and (len(dims) != len(shape) or any(d.HasField("dim_value") and d.dim_value != s for d, s in zip(dims, shape))):
+                declared = ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
+                raise ImportError_(f"--input-shape {vi.name}={','.join(map(str, shape))} does not fit the declared shape [{declared}]")
+        else:
+            if not tt.HasField("shape"):
+                raise ImportError_(f"input {vi.name!r} has no declared shape; fix it with --input-shape {vi.name}=D0,D1,...")
+            symbolic = [(i, d.dim_param or "?") for i, d in enumerate(dims) if not d.HasField("dim_value")]
+            if symbolic:
+                example = ",".join(str(d.dim_value) if d.HasField("dim_value") else "N" for d in dims)
+                axis, label = symbolic[0]
+                raise ImportError_(f"input {vi.name!r} has symbolic dimension {label!r} at axis {axis}; fix it with --input-shape {vi.name}={example} (N = the size you deploy with)")
+            shape = tuple(int(d.dim_value) for d in dims)
+        types[vi.name] = TensorType(shape, dtype)
+    return types
+
+
+def _inferred_types(model: onnx.ModelProto, input_types: dict[str, TensorType]) -> dict[str, TensorType]:
+    """Static types ONNX shape inference finds, with the inputs fixed (best effort)."""
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for vi in fixed.graph.input:
+        if vi.name in input_types:
+            t = input_types[vi.name]
+            vi.type.CopyFrom(helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), t.shape))
+    try:
+        inferred = onnx.shape_inference.infer_shapes(fixed, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is only a hint; opaque nodes fall back to execution
+        return {}
+    known = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        if vi.type.WhichOneof("value") not in (None, "tensor_type"):
+            raise ImportError_(f"value {vi.name!r} is a {vi.type.WhichOneof('value').replace('_type', '')}: taso handles tensor-valued graphs only")
+        t = _static_type(vi)
+        if t is not None:
+            known[vi.name] = t
+    return known
+
+
+def _toposort_onnx(graph: onnx.GraphProto, defined: set[str]) -> list[onnx.NodeProto]:
+    producers = {}
+    for n in graph.node:
+        for o in n.output:
+            if o:
+                if o in producers or o in defined:
+                    raise GraphError(f"tensor {o!r} is defined twice (second time by {n.op_type} node {n.name!r})")
+                producers[o] = n
+    order, state = [], {}
+    for root in graph.node:
+        stack = [(root, False)]
+        while stack:
+            n, done = stack.pop()
+            key = id(n)
+            if done:
+                state[key] = 2
+                order.append(n)
+                continue
+            if state.get(key) == 2:
+                continue
+            if state.get(key) == 1:
+                raise GraphError(f"the graph has a cycle through {n.op_type} node {n.name!r}")
+            state[key] = 1
+            stack.append((n, True))
+            for name in list(n.input) + _subgraph_captures(n):
+                if not name or name in defined:
+                    continue
+                p = producers.get(name)
+                if p is None:
+                    raise GraphError(f"{n.op_type} node {n.name!r} reads {name!r}, which nothing defines")
+                if state.get(id(p)) == 1:
+                    raise GraphError(f"the graph has a cycle through {p.op_type} node {p.name!r}")
+                if state.get(id(p)) != 2:
+                    stack.append((p, False))
+    return order
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    versions = [o.version for o in model.opset_import if o.domain in _ONNX_DOMAINS]
+    if not versions:
+        raise ImportError_("the model declares no ai.onnx opset")
+    opset = max(versions)
+    if not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ImportError_(f"unsupported opset {opset}: taso reads ONNX opsets {MIN_OPSET} to {MAX_OPSET} (convert with onnx.version_converter)")
+    return opset
+
+
+def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Loads an ONNX model as a :class:`Graph`.
+
+    Args:
+        source: a path to an .onnx file (external data is loaded from beside it) or a ModelProto.
+        input_shapes: static shapes for inputs with symbolic dimensions, e.g. ``{"x": (1, 3, 224, 224)}``.
+
+    Returns:
+        The graph; every node taso does not model is kept as an opaque node.
+
+    Raises:
+        ImportError_: unreadable file, unsupported opset, symbolic input dimensions.
+        GraphError: cycles, undefined or doubly defined tensors.
+    """
+    model = read_model(source)
+    opset = _default_opset(model)
+    g = model.graph
+    input_types = _fix_input_types(model, input_shapes or {})
+    state = _ImportState(model, opset, _inferred_types(model, input_types))
+    state.types.update(input_types)
+    for init in g.initializer:
+        try:
+            array = numpy_helper.to_array(init)
+        except Exception as e:  # noqa: BLE001
+            raise ImportError_(f"initializer {init.name!r} cannot be read ({e})") from None
+        if _np_dtype(init.data_type) is None:
+            raise ImportError_(f"initializer {init.name!r} has an element type taso does not support")
+        state.weights[init.name] = array
+        state.types[init.name] = TensorType.of(array)
+    if g.sparse_initializer:
+        raise ImportError_("sparse initializers are not supported")
+    state.used_names.update(state.types)
+    for n in g.node:
+        state.used_names.update(n.output)
+    importers = onnx_importers()
+    other_opsets = tuple((o.domain, o.version) for o in model.opset_import if o.domain not in _ONNX_DOMAINS)
+    all_opsets = (("", opset),) + other_opsets
+    for node in _toposort_onnx(g, set(state.types)):
+        _import_node(state, node, importers, all_opsets)
+    outputs, output_names = [], []
+    for vi in g.output:
+        value = state.resolve(vi.name)
+        if value not in state.types:
+            raise GraphError(f"graph output {vi.name!r} is not defined")
+        outputs.append(value)
+        output_names.append(vi.name)
+    meta = GraphMeta(
+        opset=opset,
+        ir_version=model.ir_version,
+        output_names=tuple(output_names),
+        initializer_inputs=tuple(i.name for i in g.input if i.name in state.weights),
+        extra_opsets=other_opsets,
+        producer=model.producer_name,
+        graph_name=g.name or "graph",
+    )
+    graph = Graph(input_types, state.weights, state.nodes, outputs, types=state.types, meta=meta)
+    return graph.pruned()
+
+
+def _import_node(state: _ImportState, node: onnx.NodeProto, importers, all_opsets) -> None:
+    standard = node.domain in _ONNX_DOMAINS
+    if standard and _fold_constant_node(state, node):
+        return
+    if standard:
+        for _op, importer in importers.get(node.op_type, ()):
+            ctx = ImportContext(state, node)
+            try:
+                handled = importer(ctx)
+            except (ShapeError, KeyError, IndexError, TypeError, ValueError):
+                handled = False  # an attribute combination this importer does not model
+            if handled:
+                state.commit(ctx)
+                return
+    _import_opaque(state, node, all_opsets)
+
+
+def _fold_constant_node(state: _ImportState, node: onnx.NodeProto) -> bool:
+    """Constant, Shape, Size and small all-constant nodes become weights."""
+    if node.op_type == "Constant":
+        attr = node.attribute[0] if node.attribute else None
+        if attr is None or attr.name in ("sparse_value",) or attr.type in (onnx.AttributeProto.STRING, onnx.AttributeProto.STRINGS):
+            return False
+        value = helper.get_attribute_value(attr)
+        array = numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value, dtype=np.float32 if attr.name.startswith("value_float") else np.int64)
+        _add_weight(state, node.output[0], array)
+        return True
+    if node.op_type in ("Shape", "Size") and node.input and state.resolve(node.input[0]) in state.types:
+        shape = state.type(node.input[0]).shape
+        if node.op_type == "Size":
+            _add_weight(state, node.output[0], np.asarray(int(np.prod(shape, dtype=np.int64)), np.int64))
+            return True
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        start, end = attrs.get("start", 0), attrs.get("end", len(shape))
+        _add_weight(state, node.output[0], np.asarray(shape[slice(start, end)], np.int64))
+        return True
+    if node.op_type in _NEVER_FOLD or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+        return False
+    names = [state.resolve(n) for n in node.input if n]
+    if not names or not all(n in state.weights for n in names):
+        return False
+    if any(state.weights[n].size > _FOLD_MAX_INPUT_ELEMENTS for n in names):
+        return False
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(state.weights[state.resolve(n)].dtype), None) for n in node.input if n]
+        outputs = [helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in node.output if n]
+        m = helper.make_model(helper.make_graph([node], "fold", inputs, outputs), opset_imports=[helper.make_opsetid("", state.opset)])
+        results = ReferenceEvaluator(m).run(None, {n: state.weights[state.resolve(n)] for n in node.input if n})
+    except Exception:  # noqa: BLE001 - not foldable here; import normally
+        return False
+    for name, value in zip([o for o in node.output if o], results):
+        _add_weight(state, name, np.asarray(value))
+    return True
+
+
+def _add_weight(state: _ImportState, name: str, array: np.ndarray) -> None:
+    if _np_dtype(helper.np_dtype_to_tensor_dtype(array.dtype)) is None:
+        raise TasoError(f"constant {name!r} has unsupported dtype {array.dtype}")
+    state.weights[name] = array
+    state.types[name] = TensorType.of(array)
+
+
+def _import_opaque(state: _ImportState, node: onnx.NodeProto, all_opsets) -> None:
+    captures = [c for c in _subgraph_captures(node) if state.resolve(c) in state.types]
+    present = [state.resolve(n) for n in node.input if n]
+    inputs = present + [state.resolve(c) for c in captures]
+    out_types = []
+    missing = False
+    for name in [o for o in node.output if o]:
+        t = state.known_types.get(name)
+        if t is None:
+            missing = True
+            break
+        out_types.append(t)
+    params = dict(
+        op_type=node.op_type,
+        domain=node.domain,
+        proto=node.SerializeToString(),
+        input_slots=tuple(node.input),
+        captures=tuple(captures),
+        opsets=all_opsets,
+    )
+    if missing:
+        out_types = _types_by_execution(state, node, inputs, params)
+    outputs = [o for o in node.output if o]
+    p = opaque.make_params(**params, out_types=tuple((t.shape, t.dtype) for t in out_types))
+    state.nodes.append(Node(opaque, p, tuple(inputs), tuple(outputs), node.name))
+    state.types.update(zip(outputs, out_types))
+
+
+def _types_by_execution(state: _ImportState, node: onnx.NodeProto, inputs: list[str], params: dict) -> list[TensorType]:
+    """Output types of an opaque node found by running it once on random data of the input types."""
+    rng = np.random.default_rng(0)
+    arrays = []
+    for name in inputs:
+        if name in state.weights:
+            arrays.append(state.weights[name])
+            continue
+        t = state.type(name)
+        arrays.append(rng.standard_normal(t.shape).astype(t.dtype) if t.dtype.startswith("float") else np.zeros(t.shape, t.dtype))
+    probe = Params({**params, "out_types": ()})
+    try:
+        results = opaque.evaluate(arrays, probe)
+    except TasoError as e:
+        raise ImportError_(f"cannot determine the static output shapes of {node.op_type} node {node.name!r}: {e}") from None
+    return [TensorType.of(np.asarray(r)) for r in results]

@@ -1,0 +1,218 @@
+"""The :class:`Op` object: everything about one operator, declared in one place.
+
+An operator carries its parameter schema, its shape rule, its NumPy semantics (the ground
+truth every other interpreter is checked against) and its ONNX mapping. Missing pieces
+fail when the op is defined, not when it is first used. Z3 specifications live in
+:mod:`taso.specs`, keyed by the op's canonical name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir import Params, TensorType
+
+__all__ = ["Param", "Op", "OnnxMapping", "REQUIRED", "define", "registry", "onnx_importers"]
+
+REQUIRED = object()
+
+_KINDS: dict[str, Callable[[Any], bool]] = {
+    "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "float": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+    "optfloat": lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)),
+    "bool": lambda v: isinstance(v, bool) or v in (0, 1),
+    "str": lambda v: isinstance(v, str),
+    "bytes": lambda v: isinstance(v, bytes),
+    "ints": lambda v: isinstance(v, tuple) and all(isinstance(x, int) for x in v),
+    "optints": lambda v: isinstance(v, tuple) and all(x is None or isinstance(x, int) for x in v),
+    "any": lambda v: True,
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One operator parameter: a name, a kind (see ``_KINDS``), a default and allowed values."""
+
+    name: str
+    kind: str
+    default: Any = REQUIRED
+    choices: tuple = ()
+
+    def __post_init__(self):
+        if self.kind not in _KINDS:
+            raise TypeError(f"parameter {self.name!r}: unknown kind {self.kind!r}")
+
+
+ShapeRule = Callable[[Sequence[TensorType], Params], "TensorType | list[TensorType]"]
+NumpyImpl = Callable[[Sequence[np.ndarray], Params], "np.ndarray | list[np.ndarray]"]
+
+
+@dataclass(frozen=True)
+class OnnxMapping:
+    """How an op crosses the ONNX boundary.
+
+    Attributes:
+        op_types: the ONNX operator types whose nodes ``importer`` may turn into this op.
+        importer: ``importer(ctx) -> bool`` reads ``ctx.node`` and emits IR nodes through
+            ``ctx``; returning False leaves the ONNX node opaque (kept verbatim).
+        exporter: ``exporter(ctx, node)`` emits ONNX nodes for one IR node.
+    """
+
+    op_types: tuple[str, ...]
+    importer: Callable[[Any], bool] | None
+    exporter: Callable[[Any, Any], None]
+
+
+@dataclass(frozen=True, eq=False)
+class Op:
+    """An operator. Compared by identity; its ``name`` is its canonical name everywhere.
+
+    Attributes:
+        name: canonical name, used in the registry, in rule files and in reports.
+        arity: (minimum, maximum) number of inputs; maximum None means variadic.
+        params: the parameter schema.
+        shape_rule: pure function of input types and params to output type(s).
+        numpy_impl: the reference semantics, on NumPy arrays.
+        onnx: the ONNX import/export mapping.
+        groups: names of the operator sets this op belongs to (see :mod:`taso.ops`).
+        doc: one line for people.
+    """
+
+    name: str
+    arity: tuple[int, int | None]
+    params: tuple[Param, ...]
+    shape_rule: ShapeRule
+    numpy_impl: NumpyImpl
+    onnx: OnnxMapping
+    groups: frozenset[str] = field(default_factory=frozenset)
+    doc: str = ""
+
+    def __repr__(self) -> str:
+        return f"<Op {self.name}>"
+
+    # ---- parameters -------------------------------------------------------------------
+    def make_params(self, **given: Any) -> Params:
+        """Builds validated parameters, filling defaults.
+
+        Raises:
+            ShapeError: unknown, missing or ill-typed parameters.
+        """
+        known = {p.name for p in self.params}
+        unknown = set(given) - known
+        if unknown:
+            raise ShapeError(f"{self.name}: unknown parameter(s) {sorted(unknown)}; expected {sorted(known)}")
+        values = {}
+        for p in self.params:
+            if p.name in given:
+                values[p.name] = given[p.name]
+            elif p.default is REQUIRED:
+                raise ShapeError(f"{self.name}: missing parameter {p.name!r}")
+            else:
+                values[p.name] = p.default
+        params = Params(values)
+        self.check_params(params)
+        return params
+
+    def check_params(self, params: Params) -> None:
+        """Raises ShapeError unless ``params`` fits the schema exactly."""
+        if set(params) != {p.name for p in self.params}:
+            raise ShapeError(f"{self.name}: parameters {sorted(params)} do not match schema {[p.name for p in self.params]}")
+        for p in self.params:
+            v = params[p.name]
+            if not _KINDS[p.kind](v):
+                raise ShapeError(f"{self.name}: parameter {p.name}={v!r} is not of kind {p.kind}")
+            if p.choices and v not in p.choices:
+                raise ShapeError(f"{self.name}: parameter {p.name}={v!r} not in {p.choices}")
+
+    # ---- rules ---------------------------------------------------------------------------
+    def infer(self, types: Sequence[TensorType], params: Params) -> list[TensorType]:
+        """Output types for these input types, or ShapeError naming the op and shapes."""
+        lo, hi = self.arity
+        if len(types) < lo or (hi is not None and len(types) > hi):
+            want = f"{lo}" if lo == hi else f"{lo}..{hi if hi is not None else ''}"
+            raise ShapeError(f"{self.name}: takes {want} inputs, got {len(types)}")
+        try:
+            out = self.shape_rule(types, params)
+        except ShapeError:
+            raise
+        except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError) as e:
+            raise ShapeError(f"{self.name}{tuple(str(t) for t in types)} with {dict(params)}: {e}") from None
+        return [out] if isinstance(out, TensorType) else list(out)
+
+    def evaluate(self, arrays: Sequence[np.ndarray], params: Params) -> list[np.ndarray]:
+        """Runs the reference semantics; always returns a list of arrays."""
+        with np.errstate(all="ignore"):
+            out = self.numpy_impl(arrays, params)
+        return [np.asarray(o) for o in out] if isinstance(out, (list, tuple)) else [np.asarray(out)]
+
+
+_REGISTRY: dict[str, Op] = {}
+_ONNX_IMPORTERS: dict[str, list[tuple[Op | None, Callable]]] = {}
+
+
+def define(
+    name: str,
+    *,
+    arity: int | tuple[int, int | None],
+    shape: ShapeRule,
+    numpy: NumpyImpl,
+    onnx: OnnxMapping,
+    params: Sequence[Param] = (),
+    groups: Sequence[str] = (),
+    doc: str = "",
+) -> Op:
+    """Declares an operator and adds it to the registry. Every rule is mandatory."""
+    if name in _REGISTRY:
+        raise ValueError(f"operator {name!r} is defined twice")
+    for what, rule in (("shape rule", shape), ("NumPy implementation", numpy), ("ONNX exporter", onnx.exporter)):
+        if not callable(rule):
+            raise TypeError(f"operator {name!r} lacks a {what}")
+    if isinstance(arity, int):
+        arity = (arity, arity)
+    op = Op(name, arity, tuple(params), shape, numpy, onnx, frozenset(groups), doc)
+    _REGISTRY[name] = op
+    if onnx.importer is not None:
+        for op_type in onnx.op_types:
+            _ONNX_IMPORTERS.setdefault(op_type, []).append((op, onnx.importer))
+    return op
+
+
+def define_importer(op_types: Sequence[str], importer: Callable) -> None:
+    """Registers an importer that produces existing ops (e.g. Gemm as matmul + add)."""
+    for op_type in op_types:
+        _ONNX_IMPORTERS.setdefault(op_type, []).append((None, importer))
+
+
+def registry() -> dict[str, Op]:
+    return dict(_REGISTRY)
+
+
+def onnx_importers() -> dict[str, list[tuple[Op | None, Callable]]]:
+    return {k: list(v) for k, v in _ONNX_IMPORTERS.items()}
+
+
+# ---- shared helpers for the op families ---------------------------------------------------
+
+ACTIVATIONS = ("none", "relu", "sigmoid", "tanh")
+
+
+def same_type(types: Sequence[TensorType], params: Params) -> TensorType:
+    """Shape rule of ops whose output has the type of their first input."""
+    return types[0]
+
+
+def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ShapeError(f"{what} {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+def require(condition: bool, message: str) -> None:
+    """Shape-rule assertion: raises ShapeError with ``message`` when ``condition`` fails."""
+    if not condition:
+        raise ShapeError(message)

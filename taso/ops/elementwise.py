@@ -1,0 +1,391 @@
+"""Element-wise operators: activations, unary math, broadcasting binary arithmetic, casts."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import Params, TensorType
+from .base import ACTIVATIONS, OnnxMapping, Param, define, define_importer, require, same_type
+
+# ---- unary operators: one table row each -----------------------------------------------------
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return (1.0 / (1.0 + np.exp(-x))).astype(x.dtype, copy=False)
+
+
+def _cast_like(fn):
+    return lambda x: np.asarray(fn(x)).astype(x.dtype, copy=False)
+
+
+# name -> (NumPy semantics, ONNX op type, groups)
+_UNARY = {
+    "relu": (lambda x: np.maximum(x, np.zeros((), x.dtype)), "Relu", ("activation", "elementwise", "unary")),
+    "sigmoid": (_sigmoid, "Sigmoid", ("activation", "elementwise", "unary")),
+    "tanh": (np.tanh, "Tanh", ("activation", "elementwise", "unary")),
+    "erf": (_cast_like(_erf), "Erf", ("elementwise", "unary")),
+    "sqrt": (np.sqrt, "Sqrt", ("elementwise", "unary")),
+    "exp": (np.exp, "Exp", ("elementwise", "unary")),
+    "log": (np.log, "Log", ("elementwise", "unary")),
+    "neg": (np.negative, "Neg", ("elementwise", "unary")),
+    "abs": (np.abs, "Abs", ("elementwise", "unary")),
+    "reciprocal": (_cast_like(np.reciprocal), "Reciprocal", ("elementwise", "unary")),
+    "floor": (np.floor, "Floor", ("elementwise", "unary")),
+    "ceil": (np.ceil, "Ceil", ("elementwise", "unary")),
+}
+
+
+def _unary_importer(name: str):
+    def importer(ctx) -> bool:
+        if ctx.attr_names:
+            return False
+        ctx.emit(UNARY_OPS[name], [ctx.inputs[0]], ctx.outputs)
+        return True
+
+    return importer
+
+
+def _exporter_as(onnx_type):
+    def exporter(ctx, node) -> None:
+        ctx.emit(onnx_type, list(node.inputs), list(node.outputs))
+
+    return exporter
+
+
+UNARY_OPS = {}
+for _name, (_fn, _onnx_type, _groups) in _UNARY.items():
+    UNARY_OPS[_name] = define(
+        _name,
+        arity=1,
+        shape=same_type,
+        numpy=(lambda fn: lambda xs, p: fn(xs[0]))(_fn),
+        onnx=OnnxMapping((_onnx_type,), _unary_importer(_name), _exporter_as(_onnx_type)),
+        groups=_groups,
+        doc=f"element-wise {_name}",
+    )
+
+
+def apply_activation(activation: str, x: np.ndarray) -> np.ndarray:
+    """Applies a fused activation (one of ``ACTIVATIONS``) with the unary op's semantics."""
+    if activation == "none":
+        return x
+    return UNARY_OPS[activation].evaluate([x], Params())[0]
+
+
+def emit_with_activation(ctx, onnx_type: str, inputs, node, **attrs) -> None:
+    """Exports a node with a fused activation as the main ONNX node plus a separate activation node.
+
+    The original TASO exporter dropped fused activations; here they always become nodes.
+    """
+    activation = node.params["activation"]
+    if activation == "none":
+        ctx.emit(onnx_type, inputs, list(node.outputs), **attrs)
+        return
+    tmp = ctx.fresh(node.outputs[0] + "_pre_" + activation)
+    ctx.emit(onnx_type, inputs, [tmp], **attrs)
+    ctx.emit(_UNARY[activation][1], [tmp], list(node.outputs))
+
+
+ACTIVATION_PARAM = Param("activation", "str", "none", ACTIVATIONS)
+
+# ---- parametrised unary operators --------------------------------------------------------------
+
+
+def _leaky_relu(xs, p):
+    x = xs[0]
+    return np.where(x >= 0, x, x * np.asarray(p["alpha"], x.dtype)).astype(x.dtype, copy=False)
+
+
+def _import_leaky_relu(ctx) -> bool:
+    ctx.emit(leaky_relu, [ctx.inputs[0]], ctx.outputs, alpha=float(ctx.attr("alpha", 0.01)))
+    return True
+
+
+leaky_relu = define(
+    "leaky_relu",
+    arity=1,
+    params=[Param("alpha", "float", 0.01)],
+    shape=same_type,
+    numpy=_leaky_relu,
+    onnx=OnnxMapping(("LeakyRelu",), _import_leaky_relu, lambda ctx, n: ctx.emit("LeakyRelu", list(n.inputs), list(n.outputs), alpha=n.params["alpha"])),
+    groups=("elementwise", "unary"),
+    doc="x if x >= 0 else alpha * x",
+)
+
+
+def _hard_sigmoid(xs, p):
+    x = xs[0]
+    return np.clip(x * np.asarray(p["alpha"], x.dtype) + np.asarray(p["beta"], x.dtype), 0, 1).astype(x.dtype, copy=False)
+
+
+hard_sigmoid = define(
+    "hard_sigmoid",
+    arity=1,
+    params=[Param("alpha", "float", 0.2), Param("beta", "float", 0.5)],
+    shape=same_type,
+    numpy=_hard_sigmoid,
+    onnx=OnnxMapping(
+        ("HardSigmoid",),
+        lambda ctx: bool(ctx.emit(hard_sigmoid, [ctx.inputs[0]], ctx.outputs, alpha=float(ctx.attr("alpha", 0.2)), beta=float(ctx.attr("beta", 0.5)))),
+        lambda ctx, n: ctx.emit("HardSigmoid", list(n.inputs), list(n.outputs), alpha=n.params["alpha"], beta=n.params["beta"]),
+    ),
+    groups=("elementwise", "unary"),
+    doc="max(0, min(1, alpha * x + beta))",
+)
+
+
+def _hard_swish(xs, p):
+    x = xs[0]
+    return (x * _hard_sigmoid([x], Params({"alpha": 1 / 6, "beta": 0.5}))).astype(x.dtype, copy=False)
+
+
+def _export_hard_swish(ctx, node) -> None:
+    if ctx.opset >= 14:
+        ctx.emit("HardSwish", list(node.inputs), list(node.outputs))
+    else:
+        tmp = ctx.fresh(node.outputs[0] + "_hs")
+        ctx.emit("HardSigmoid", [node.inputs[0]], [tmp], alpha=1 / 6, beta=0.5)
+        ctx.emit("Mul", [node.inputs[0], tmp], list(node.outputs))
+
+
+hard_swish = define(
+    "hard_swish",
+    arity=1,
+    shape=same_type,
+    numpy=_hard_swish,
+    onnx=OnnxMapping(("HardSwish",), lambda ctx: bool(ctx.emit(hard_swish, [ctx.inputs[0]], ctx.outputs)), _export_hard_swish),
+    groups=("elementwise", "unary"),
+    doc="x * hard_sigmoid(x; 1/6, 1/2)",
+)
+
+
+def _gelu(xs, p):
+    x = xs[0]
+    x64 = x.astype(np.float64)
+    if p["approximate"] == "tanh":
+        y = 0.5 * x64 * (1 + np.tanh(math.sqrt(2 / math.pi) * (x64 + 0.044715 * x64**3)))
+    else:
+        y = 0.5 * x64 * (1 + _erf(x64 / math.sqrt(2)))
+    return y.astype(x.dtype)
+
+
+def _export_gelu(ctx, node) -> None:
+    if ctx.opset >= 20:
+        ctx.emit("Gelu", list(node.inputs), list(node.outputs), approximate=node.params["approximate"])
+        return
+    if node.params["approximate"] != "none":
+        raise ctx.error(f"gelu(approximate='tanh') needs opset 20, the model has opset {ctx.opset}")
+    x = node.inputs[0]
+    dtype = ctx.type(x).dtype
+    scaled, erf, plus1, half = (ctx.fresh(node.outputs[0] + s) for s in ("_div", "_erf", "_add", "_half"))
+    ctx.emit("Div", [x, ctx.const(np.asarray(math.sqrt(2), dtype))], [scaled])
+    ctx.emit("Erf", [scaled], [erf])
+    ctx.emit("Add", [erf, ctx.const(np.asarray(1, dtype))], [plus1])
+    ctx.emit("Mul", [x, plus1], [half])
+    ctx.emit("Mul", [half, ctx.const(np.asarray(0.5, dtype))], list(node.outputs))
+
+
+gelu = define(
+    "gelu",
+    arity=1,
+    params=[Param("approximate", "str", "none", ("none", "tanh"))],
+    shape=same_type,
+    numpy=_gelu,
+    onnx=OnnxMapping(("Gelu",), lambda ctx: bool(ctx.emit(gelu, [ctx.inputs[0]], ctx.outputs, approximate=ctx.attr("approximate", "none"))), _export_gelu),
+    groups=("elementwise", "unary"),
+    doc="x * Phi(x), exact (erf) or tanh approximation",
+)
+
+
+def _clip(xs, p):
+    x = xs[0]
+    lo = -np.inf if p["min"] is None else p["min"]
+    hi = np.inf if p["max"] is None else p["max"]
+    return np.clip(x, np.asarray(lo).astype(x.dtype) if np.isfinite(lo) or x.dtype.kind == "f" else np.iinfo(x.dtype).min,
+                   np.asarray(hi).astype(x.dtype) if np.isfinite(hi) or x.dtype.kind == "f" else np.iinfo(x.dtype).max).astype(x.dtype, copy=False)
+
+
+def _import_clip(ctx) -> bool:
+    if ctx.opset < 11:
+        lo, hi = ctx.attr("min", None), ctx.attr("max", None)
+    else:
+        bounds = []
+        for i in (1, 2):
+            name = ctx.inputs[i] if len(ctx.inputs) > i else ""
+            if not name:
+                bounds.append(None)
+                continue
+            value = ctx.const(name)
+            if value is None:
+                return False
+            bounds.append(value.item())
+        lo, hi = bounds
+    ctx.emit(clip, [ctx.inputs[0]], ctx.outputs, min=lo, max=hi)
+    return True
+
+
+def _export_clip(ctx, node) -> None:
+    lo, hi = node.params["min"], node.params["max"]
+    if ctx.opset < 11:
+        attrs = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+        ctx.emit("Clip", [node.inputs[0]], list(node.outputs), **attrs)
+        return
+    dtype = ctx.type(node.inputs[0]).dtype
+    inputs = [node.inputs[0], "" if lo is None else ctx.const(np.asarray(lo, dtype)), "" if hi is None else ctx.const(np.asarray(hi, dtype))]
+    while inputs[-1] == "":
+        inputs.pop()
+    ctx.emit("Clip", inputs, list(node.outputs))
+
+
+clip = define(
+    "clip",
+    arity=1,
+    params=[Param("min", "optfloat", None), Param("max", "optfloat", None)],
+    shape=same_type,
+    numpy=_clip,
+    onnx=OnnxMapping(("Clip",), _import_clip, _export_clip),
+    groups=("elementwise", "unary"),
+    doc="min(max(x, min), max); None means unbounded",
+)
+
+
+def _cast_shape(types, p):
+    return TensorType(types[0].shape, p["to"])
+
+
+def _import_cast(ctx) -> bool:
+    to = ctx.dtype_of_onnx(ctx.attr("to"))
+    if to is None:
+        return False
+    if to == ctx.type(ctx.inputs[0]).dtype:
+        ctx.alias(ctx.outputs[0], ctx.inputs[0])  # cast to the same type is the identity
+    else:
+        ctx.emit(cast, [ctx.inputs[0]], ctx.outputs, to=to)
+    return True
+
+
+cast = define(
+    "cast",
+    arity=1,
+    params=[Param("to", "str")],
+    shape=_cast_shape,
+    numpy=lambda xs, p: xs[0].astype(p["to"]),
+    onnx=OnnxMapping(("Cast",), _import_cast, lambda ctx, n: ctx.emit("Cast", list(n.inputs), list(n.outputs), to=ctx.onnx_dtype(n.params["to"]))),
+    groups=("elementwise", "unary"),
+    doc="element type conversion (a cast to the same type is removed at import)",
+)
+
+# ---- broadcasting binary operators --------------------------------------------------------------
+
+
+def broadcast_shape(types, p) -> TensorType:
+    require(all(t.dtype == types[0].dtype for t in types), f"operands have different dtypes {[t.dtype for t in types]}")
+    return TensorType(tuple(np.broadcast_shapes(*(t.shape for t in types))), types[0].dtype)
+
+
+def _int_div(a, b):
+    if a.dtype.kind in "iu":
+        return np.trunc(np.true_divide(a, np.where(b == 0, 1, b))).astype(a.dtype)
+    return np.true_divide(a, b).astype(a.dtype, copy=False)
+
+
+def _pow(a, b):
+    return np.power(a.astype(np.float64) if a.dtype.kind == "f" else a, b).astype(a.dtype)
+
+
+# name -> (NumPy semantics, ONNX op type, groups)
+_BINARY = {
+    "add": (np.add, "Add", ("elementwise", "binary", "commutative", "associative", "linear")),
+    "sub": (np.subtract, "Sub", ("elementwise", "binary", "linear")),
+    "mul": (np.multiply, "Mul", ("elementwise", "binary", "commutative", "associative")),
+    "div": (_int_div, "Div", ("elementwise", "binary")),
+    "pow": (_pow, "Pow", ("elementwise", "binary")),
+    "max": (np.maximum, "Max", ("elementwise", "binary", "commutative", "associative")),
+    "min": (np.minimum, "Min", ("elementwise", "binary", "commutative", "associative")),
+}
+
+
+def _pow_shape(types, p):
+    return TensorType(tuple(np.broadcast_shapes(types[0].shape, types[1].shape)), types[0].dtype)
+
+
+def _binary_importer(name: str):
+    def importer(ctx) -> bool:
+        op = BINARY_OPS[name]
+        if len(ctx.inputs) != 2 or ctx.attr_names - {"broadcast"} or ctx.attr("broadcast", 1) != 1 and ctx.opset < 7:
+            return False
+        a, b = ctx.inputs
+        if op is mul:
+            # Multiplying by a one-element constant is TASO's scalar multiplication.
+            for x, s in ((a, b), (b, a)):
+                sv, tx, ts = ctx.const(s), ctx.type(x), ctx.type(s)
+                if sv is not None and sv.size == 1 and ts.rank <= tx.rank and ts.dtype == tx.dtype:
+                    ctx.emit(scalar_mul, [x, s], ctx.outputs)
+                    return True
+        ctx.emit(op, [a, b], ctx.outputs)
+        return True
+
+    return importer
+
+
+BINARY_OPS = {}
+for _name, (_fn, _onnx_type, _groups) in _BINARY.items():
+    BINARY_OPS[_name] = define(
+        _name,
+        arity=2,
+        shape=_pow_shape if _name == "pow" else broadcast_shape,
+        numpy=(lambda fn: lambda xs, p: np.asarray(fn(xs[0], xs[1])))(_fn),
+        onnx=OnnxMapping((_onnx_type,), _binary_importer(_name), _exporter_as(_onnx_type)),
+        groups=_groups,
+        doc=f"element-wise {_name} with NumPy broadcasting",
+    )
+
+add, sub, mul, div = BINARY_OPS["add"], BINARY_OPS["sub"], BINARY_OPS["mul"], BINARY_OPS["div"]
+
+
+def _scalar_mul_shape(types, p):
+    require(types[1].size == 1, f"scalar_mul: the scale must hold one element, got shape {types[1].shape}")
+    require(types[1].rank <= types[0].rank, "scalar_mul: the scale has a higher rank than the tensor")
+    require(types[0].dtype == types[1].dtype, "scalar_mul: operands have different dtypes")
+    return types[0]
+
+
+scalar_mul = define(
+    "scalar_mul",
+    arity=2,
+    shape=_scalar_mul_shape,
+    numpy=lambda xs, p: (xs[0] * xs[1]).astype(xs[0].dtype, copy=False),
+    onnx=OnnxMapping(("Mul",), None, _exporter_as("Mul")),
+    groups=("elementwise", "linear"),
+    doc="x * s for a one-element tensor s (TASO's smul: commutes with every linear op)",
+)
+
+
+def _import_variadic(op):
+    """Sum/Max/Min with n inputs become a chain of binary ops."""
+
+    def importer(ctx) -> bool:
+        names = [n for n in ctx.inputs if n]
+        if len(names) == 1:
+            ctx.alias(ctx.outputs[0], names[0])
+            return True
+        if len(names) == 2:
+            return False if op is not add else bool(ctx.emit(op, names, ctx.outputs))
+        acc = names[0]
+        for i, name in enumerate(names[1:]):
+            last = i == len(names) - 2
+            acc = ctx.emit(op, [acc, name], ctx.outputs if last else None)[0]
+        return True
+
+    return importer
+
+
+define_importer(("Sum",), _import_variadic(add))
+define_importer(("Max",), _import_variadic(BINARY_OPS["max"]))
+define_importer(("Min",), _import_variadic(BINARY_OPS["min"]))
+
+__all__ = ["UNARY_OPS", "BINARY_OPS", "apply_activation", "emit_with_activation", "ACTIVATION_PARAM", "broadcast_shape"]

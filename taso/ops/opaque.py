@@ -1,0 +1,110 @@
+"""The opaque operator: an ONNX node taso does not model, kept verbatim.
+
+Any ONNX node that no importer claims (an unknown op type, a custom domain, an attribute
+combination taso does not model, a subgraph-carrying If/Loop) becomes one opaque node. Its
+serialized NodeProto travels in the parameters, so export writes it back byte for byte;
+its output types are fixed at import. Rewrites never look inside it.
+
+Its NumPy semantics delegate to ONNX's reference evaluator (or, for ops outside the ONNX
+domains, to ONNX Runtime) on a one-node model.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+from ..errors import TasoError
+from ..ir import TensorType
+from .base import OnnxMapping, Param, define
+
+
+def _opaque_shape(types, p) -> list[TensorType]:
+    return [TensorType(tuple(shape), dtype) for shape, dtype in p["out_types"]]
+
+
+@functools.lru_cache(maxsize=256)
+def _single_node_model(proto: bytes, input_slots: tuple[str, ...], captures: tuple[str, ...], in_types, opsets):
+    import onnx
+    from onnx import helper
+
+    node = onnx.NodeProto()
+    node.ParseFromString(proto)
+    names = [s for s in input_slots if s] + list(captures)
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t[1])), t[0]) for n, t in zip(names, in_types)]
+    outputs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
+    graph = helper.make_graph([node], "opaque", inputs, outputs)
+    opset_ids = [helper.make_opsetid(d, v) for d, v in opsets]
+    model = helper.make_model(graph, opset_imports=opset_ids)
+    # NOTE: the newest IR version may be newer than ONNX Runtime reads; use the oldest that fits.
+    model.ir_version = helper.find_min_ir_version_for(opset_ids, ignore_unknown=True)
+    return model, names
+
+
+@functools.lru_cache(maxsize=256)
+def _runner(model_bytes: bytes):
+    import onnx
+
+    model = onnx.ModelProto()
+    model.ParseFromString(model_bytes)
+    # NOTE: ONNX Runtime first: it is what models deploy on, and the reference evaluator
+    # disagrees with it on some ops (LRN). The reference evaluator covers what ORT lacks.
+    def reference(feeds):
+        from onnx.reference import ReferenceEvaluator
+
+        return ReferenceEvaluator(model).run(None, feeds)
+
+    try:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.log_severity_level = 4
+        session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001
+        return reference
+
+    def run(feeds):
+        try:
+            return session.run(None, feeds)
+        except Exception:  # noqa: BLE001 - e.g. ORT rejects an edge case the spec defines
+            return reference(feeds)
+
+    return run
+
+
+def _opaque_eval(xs, p):
+    in_types = tuple((tuple(x.shape), x.dtype.name) for x in xs)
+    model, names = _single_node_model(p["proto"], p["input_slots"], p["captures"], in_types, p["opsets"])
+    try:
+        outputs = _runner(model.SerializeToString())(dict(zip(names, xs)))
+    except Exception as e:  # noqa: BLE001
+        raise TasoError(f"cannot evaluate opaque ONNX op {p['domain'] or 'ai.onnx'}::{p['op_type']}: {str(e).splitlines()[0]}") from None
+    return [np.asarray(o) for o in outputs]
+
+
+def _export_opaque(ctx, node) -> None:
+    ctx.emit_proto(node)
+
+
+opaque = define(
+    "opaque",
+    arity=(0, None),
+    params=[
+        Param("op_type", "str"),
+        Param("domain", "str", ""),
+        Param("proto", "bytes"),
+        Param("input_slots", "any"),  # the explicit ONNX input names, "" for omitted optional inputs
+        Param("captures", "any"),  # outer-scope names read by subgraphs
+        Param("out_types", "any"),
+        Param("opsets", "any"),
+    ],
+    shape=_opaque_shape,
+    numpy=_opaque_eval,
+    onnx=OnnxMapping((), None, _export_opaque),
+    groups=("opaque",),
+    doc="an ONNX node taso does not model, kept verbatim",
+)
+
+__all__ = ["opaque"]

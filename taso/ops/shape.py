@@ -1,0 +1,415 @@
+"""Data-movement operators: transpose, reshape, concat, split, slice, gather, pad.
+
+Shape arguments that ONNX passes as tensors (Reshape's shape, Slice's starts, Split's
+sizes...) are static parameters here: the importer reads them from constants and keeps the
+node opaque when they are computed at run time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import TensorType
+from .base import OnnxMapping, Param, define, define_importer, normalize_axis, require
+
+
+def _int64(values) -> np.ndarray:
+    return np.asarray(values, dtype=np.int64)
+
+
+# ---- transpose ---------------------------------------------------------------------------------
+
+
+def _transpose_shape(types, p) -> TensorType:
+    x, perm = types[0], p["perm"]
+    require(sorted(perm) == list(range(x.rank)), f"transpose: perm {perm} is not a permutation of rank {x.rank}")
+    return TensorType(tuple(x.shape[i] for i in perm), x.dtype)
+
+
+def _import_transpose(ctx) -> bool:
+    rank = ctx.type(ctx.inputs[0]).rank
+    perm = tuple(ctx.attr("perm", tuple(reversed(range(rank)))))
+    ctx.emit(transpose, [ctx.inputs[0]], ctx.outputs, perm=tuple(int(i) for i in perm))
+    return True
+
+
+transpose = define(
+    "transpose",
+    arity=1,
+    params=[Param("perm", "ints")],
+    shape=_transpose_shape,
+    numpy=lambda xs, p: np.ascontiguousarray(np.transpose(xs[0], p["perm"])),
+    onnx=OnnxMapping(("Transpose",), _import_transpose, lambda ctx, n: ctx.emit("Transpose", list(n.inputs), list(n.outputs), perm=list(n.params["perm"]))),
+    groups=("shape_only", "linear"),
+    doc="permutes axes",
+)
+
+# ---- reshape (also Flatten, Squeeze, Unsqueeze) --------------------------------------------------
+
+
+def _reshape_shape(types, p) -> TensorType:
+    x, shape = types[0], p["shape"]
+    require(all(d >= 0 for d in shape), f"reshape: target shape {shape} must be fully static")
+    require(int(np.prod(shape, dtype=np.int64)) == x.size, f"reshape: cannot reshape {x.shape} ({x.size} elements) to {shape}")
+    return TensorType(tuple(shape), x.dtype)
+
+
+def _export_reshape(ctx, node) -> None:
+    ctx.emit("Reshape", [node.inputs[0], ctx.const(_int64(node.params["shape"]))], list(node.outputs))
+
+
+reshape = define(
+    "reshape",
+    arity=1,
+    params=[Param("shape", "ints")],
+    shape=_reshape_shape,
+    numpy=lambda xs, p: xs[0].reshape(p["shape"]),
+    onnx=OnnxMapping(("Reshape", "Flatten", "Squeeze", "Unsqueeze"), None, _export_reshape),
+    groups=("shape_only", "linear"),
+    doc="reinterprets the data with a new static shape (row-major)",
+)
+
+
+def _resolve_reshape(in_shape, target, allowzero: bool) -> tuple[int, ...] | None:
+    target = [int(d) for d in target]
+    out = [in_shape[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
+    if out.count(-1) > 1:
+        return None
+    if -1 in out:
+        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
+        total = int(np.prod(in_shape, dtype=np.int64))
+        if known == 0 or total % known:
+            return None
+        out[out.index(-1)] = total // known
+    return tuple(out)
+
+
+def _import_reshape_like(ctx) -> bool:
+    x = ctx.type(ctx.inputs[0])
+    op_type = ctx.op_type
+    if op_type == "Reshape":
+        target = ctx.attr("shape", None) if ctx.opset < 5 else ctx.const(ctx.inputs[1])
+        if target is None:
+            return False
+        shape = _resolve_reshape(x.shape, np.asarray(target).tolist(), bool(ctx.attr("allowzero", 0)))
+    elif op_type == "Flatten":
+        axis = int(ctx.attr("axis", 1))
+        axis = axis + x.rank if axis < 0 else axis
+        shape = (int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64)))
+    else:
+        axes = _axes_argument(ctx)
+        if axes is False:
+            return False
+        if op_type == "Squeeze":
+            axes = [i for i, d in enumerate(x.shape) if d == 1] if axes is None else [normalize_axis(a, x.rank) for a in axes]
+            shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+        else:
+            if axes is None:
+                return False
+            rank = x.rank + len(axes)
+            axes = sorted(normalize_axis(a, rank) for a in axes)
+            dims = iter(x.shape)
+            shape = tuple(1 if i in axes else next(dims) for i in range(rank))
+    if shape is None:
+        return False
+    ctx.emit(reshape, [ctx.inputs[0]], ctx.outputs, shape=tuple(int(d) for d in shape))
+    return True
+
+
+def _axes_argument(ctx):
+    """Axes from the attribute (old opsets) or the second input (new opsets); False when not constant."""
+    if "axes" in ctx.attr_names:
+        return [int(a) for a in ctx.attr("axes")]
+    if len(ctx.inputs) > 1 and ctx.inputs[1]:
+        value = ctx.const(ctx.inputs[1])
+        return False if value is None else [int(a) for a in value.reshape(-1)]
+    return None
+
+
+define_importer(("Reshape", "Flatten", "Squeeze", "Unsqueeze"), _import_reshape_like)
+
+# ---- concat / split -------------------------------------------------------------------------------
+
+
+def _concat_shape(types, p) -> TensorType:
+    first = types[0]
+    axis = normalize_axis(p["axis"], first.rank)
+    for t in types[1:]:
+        require(t.rank == first.rank and t.dtype == first.dtype, f"concat: operands {[str(t) for t in types]} differ in rank or dtype")
+        require(all(a == b for i, (a, b) in enumerate(zip(t.shape, first.shape)) if i != axis), f"concat: shapes {[t.shape for t in types]} differ off axis {axis}")
+    shape = list(first.shape)
+    shape[axis] = sum(t.shape[axis] for t in types)
+    return TensorType(tuple(shape), first.dtype)
+
+
+concat = define(
+    "concat",
+    arity=(1, None),
+    params=[Param("axis", "int")],
+    shape=_concat_shape,
+    numpy=lambda xs, p: np.concatenate(xs, axis=p["axis"]),
+    onnx=OnnxMapping(
+        ("Concat",),
+        lambda ctx: bool(ctx.emit(concat, [i for i in ctx.inputs if i], ctx.outputs, axis=int(ctx.attr("axis", 1)))),
+        lambda ctx, n: ctx.emit("Concat", list(n.inputs), list(n.outputs), axis=n.params["axis"]),
+    ),
+    groups=("shape_only", "linear"),
+    doc="joins tensors along an axis",
+)
+
+
+def _split_shape(types, p) -> list[TensorType]:
+    x = types[0]
+    axis = normalize_axis(p["axis"], x.rank)
+    sizes = p["sizes"]
+    require(sum(sizes) == x.shape[axis] and all(s >= 0 for s in sizes), f"split: sizes {sizes} do not add up to dimension {x.shape[axis]} of axis {axis}")
+    return [TensorType(x.shape[:axis] + (s,) + x.shape[axis + 1 :], x.dtype) for s in sizes]
+
+
+def _split(xs, p):
+    x = xs[0]
+    bounds = np.cumsum(p["sizes"])[:-1]
+    return [np.ascontiguousarray(part) for part in np.split(x, bounds, axis=p["axis"])]
+
+
+def _import_split(ctx) -> bool:
+    x = ctx.type(ctx.inputs[0])
+    axis = normalize_axis(int(ctx.attr("axis", 0)), x.rank)
+    n = len(ctx.outputs)
+    if "split" in ctx.attr_names:
+        sizes = [int(s) for s in ctx.attr("split")]
+    elif len(ctx.inputs) > 1 and ctx.inputs[1]:
+        value = ctx.const(ctx.inputs[1])
+        if value is None:
+            return False
+        sizes = [int(s) for s in value.reshape(-1)]
+    else:
+        n = int(ctx.attr("num_outputs", n))
+        chunk = -(-x.shape[axis] // n)
+        sizes = [min(chunk, x.shape[axis] - i * chunk) for i in range(n)]
+    if "" in ctx.outputs or len(sizes) != len(ctx.outputs):
+        return False
+    ctx.emit(split, [ctx.inputs[0]], ctx.outputs, axis=axis, sizes=tuple(sizes))
+    return True
+
+
+def _export_split(ctx, node) -> None:
+    sizes = list(node.params["sizes"])
+    if ctx.opset >= 13:
+        ctx.emit("Split", [node.inputs[0], ctx.const(_int64(sizes))], list(node.outputs), axis=node.params["axis"])
+    else:
+        ctx.emit("Split", [node.inputs[0]], list(node.outputs), axis=node.params["axis"], split=sizes)
+
+
+split = define(
+    "split",
+    arity=1,
+    params=[Param("axis", "int"), Param("sizes", "ints")],
+    shape=_split_shape,
+    numpy=_split,
+    onnx=OnnxMapping(("Split",), _import_split, _export_split),
+    groups=("shape_only", "linear", "multi_output"),
+    doc="cuts a tensor along an axis into parts of the given sizes",
+)
+
+# ---- slice -----------------------------------------------------------------------------------------
+
+
+def _slice_shape(types, p) -> TensorType:
+    x = types[0]
+    shape = list(x.shape)
+    require(len(p["axes"]) == len(p["starts"]) == len(p["ends"]) == len(p["steps"]), "slice: starts/ends/axes/steps lengths differ")
+    for axis, start, end, step in zip(p["axes"], p["starts"], p["ends"], p["steps"]):
+        require(0 <= axis < x.rank and step != 0, f"slice: bad axis {axis} or step {step}")
+        shape[axis] = len(range(*slice(start, end, step).indices(x.shape[axis])))
+    return TensorType(tuple(shape), x.dtype)
+
+
+def _slice(xs, p):
+    index = [slice(None)] * xs[0].ndim
+    for axis, start, end, step in zip(p["axes"], p["starts"], p["ends"], p["steps"]):
+        index[axis] = slice(start, end, step)
+    return np.ascontiguousarray(xs[0][tuple(index)])
+
+
+def _clamp_slice(start: int, end: int, step: int, dim: int) -> tuple[int, int | None]:
+    """ONNX slice bounds (negative = from the end, clamped) as Python slice bounds."""
+    if start < 0:
+        start += dim
+    if end < 0:
+        end += dim
+    if step > 0:
+        return max(0, min(start, dim)), max(0, min(end, dim))
+    start = max(-1, min(start, dim - 1))
+    end = max(-1, min(end, dim - 1))
+    return start, None if end < 0 else end
+
+
+def _import_slice(ctx) -> bool:
+    x = ctx.type(ctx.inputs[0])
+    if ctx.opset < 10:
+        starts, ends = ctx.attr("starts"), ctx.attr("ends")
+        axes = ctx.attr("axes", list(range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        args = []
+        for i in range(1, 5):
+            name = ctx.inputs[i] if len(ctx.inputs) > i else ""
+            value = ctx.const(name) if name else None
+            if name and value is None:
+                return False
+            args.append(None if value is None else [int(v) for v in value.reshape(-1)])
+        starts, ends, axes, steps = args
+        axes = axes if axes is not None else list(range(len(starts)))
+        steps = steps if steps is not None else [1] * len(starts)
+    axes = [normalize_axis(int(a), x.rank) for a in axes]
+    bounds = [_clamp_slice(int(s), int(e), int(t), x.shape[a]) for s, e, t, a in zip(starts, ends, steps, axes)]
+    ctx.emit(slice_, [ctx.inputs[0]], ctx.outputs, starts=tuple(b[0] for b in bounds), ends=tuple(b[1] for b in bounds),
+             axes=tuple(axes), steps=tuple(int(t) for t in steps))
+    return True
+
+
+def _export_slice(ctx, node) -> None:
+    p = node.params
+    x = ctx.type(node.inputs[0])
+    # NOTE: a None end (negative step running past index 0) is written as -(dim + 1).
+    ends = [(-(x.shape[a] + 1) if e is None else e) for e, a in zip(p["ends"], p["axes"])]
+    if ctx.opset < 10:
+        require(all(t == 1 for t in p["steps"]), "slice with steps needs opset >= 10")
+        ctx.emit("Slice", [node.inputs[0]], list(node.outputs), starts=list(p["starts"]), ends=ends, axes=list(p["axes"]))
+        return
+    args = [ctx.const(_int64(v)) for v in (p["starts"], ends, p["axes"], p["steps"])]
+    ctx.emit("Slice", [node.inputs[0], *args], list(node.outputs))
+
+
+slice_ = define(
+    "slice",
+    arity=1,
+    params=[Param("starts", "ints"), Param("ends", "optints"), Param("axes", "ints"), Param("steps", "ints")],
+    shape=_slice_shape,
+    numpy=_slice,
+    onnx=OnnxMapping(("Slice",), _import_slice, _export_slice),
+    groups=("shape_only", "linear"),
+    doc="x[starts:ends:steps] on the given axes (bounds already clamped)",
+)
+
+# ---- gather ---------------------------------------------------------------------------------------
+
+
+def _gather_shape(types, p) -> TensorType:
+    data, indices = types
+    require(indices.dtype in ("int32", "int64"), f"gather: indices must be int32/int64, got {indices.dtype}")
+    axis = normalize_axis(p["axis"], data.rank)
+    return TensorType(data.shape[:axis] + indices.shape + data.shape[axis + 1 :], data.dtype)
+
+
+def _gather(xs, p):
+    data, indices = xs
+    axis = p["axis"] % data.ndim
+    indices = np.where(indices < 0, indices + data.shape[axis], indices)
+    return np.take(data, indices, axis=axis)
+
+
+gather = define(
+    "gather",
+    arity=2,
+    params=[Param("axis", "int", 0)],
+    shape=_gather_shape,
+    numpy=_gather,
+    onnx=OnnxMapping(
+        ("Gather",),
+        lambda ctx: bool(ctx.emit(gather, list(ctx.inputs[:2]), ctx.outputs, axis=normalize_axis(int(ctx.attr("axis", 0)), ctx.type(ctx.inputs[0]).rank))),
+        lambda ctx, n: ctx.emit("Gather", list(n.inputs), list(n.outputs), axis=n.params["axis"]),
+    ),
+    groups=("shape_only",),
+    doc="takes entries of data along an axis at the given (possibly negative) indices",
+)
+
+# ---- pad ------------------------------------------------------------------------------------------
+
+
+def _pad_shape(types, p) -> TensorType:
+    x, pads = types[0], p["pads"]
+    require(len(pads) == 2 * x.rank, f"pad: needs {2 * x.rank} pad values for rank {x.rank}, got {len(pads)}")
+    shape = tuple(d + pads[i] + pads[i + x.rank] for i, d in enumerate(x.shape))
+    require(all(d >= 0 for d in shape), f"pad: negative output shape {shape}")
+    return TensorType(shape, x.dtype)
+
+
+def _pad(xs, p):
+    x, pads, rank = xs[0], p["pads"], xs[0].ndim
+    crop = tuple(slice(max(0, -pads[i]), x.shape[i] - max(0, -pads[i + rank])) for i in range(rank))
+    x = x[crop]
+    width = [(max(0, pads[i]), max(0, pads[i + rank])) for i in range(rank)]
+    if p["mode"] == "constant":
+        return np.pad(x, width, mode="constant", constant_values=np.asarray(p["value"]).astype(x.dtype))
+    return np.pad(x, width, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[p["mode"]])
+
+
+def _import_pad(ctx) -> bool:
+    x = ctx.type(ctx.inputs[0])
+    mode = ctx.attr("mode", "constant")
+    if ctx.opset < 11:
+        pads, value = [int(v) for v in ctx.attr("pads")], float(ctx.attr("value", 0.0))
+    else:
+        pads_value = ctx.const(ctx.inputs[1])
+        value_name = ctx.inputs[2] if len(ctx.inputs) > 2 else ""
+        value_array = ctx.const(value_name) if value_name else np.zeros(())
+        axes_name = ctx.inputs[3] if len(ctx.inputs) > 3 else ""
+        if pads_value is None or value_array is None or (axes_name and ctx.const(axes_name) is None):
+            return False
+        pads, value = [int(v) for v in pads_value.reshape(-1)], float(value_array.reshape(-1)[0]) if value_array.size else 0.0
+        if axes_name:
+            axes = [normalize_axis(int(a), x.rank) for a in ctx.const(axes_name).reshape(-1)]
+            full = [0] * (2 * x.rank)
+            for k, a in enumerate(axes):
+                full[a], full[a + x.rank] = pads[k], pads[k + len(axes)]
+            pads = full
+    ctx.emit(pad, [ctx.inputs[0]], ctx.outputs, pads=tuple(pads), mode=mode, value=value)
+    return True
+
+
+def _export_pad(ctx, node) -> None:
+    p = node.params
+    if ctx.opset < 11:
+        ctx.emit("Pad", [node.inputs[0]], list(node.outputs), pads=list(p["pads"]), mode=p["mode"], value=p["value"])
+        return
+    dtype = ctx.type(node.inputs[0]).dtype
+    inputs = [node.inputs[0], ctx.const(_int64(p["pads"]))]
+    if p["mode"] == "constant" and p["value"] != 0:
+        inputs.append(ctx.const(np.asarray(p["value"], dtype)))
+    ctx.emit("Pad", inputs, list(node.outputs), mode=p["mode"])
+
+
+pad = define(
+    "pad",
+    arity=1,
+    params=[Param("pads", "ints"), Param("mode", "str", "constant", ("constant", "reflect", "edge", "wrap")), Param("value", "float", 0.0)],
+    shape=_pad_shape,
+    numpy=_pad,
+    onnx=OnnxMapping(("Pad",), _import_pad, _export_pad),
+    groups=("shape_only",),
+    doc="pads (or crops, for negative pads) each axis; pads = begins then ends, as in ONNX",
+)
+
+# ---- eliminated at import: identity, dropout in inference -------------------------------------------
+
+
+def _import_identity(ctx) -> bool:
+    if ctx.op_type == "Dropout":
+        # Inference-mode dropout is the identity, and its optional mask is all true.
+        if ctx.opset >= 12 and len(ctx.inputs) > 2 and ctx.inputs[2]:
+            training = ctx.const(ctx.inputs[2])
+            if training is None or bool(training.reshape(-1)[0]):
+                return False
+        if len(ctx.outputs) > 1 and ctx.outputs[1]:
+            from .constants import fill
+
+            ctx.emit(fill, [], [ctx.outputs[1]], shape=ctx.type(ctx.inputs[0]).shape, value=1.0, dtype="bool")
+    ctx.alias(ctx.outputs[0], ctx.inputs[0])
+    return True
+
+
+define_importer(("Identity", "Dropout"), _import_identity)
+
+__all__ = ["transpose", "reshape", "concat", "split", "slice_", "gather", "pad"]

@@ -1,0 +1,51 @@
+"""Small shared helpers for the tests: ONNX text models, ORT runs, random feeds."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.parser
+import onnxruntime as ort
+
+ort.set_default_logger_severity(3)
+
+
+def model_from_text(text: str) -> onnx.ModelProto:
+    """An ONNX model from ONNX's textual syntax (onnx.parser), checked."""
+    model = onnx.parser.parse_model(text)
+    onnx.checker.check_model(model)
+    return model
+
+
+def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray], optimize: bool = False) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    return session.run(None, {k: v for k, v in feeds.items() if k in names})
+
+
+def random_feeds(graph, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for name, t in graph.inputs.items():
+        if t.dtype.startswith("float"):
+            feeds[name] = rng.standard_normal(t.shape).astype(t.dtype)
+        elif t.dtype == "bool":
+            feeds[name] = rng.integers(0, 2, t.shape).astype(bool)
+        else:
+            feeds[name] = rng.integers(0, 3, t.shape).astype(t.dtype)
+    return feeds
+
+
+def assert_close(got, want, rtol: float = 1e-4, what: str = "") -> None:
+    """Relative closeness scaled by the reference's magnitude (robust to values near zero)."""
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
+    if want.dtype.kind not in "fc":
+        np.testing.assert_array_equal(got, want, err_msg=what)
+        return
+    scale = max(float(np.max(np.abs(want))) if want.size else 0.0, 1e-6)
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale, err_msg=what)

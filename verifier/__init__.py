@@ -1,0 +1,1 @@
+"""taso.verifier (see DESIGN.md)."""
