@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir import Params, TensorType
 
-__all__ = ["Param", "Op", "OnnxMapping", "REQUIRED", "define", "registry", "onnx_importers"]
+__all__ = ["Param", "Op", "OnnxMapping", "REQUIRED", "define", "registry", "onnx_importers", "FINGERPRINT_PRIME", "modular_inverse"]
 
 REQUIRED = object()
 
@@ -91,6 +91,7 @@ class Op:
     onnx: OnnxMapping
     groups: frozenset[str] = field(default_factory=frozenset)
     doc: str = ""
+    exact_impl: NumpyImpl | None = None
 
     def __repr__(self) -> str:
         return f"<Op {self.name}>"
@@ -151,6 +152,41 @@ class Op:
         return [np.asarray(o) for o in out] if isinstance(out, (list, tuple)) else [np.asarray(out)]
 
 
+    def evaluate_exact(self, arrays: Sequence[np.ndarray], params: Params) -> list[np.ndarray]:
+        """Runs the exact semantics over integers modulo ``FINGERPRINT_PRIME`` (for fingerprints).
+
+        Linear and polynomial ops compute exactly what their NumPy semantics computes, reduced
+        mod p; non-polynomial ones (relu, sigmoid, tanh, pooling) substitute fixed
+        polynomials, as TASO's generator did, so equal fingerprints are never rounding accidents.
+
+        Raises:
+            ShapeError: the op has no exact semantics.
+        """
+        if self.exact_impl is None:
+            raise ShapeError(f"{self.name} has no exact (modular) semantics; the generator cannot enumerate it")
+        out = self.exact_impl(arrays, params)
+        outs = [np.asarray(o) for o in out] if isinstance(out, (list, tuple)) else [np.asarray(out)]
+        return [np.mod(o, FINGERPRINT_PRIME).astype(np.int64) for o in outs]
+
+
+# The prime of the exact fingerprint arithmetic: below 2**26, so a product of two residues
+# fits in 52 bits and int64 accumulation over 2**11 terms cannot overflow.
+FINGERPRINT_PRIME = 67_108_859
+
+
+def polynomial_exact(numpy_impl: NumpyImpl) -> NumpyImpl:
+    """The exact semantics of an op whose NumPy semantics is a polynomial with integer coefficients."""
+
+    def exact(arrays, params):
+        return numpy_impl([np.asarray(a, dtype=np.int64) for a in arrays], params)
+
+    return exact
+
+
+def modular_inverse(n: int) -> int:
+    return pow(int(n), FINGERPRINT_PRIME - 2, FINGERPRINT_PRIME)
+
+
 _REGISTRY: dict[str, Op] = {}
 _ONNX_IMPORTERS: dict[str, list[tuple[Op | None, Callable]]] = {}
 
@@ -165,8 +201,14 @@ def define(
     params: Sequence[Param] = (),
     groups: Sequence[str] = (),
     doc: str = "",
+    exact: NumpyImpl | str | None = None,
 ) -> Op:
-    """Declares an operator and adds it to the registry. Every rule is mandatory."""
+    """Declares an operator and adds it to the registry.
+
+    Shape rule, NumPy semantics and ONNX exporter are mandatory. ``exact`` is the modular
+    semantics used by the generator's fingerprints: a function, ``"polynomial"`` when the
+    NumPy semantics already is an integer polynomial, or None for ops the generator skips.
+    """
     if name in _REGISTRY:
         raise ValueError(f"operator {name!r} is defined twice")
     for what, rule in (("shape rule", shape), ("NumPy implementation", numpy), ("ONNX exporter", onnx.exporter)):
@@ -174,7 +216,9 @@ def define(
             raise TypeError(f"operator {name!r} lacks a {what}")
     if isinstance(arity, int):
         arity = (arity, arity)
-    op = Op(name, arity, tuple(params), shape, numpy, onnx, frozenset(groups), doc)
+    if exact == "polynomial":
+        exact = polynomial_exact(numpy)
+    op = Op(name, arity, tuple(params), shape, numpy, onnx, frozenset(groups), doc, exact)
     _REGISTRY[name] = op
     if onnx.importer is not None:
         for op_type in onnx.op_types:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import OnnxMapping, Param, define, require
+from .base import OnnxMapping, Param, define, modular_inverse, require
 
 
 def _fill_shape(types, p) -> TensorType:
@@ -43,7 +43,14 @@ fill = define(
     onnx=OnnxMapping(("ConstantOfShape",), _import_constant_of_shape, _export_fill),
     groups=("constant",),
     doc="a tensor of one repeated value (all-ones when value=1)",
+    exact=lambda xs, p: np.full(p["shape"], _integral(p["value"]), dtype=np.int64),
 )
+
+
+def _integral(value: float) -> int:
+    if float(value) != int(value):
+        raise ValueError(f"fill value {value} has no exact integer semantics")
+    return int(value)
 
 
 def _initializer_exporter(ctx, node) -> None:
@@ -66,6 +73,7 @@ eye = define(
     onnx=OnnxMapping((), None, _initializer_exporter),
     groups=("constant",),
     doc="the n x n identity matrix (matmul(x, eye) = x)",
+    exact="polynomial",
 )
 
 
@@ -96,6 +104,7 @@ conv_identity = define(
     onnx=OnnxMapping((), None, _initializer_exporter),
     groups=("constant",),
     doc="the C x C x KH x KW kernel whose SAME-padded convolution is the identity",
+    exact="polynomial",
 )
 
 pool_kernel = define(
@@ -107,6 +116,7 @@ pool_kernel = define(
     onnx=OnnxMapping((), None, _initializer_exporter),
     groups=("constant",),
     doc="the depthwise C x 1 x KH x KW kernel of 1/(KH*KW): conv(x, it, groups=C) = avg_pool2d with padding counted",
+    exact=lambda xs, p: np.full((p["channels"], 1) + tuple(p["kernel"]), modular_inverse(p["kernel"][0] * p["kernel"][1]), dtype=np.int64),
 )
 
 __all__ = ["fill", "eye", "conv_identity", "pool_kernel"]

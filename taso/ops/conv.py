@@ -6,8 +6,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..ir import TensorType
-from .base import OnnxMapping, Param, define, require
-from .elementwise import ACTIVATION_PARAM, apply_activation, emit_with_activation
+from .base import FINGERPRINT_PRIME, OnnxMapping, Param, define, modular_inverse, require
+from .elementwise import ACTIVATION_PARAM, apply_activation, emit_with_activation, exact_with_activation
 
 
 def _out_dim(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int, dilation: int = 1, ceil: bool = False) -> int:
@@ -127,6 +127,7 @@ conv2d = define(
                      lambda ctx, n: emit_with_activation(ctx, "Conv", list(n.inputs), n, group=n.params["groups"], **_spatial_onnx_attrs(n.params))),
     groups=("linear_in_each", "has_activation", "has_weights"),
     doc="2-D cross-correlation (NCHW, OIHW kernel, optional bias) followed by an optional activation",
+    exact=exact_with_activation(_conv2d),
 )
 
 # ---- enlarge ---------------------------------------------------------------------------------------
@@ -168,6 +169,7 @@ enlarge = define(
     onnx=OnnxMapping((), None, _export_enlarge),
     groups=("linear", "kernel_only"),
     doc="zero-pads an OIHW kernel to a larger, centred kernel size (conv with padding+1 keeps its result)",
+    exact="polynomial",
 )
 
 # ---- pooling ----------------------------------------------------------------------------------------
@@ -200,14 +202,7 @@ def _avg_pool(xs, p):
     extra = _ceil_extra(x.shape, p)
     args = (p["kernel"], p["strides"], p["pads"], p["dilations"])
     total = _windows(x.astype(np.float64), *args, 0.0, extra).sum(axis=(4, 5))
-    # The divisor counts real elements, plus the explicit padding when count_include_pad.
-    mask = np.ones((1, 1) + x.shape[2:])
-    if p["count_include_pad"]:
-        t, l, b, r = p["pads"]
-        mask = np.pad(mask, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=1.0)
-        args = (p["kernel"], p["strides"], (0, 0, 0, 0), p["dilations"])
-    count = _windows(mask, *args, 0.0, extra).sum(axis=(4, 5))
-    return (total / count).astype(x.dtype)
+    return (total / _avg_pool_divisors(x.shape, p)).astype(x.dtype)
 
 
 def _import_pool(kind: str):
@@ -245,6 +240,34 @@ def _export_pool(onnx_type):
     return exporter
 
 
+def _avg_pool_exact(xs, p):
+    """Window sums times the modular inverse of each window's divisor: exact 'division'."""
+    x = np.asarray(xs[0], np.int64)
+    extra = _ceil_extra(x.shape, p)
+    total = _windows(x, p["kernel"], p["strides"], p["pads"], p["dilations"], 0, extra).sum(axis=(4, 5)) % FINGERPRINT_PRIME
+    counts = _avg_pool_divisors(x.shape, p)
+    inverses = np.vectorize(modular_inverse, otypes=[np.int64])(counts)
+    return total * inverses % FINGERPRINT_PRIME
+
+
+def _avg_pool_divisors(shape, p) -> np.ndarray:
+    """The divisor of every output position of an average pool (real elements, plus padding when counted)."""
+    mask = np.ones((1, 1) + tuple(shape[2:]))
+    args = (p["kernel"], p["strides"], p["pads"], p["dilations"])
+    if p["count_include_pad"]:
+        t, l, b, r = p["pads"]
+        mask = np.pad(mask, ((0, 0), (0, 0), (t, b), (l, r)), constant_values=1.0)
+        args = (p["kernel"], p["strides"], (0, 0, 0, 0), p["dilations"])
+    return np.rint(_windows(mask, *args, 0.0, _ceil_extra(shape, p)).sum(axis=(4, 5))).astype(np.int64)
+
+
+def _max_pool_exact(xs, p):
+    """Stand-in for the maximum: the window sum of x**3 (symmetric in the window, not linear)."""
+    x = np.asarray(xs[0], np.int64) % FINGERPRINT_PRIME
+    cubes = x * x % FINGERPRINT_PRIME * x % FINGERPRINT_PRIME
+    return _windows(cubes, p["kernel"], p["strides"], p["pads"], p["dilations"], 0, _ceil_extra(x.shape, p)).sum(axis=(4, 5))
+
+
 POOL_PARAMS = [Param("kernel", "ints"), *SPATIAL_PARAMS, Param("ceil_mode", "int", 0, (0, 1))]
 
 max_pool2d = define(
@@ -256,6 +279,7 @@ max_pool2d = define(
     onnx=OnnxMapping(("MaxPool",), _import_pool("max"), _export_pool("MaxPool")),
     groups=("pool",),
     doc="maximum over each window (padding never wins)",
+    exact=_max_pool_exact,
 )
 
 avg_pool2d = define(
@@ -267,6 +291,7 @@ avg_pool2d = define(
     onnx=OnnxMapping(("AveragePool",), _import_pool("avg"), _export_pool("AveragePool")),
     groups=("pool", "linear"),
     doc="mean over each window; the divisor counts padding only when count_include_pad",
+    exact=_avg_pool_exact,
 )
 
 def _global_pool_shape(types, p) -> TensorType:
@@ -288,6 +313,8 @@ global_avg_pool = define(
                      lambda ctx, n: ctx.emit("GlobalAveragePool", list(n.inputs), list(n.outputs))),
     groups=("pool", "linear"),
     doc="mean over all spatial positions, keeping N and C",
+    exact=lambda xs, p: np.asarray(xs[0], np.int64).sum(axis=tuple(range(2, xs[0].ndim)), keepdims=True) % FINGERPRINT_PRIME
+    * modular_inverse(int(np.prod(xs[0].shape[2:]))),
 )
 
 global_max_pool = define(

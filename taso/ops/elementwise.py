@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ..ir import Params, TensorType
-from .base import ACTIVATIONS, OnnxMapping, Param, define, define_importer, require, same_type
+from .base import ACTIVATIONS, FINGERPRINT_PRIME, OnnxMapping, Param, define, define_importer, require, same_type
 
 # ---- unary operators: one table row each -----------------------------------------------------
 
@@ -56,6 +56,35 @@ def _exporter_as(onnx_type):
     return exporter
 
 
+def _mod_mul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (np.asarray(a, np.int64) % FINGERPRINT_PRIME) * (np.asarray(b, np.int64) % FINGERPRINT_PRIME) % FINGERPRINT_PRIME
+
+
+# Fixed polynomial stand-ins for the activations in the exact (fingerprint) semantics, as in
+# TASO: distinct per activation, so relu(x) never fingerprints like sigmoid(x) or x.
+_EXACT_ACTIVATION = {
+    "relu": lambda x: (_mod_mul(x, x) + 3 * x) % FINGERPRINT_PRIME,
+    "sigmoid": lambda x: (_mod_mul(_mod_mul(x, x), x) + 2) % FINGERPRINT_PRIME,
+    "tanh": lambda x: (_mod_mul(_mod_mul(x, x), x) + 5 * x) % FINGERPRINT_PRIME,
+    "neg": lambda x: -x,
+}
+
+
+def apply_activation_exact(activation: str, x: np.ndarray) -> np.ndarray:
+    """The fused activation's exact stand-in (see ``_EXACT_ACTIVATION``)."""
+    return x if activation == "none" else _EXACT_ACTIVATION[activation](np.asarray(x, np.int64))
+
+
+def exact_with_activation(numpy_impl):
+    """Exact semantics of a linear op with a fused activation: the linear part, then the stand-in."""
+
+    def exact(arrays, params):
+        linear = numpy_impl([np.asarray(a, np.int64) for a in arrays], params.replace(activation="none"))
+        return apply_activation_exact(params["activation"], np.asarray(linear) % FINGERPRINT_PRIME)
+
+    return exact
+
+
 UNARY_OPS = {}
 for _name, (_fn, _onnx_type, _groups) in _UNARY.items():
     UNARY_OPS[_name] = define(
@@ -66,6 +95,7 @@ for _name, (_fn, _onnx_type, _groups) in _UNARY.items():
         onnx=OnnxMapping((_onnx_type,), _unary_importer(_name), _exporter_as(_onnx_type)),
         groups=_groups,
         doc=f"element-wise {_name}",
+        exact=(lambda f: (lambda xs, p: f(np.asarray(xs[0], np.int64))))(_EXACT_ACTIVATION[_name]) if _name in _EXACT_ACTIVATION else None,
     )
 
 
@@ -342,6 +372,7 @@ for _name, (_fn, _onnx_type, _groups) in _BINARY.items():
         onnx=OnnxMapping((_onnx_type,), _binary_importer(_name), _exporter_as(_onnx_type)),
         groups=_groups,
         doc=f"element-wise {_name} with NumPy broadcasting",
+        exact="polynomial" if _name in ("add", "sub", "mul") else None,
     )
 
 add, sub, mul, div = BINARY_OPS["add"], BINARY_OPS["sub"], BINARY_OPS["mul"], BINARY_OPS["div"]
@@ -362,6 +393,7 @@ scalar_mul = define(
     onnx=OnnxMapping(("Mul",), None, _exporter_as("Mul")),
     groups=("elementwise", "linear"),
     doc="x * s for a one-element tensor s (TASO's smul: commutes with every linear op)",
+    exact="polynomial",
 )
 
 
@@ -388,4 +420,4 @@ define_importer(("Sum",), _import_variadic(add))
 define_importer(("Max",), _import_variadic(BINARY_OPS["max"]))
 define_importer(("Min",), _import_variadic(BINARY_OPS["min"]))
 
-__all__ = ["UNARY_OPS", "BINARY_OPS", "apply_activation", "emit_with_activation", "ACTIVATION_PARAM", "broadcast_shape"]
+__all__ = ["UNARY_OPS", "BINARY_OPS", "apply_activation", "apply_activation_exact", "exact_with_activation", "emit_with_activation", "ACTIVATION_PARAM", "broadcast_shape"]

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..ir import TensorType
 from .base import OnnxMapping, define, define_importer, require
-from .elementwise import ACTIVATION_PARAM, BINARY_OPS, apply_activation, emit_with_activation, scalar_mul
+from .elementwise import ACTIVATION_PARAM, BINARY_OPS, apply_activation, emit_with_activation, exact_with_activation, scalar_mul
 from .shape import transpose
 
 
@@ -45,6 +45,7 @@ matmul = define(
     onnx=OnnxMapping(("MatMul",), _import_matmul, lambda ctx, n: emit_with_activation(ctx, "MatMul", list(n.inputs), n)),
     groups=("linear_in_each", "has_activation"),
     doc="NumPy matmul (batched, broadcasting) followed by an optional activation",
+    exact=exact_with_activation(_matmul),
 )
 
 

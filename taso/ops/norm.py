@@ -206,7 +206,7 @@ REDUCE_OPS = {
     "mean": define("reduce_mean", arity=1, params=_REDUCE_PARAMS, shape=_reduce_shape, numpy=_reduce(np.mean),
                    onnx=OnnxMapping(("ReduceMean",), _import_reduce("mean"), _export_reduce("ReduceMean", 18)),
                    groups=("reduction", "linear"), doc="mean over the given axes"),
-    "sum": define("reduce_sum", arity=1, params=_REDUCE_PARAMS, shape=_reduce_shape, numpy=_reduce(np.sum),
+    "sum": define("reduce_sum", arity=1, params=_REDUCE_PARAMS, shape=_reduce_shape, numpy=_reduce(np.sum), exact="polynomial",
                   onnx=OnnxMapping(("ReduceSum",), _import_reduce("sum"), _export_reduce("ReduceSum", 13)),
                   groups=("reduction", "linear"), doc="sum over the given axes"),
     "max": define("reduce_max", arity=1, params=_REDUCE_PARAMS, shape=_reduce_shape, numpy=_reduce(np.max),

@@ -42,6 +42,7 @@ transpose = define(
     onnx=OnnxMapping(("Transpose",), _import_transpose, lambda ctx, n: ctx.emit("Transpose", list(n.inputs), list(n.outputs), perm=list(n.params["perm"]))),
     groups=("shape_only", "linear"),
     doc="permutes axes",
+    exact="polynomial",
 )
 
 # ---- reshape (also Flatten, Squeeze, Unsqueeze) --------------------------------------------------
@@ -67,6 +68,7 @@ reshape = define(
     onnx=OnnxMapping(("Reshape", "Flatten", "Squeeze", "Unsqueeze"), None, _export_reshape),
     groups=("shape_only", "linear"),
     doc="reinterprets the data with a new static shape (row-major)",
+    exact="polynomial",
 )
 
 
@@ -155,6 +157,7 @@ concat = define(
     ),
     groups=("shape_only", "linear"),
     doc="joins tensors along an axis",
+    exact="polynomial",
 )
 
 
@@ -210,6 +213,7 @@ split = define(
     onnx=OnnxMapping(("Split",), _import_split, _export_split),
     groups=("shape_only", "linear", "multi_output"),
     doc="cuts a tensor along an axis into parts of the given sizes",
+    exact="polynomial",
 )
 
 # ---- slice -----------------------------------------------------------------------------------------
@@ -291,6 +295,7 @@ slice_ = define(
     onnx=OnnxMapping(("Slice",), _import_slice, _export_slice),
     groups=("shape_only", "linear"),
     doc="x[starts:ends:steps] on the given axes (bounds already clamped)",
+    exact="polynomial",
 )
 
 # ---- gather ---------------------------------------------------------------------------------------
@@ -323,6 +328,7 @@ gather = define(
     ),
     groups=("shape_only",),
     doc="takes entries of data along an axis at the given (possibly negative) indices",
+    exact="polynomial",
 )
 
 # ---- pad ------------------------------------------------------------------------------------------
