@@ -41,9 +41,15 @@ def _add_input_shape_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from .info import describe_graph, format_description, to_json
+    from .info import describe_graph, describe_library, format_description, to_json
     from .onnx import load_onnx
 
+    if args.file.endswith(".json"):
+        from .rules import Library
+
+        summary = describe_library(Library.load(args.file))
+        print(to_json(summary) if args.json else "\n".join([f"{args.file}: {len(summary['rules'])} rules"] + [f"  {r['id']}  [{r['status']}]  {r['text']}" for r in summary["rules"]]))
+        return 0
     graph = load_onnx(args.file, parse_input_shapes(args.input_shape))
     summary = describe_graph(graph)
     print(to_json(summary) if args.json else format_description(summary, args.file))
@@ -58,18 +64,21 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    info = sub.add_parser("info", help="describe an ONNX model")
-    info.add_argument("file", help="an .onnx model")
+    info = sub.add_parser("info", help="describe an ONNX model or a rule file")
+    info.add_argument("file", help="an .onnx model, or a .json rule file (candidates or library)")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_input_shape_option(info)
     info.set_defaults(func=_cmd_info)
 
-    try:
-        from .models import cli as models_cli
-    except ImportError:  # the model zoo is optional while it is being built
-        models_cli = None
-    if models_cli is not None:
-        models_cli.add_parser(sub)
+    # Each stage package contributes its own sub-command through a `cli` module.
+    import importlib
+
+    for stage in ("generator", "verifier", "optimizer", "models"):
+        try:
+            module = importlib.import_module(f"taso.{stage}.cli" if stage != "optimizer" else "taso.optimize_cli")
+        except ModuleNotFoundError:
+            continue  # a stage that is not built yet
+        module.add_parser(sub)
     return parser
 
 

@@ -27,6 +27,16 @@ def describe_graph(graph: Graph) -> dict[str, Any]:
     }
 
 
+def describe_library(library) -> dict[str, Any]:
+    """A JSON-ready summary of a rule library: header and one line per rule."""
+    from .rules import format_rule
+
+    return {
+        "header": library.header,
+        "rules": [{"id": r.id, "name": r.name, "status": r.status, "size": list(r.size), "text": format_rule(r)} for r in library.rules],
+    }
+
+
 def format_description(summary: dict[str, Any], title: str) -> str:
     """The human-readable form of :func:`describe_graph`'s summary."""
     lines = [f"{title}  (opset {summary['opset']}, {summary['nodes']} nodes, {summary['parameters']:,} parameters in {summary['weights']} weights)"]
