@@ -271,7 +271,9 @@ class Graph:
         return Counter(node.op.name for node in self._nodes)
 
     def parameter_count(self) -> int:
-        return sum(int(w.size) for w in self._weights.values())
+        """Elements in weights and in constant-producing nodes (e.g. ConstantOfShape weights)."""
+        constants = sum(self._types[o].size for n in self._nodes if n.op.arity == (0, 0) for o in n.outputs)
+        return sum(int(w.size) for w in self._weights.values()) + constants
 
     # ---- copy with change ---------------------------------------------------------------
     def replace(

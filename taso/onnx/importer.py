@@ -8,6 +8,7 @@ valid model loads and round-trips.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -55,6 +56,7 @@ def read_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
 _SUPPORTED_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"}
 
 
+@functools.lru_cache(maxsize=None)
 def _np_dtype(elem_type: int) -> str | None:
     """The NumPy dtype name of an ONNX element type, or None outside taso's types (bfloat16, float8, strings...)."""
     try:
@@ -235,7 +237,15 @@ def _fix_input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
     return types
 
 
-def _inferred_types(model: onnx.ModelProto, input_types: dict[str, TensorType]) -> dict[str, TensorType]:
+class _LazyTypes(dict):
+    """ValueInfo protos by name, converted to static TensorTypes only when asked (most never are)."""
+
+    def get(self, name, default=None):
+        vi = super().get(name)
+        return default if vi is None else _static_type(vi)
+
+
+def _inferred_types(model: onnx.ModelProto, input_types: dict[str, TensorType]) -> _LazyTypes:
     """Static types ONNX shape inference finds, with the inputs fixed (best effort)."""
     fixed = onnx.ModelProto()
     fixed.CopyFrom(model)
@@ -246,14 +256,13 @@ def _inferred_types(model: onnx.ModelProto, input_types: dict[str, TensorType]) 
     try:
         inferred = onnx.shape_inference.infer_shapes(fixed, data_prop=True)
     except Exception:  # noqa: BLE001 - inference is only a hint; opaque nodes fall back to execution
-        return {}
-    known = {}
+        return _LazyTypes()
+    known = _LazyTypes()
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-        if vi.type.WhichOneof("value") not in (None, "tensor_type"):
-            raise ImportError_(f"value {vi.name!r} is a {vi.type.WhichOneof('value').replace('_type', '')}: taso handles tensor-valued graphs only")
-        t = _static_type(vi)
-        if t is not None:
-            known[vi.name] = t
+        kind = vi.type.WhichOneof("value")
+        if kind not in (None, "tensor_type"):
+            raise ImportError_(f"value {vi.name!r} is a {kind.replace('_type', '')}: taso handles tensor-valued graphs only")
+        known[vi.name] = vi
     return known
 
 
