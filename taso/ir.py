@@ -249,6 +249,34 @@ class Graph:
                 uses.setdefault(value, []).append((node, i))
         return uses
 
+    @cached_property
+    def _by_op(self) -> dict[str, list[Node]]:
+        index: dict[str, list[Node]] = {}
+        for node in self._nodes:
+            index.setdefault(node.op.name, []).append(node)
+        return index
+
+    def nodes_of(self, op_name: str) -> list[Node]:
+        """The nodes applying one operator (an index the matcher anchors on)."""
+        return self._by_op.get(op_name, [])
+
+    def constant_values(self) -> frozenset[str]:
+        """Values computable from weights alone (weights and weight-only subgraphs), folded at export."""
+        if self.__dict__.get("_consts") is None:
+            const = set(self._weights)
+            for node in self.topological_order():
+                if node.op.name != "opaque" and all(v in const for v in node.inputs):
+                    const.update(node.outputs)
+            self.__dict__["_consts"] = frozenset(const)
+        return self.__dict__["_consts"]
+
+    def fresh_name(self, hint: str) -> str:
+        """A value name not used in this graph."""
+        i = len(self._types)
+        while f"{hint}_{i}" in self._types or f"{hint}_{i}" in self._inputs:
+            i += 1
+        return f"{hint}_{i}"
+
     def producer(self, value: str) -> Node | None:
         """The node that defines ``value``, or None for inputs and weights."""
         hit = self._producers.get(value)

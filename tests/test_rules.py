@@ -2,46 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
 from taso.errors import TasoError
-from taso.ir import TensorType
-from taso.rules import VERSION, Library, Rule, RuleFormatError, RuleInput, RuleNode, format_rule
+from taso.rules import VERSION, Library, Rule, RuleFormatError, RuleNode, format_rule
 
 
-def _mat(name: str) -> RuleInput:
-    return RuleInput(name, "mat", TensorType((4, 4)))
-
-
-def matmul_assoc_rule() -> Rule:
-    mm = {"activation": "none"}
-    return Rule(
-        inputs=(_mat("x"), _mat("y"), _mat("z")),
-        source=(RuleNode("matmul", mm, ("x", "y"), ("s0",)), RuleNode("matmul", mm, ("s0", "z"), ("s1",))),
-        target=(RuleNode("matmul", mm, ("y", "z"), ("t0",)), RuleNode("matmul", mm, ("x", "t0"), ("t1",))),
-        outputs=(("s1", "t1"),),
-        name="assoc-matmul",
-    )
-
-
-def qkv_merge_rule() -> Rule:
-    """Two matmuls sharing x -> one matmul over concatenated weights, then split (sizes from the shapes)."""
-    mm = {"activation": "none"}
-    return Rule(
-        inputs=(RuleInput("x", "act", TensorType((2, 4))), _mat("w1"), _mat("w2")),
-        source=(RuleNode("matmul", mm, ("x", "w1"), ("a",)), RuleNode("matmul", mm, ("x", "w2"), ("b",))),
-        target=(
-            RuleNode("concat", {"axis": 1}, ("w1", "w2"), ("w",)),
-            RuleNode("matmul", mm, ("x", "w"), ("y",)),
-            RuleNode("split", {"axis": 1, "sizes": (4, 4)}, ("y",), ("c", "d")),
-        ),
-        outputs=(("a", "c"), ("b", "d")),
-        params=({"side": "target", "node": 2, "param": "sizes", "value": [{"dim": ["w1", 1]}, {"dim": ["w2", 1]}]},),
-        constraints=({"eq": [{"dim": ["w1", 0]}, {"dim": ["w2", 0]}]},),
-    )
+from rule_examples import matmul_assoc_rule
+from rule_examples import shared_input_merge_rule as qkv_merge_rule
 
 
 @pytest.mark.parametrize("make", [matmul_assoc_rule, qkv_merge_rule])
@@ -70,7 +42,8 @@ def test_shape_expressions_resolve_against_other_shapes():
     target = rule.side_graph("target", shapes)
     split = [n for n in target.nodes if n.op.name == "split"][0]
     assert split.params["sizes"] == (5, 7)
-    assert rule.constraints_hold(shapes) and not rule.constraints_hold({**shapes, "w2": (6, 7)})
+    constrained = dataclasses.replace(rule, constraints=({"eq": [{"dim": ["w1", 0]}, {"dim": ["w2", 0]}]},))
+    assert constrained.constraints_hold(shapes) and not constrained.constraints_hold({**shapes, "w2": (6, 7)})
 
 
 def test_text_form_reads_like_math():

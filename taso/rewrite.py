@@ -1,0 +1,246 @@
+"""The rewrite engine: find a rule's source pattern in a graph and replace it by the target.
+
+Matching is anchored: candidates for the first pattern node come from the graph's per-op
+index, and every further pattern node is reached through an edge (a value it shares with
+an already-matched node), so a match costs a few dictionary lookups, never a whole-graph
+isomorphism. Commutative binary ops are matched in both operand orders.
+
+A match is applied only when it is safe: interior values of the pattern have no users
+outside it and are not graph outputs; the target type-checks on the matched shapes; every
+mapped output keeps its type; and no cycle appears. The target's mapped outputs reuse the
+source values' names, so consumers outside the pattern stay wired untouched.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from .errors import TasoError
+from .ir import Graph, Node, Params
+from .ops import COMMUTATIVE, get
+from .rules import Rule, resolve_expr
+
+__all__ = ["CompiledRule", "Match", "find_matches", "apply_match", "rewrites"]
+
+
+@dataclass(frozen=True)
+class _PatternNode:
+    index: int
+    op_name: str
+    literal: Params | None  # exact params to compare, or None when some are shape expressions
+    fixed: tuple[tuple[str, object], ...]  # literal params that must be equal (when literal is None)
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+
+
+class CompiledRule:
+    """A rule prepared for matching: ops resolved, params split into literal and shape-dependent, a matching order."""
+
+    def __init__(self, rule: Rule):
+        self.rule = rule
+        self.variables = frozenset(i.name for i in rule.inputs)
+        shape_params: dict[int, set[str]] = {}
+        for p in rule.params:
+            if p["side"] == "source":
+                shape_params.setdefault(int(p["node"]), set()).add(p["param"])
+        self.source_exprs = [(int(p["node"]), p["param"], p["value"]) for p in rule.params if p["side"] == "source"]
+        self.target_exprs = [(int(p["node"]), p["param"], p["value"]) for p in rule.params if p["side"] == "target"]
+        nodes = []
+        for i, rn in enumerate(rule.source):
+            op = get(rn.op)
+            full = op.make_params(**rn.params)
+            if i in shape_params:
+                fixed = tuple((k, v) for k, v in full.items() if k not in shape_params[i])
+                nodes.append(_PatternNode(i, rn.op, None, fixed, rn.inputs, rn.outputs))
+            else:
+                nodes.append(_PatternNode(i, rn.op, full, (), rn.inputs, rn.outputs))
+        self.nodes = nodes
+        self.producer = {v: n for n in nodes for v in n.outputs}
+        self.order = self._matching_order()
+        self.mapped = {s for s, _ in rule.outputs}
+        self.target_ops = [get(rn.op) for rn in rule.target]
+        self.anchor_op = self.nodes[self.order[0]].op_name
+
+    def _matching_order(self) -> list[int]:
+        """Pattern nodes ordered so that each one after the first shares a value with an earlier one."""
+        # Anchor on a node producing a mapped output: the pattern's root(s) are the rarest to match.
+        mapped = {s for s, _ in self.rule.outputs}
+        start = next((n.index for n in reversed(self.nodes) if set(n.outputs) & mapped), len(self.nodes) - 1)
+        order, seen_values = [start], set(self.nodes[start].inputs) | set(self.nodes[start].outputs)
+        while len(order) < len(self.nodes):
+            for n in self.nodes:
+                if n.index not in order and (set(n.inputs) | set(n.outputs)) & seen_values:
+                    break
+            else:
+                n = next(n for n in self.nodes if n.index not in order)  # disconnected pattern
+            order.append(n.index)
+            seen_values |= set(n.inputs) | set(n.outputs)
+        return order
+
+
+@dataclass(frozen=True)
+class Match:
+    """A place where a rule's source occurs: graph nodes per pattern node and the value binding."""
+
+    rule: CompiledRule
+    nodes: tuple[Node, ...]  # in rule.source order
+    values: dict  # rule value name (inputs and source values) -> graph value name
+
+
+def _operand_orders(p: _PatternNode) -> Sequence[tuple[str, ...]]:
+    if p.op_name in COMMUTATIVE and len(p.inputs) == 2 and p.inputs[0] != p.inputs[1]:
+        return (p.inputs, (p.inputs[1], p.inputs[0]))
+    return (p.inputs,)
+
+
+def _params_fit(p: _PatternNode, node: Node) -> bool:
+    if p.literal is not None:
+        return node.params == p.literal
+    return all(node.params.get(k) == v for k, v in p.fixed)
+
+
+def _candidates(graph: Graph, crule: CompiledRule, p: _PatternNode, values: dict) -> list[Node]:
+    """Graph nodes that could play pattern node ``p`` given the values bound so far."""
+    for position, name in enumerate(p.outputs):
+        if name in values:  # a later-matched consumer fixed what p must produce
+            producer = graph.producer(values[name])
+            return [producer] if producer is not None and producer.outputs[position] == values[name] else []
+    for name in p.inputs:
+        if name in values:
+            return [user for user, _ in graph.uses(values[name]) if user.op.name == p.op_name]
+    return graph.nodes_of(p.op_name)
+
+
+def find_matches(graph: Graph, crule: CompiledRule) -> Iterator[Match]:
+    """Every match of the rule's source in the graph (each set of nodes once per binding)."""
+    order = crule.order
+    chosen: dict[int, Node] = {}
+
+    def extend(depth: int, values: dict) -> Iterator[Match]:
+        if depth == len(order):
+            nodes = tuple(chosen[i] for i in range(len(crule.nodes)))
+            if _complete_match_ok(graph, crule, nodes, values):
+                yield Match(crule, nodes, dict(values))
+            return
+        p = crule.nodes[order[depth]]
+        used = {id(n) for n in chosen.values()}
+        seen = set()
+        for node in _candidates(graph, crule, p, values):
+            if id(node) in used or id(node) in seen or node.op.name != p.op_name or len(node.inputs) != len(p.inputs):
+                continue
+            seen.add(id(node))
+            if len(node.outputs) != len(p.outputs) or not _params_fit(p, node):
+                continue
+            for operands in _operand_orders(p):
+                bound = _bind(values, operands, node.inputs)
+                if bound is None:
+                    continue
+                bound = _bind(bound, p.outputs, node.outputs)
+                if bound is None:
+                    continue
+                chosen[p.index] = node
+                yield from extend(depth + 1, bound)
+                del chosen[p.index]
+
+    yield from extend(0, {})
+
+
+def _bind(values: dict, names: Sequence[str], graph_values: Sequence[str]) -> dict | None:
+    new = None
+    for name, value in zip(names, graph_values):
+        current = values.get(name) if new is None else new.get(name)
+        if current is None:
+            if new is None:
+                new = dict(values)
+            new[name] = value
+        elif current != value:
+            return None
+    return values if new is None else new
+
+
+def _complete_match_ok(graph: Graph, crule: CompiledRule, nodes: tuple[Node, ...], values: dict) -> bool:
+    rule = crule.rule
+    shapes = {v: graph.type(values[v]).shape for v in crule.variables if v in values}
+    if len(shapes) != len(crule.variables):
+        return False  # a rule input the source never reads (cannot be bound by matching)
+    try:
+        for index, param, expr in crule.source_exprs:
+            if nodes[index].params.get(param) != resolve_expr(expr, shapes):
+                return False
+        if not rule.constraints_hold(shapes):
+            return False
+    except (KeyError, IndexError, TasoError):
+        return False
+    # Interior values must not escape the pattern.
+    inside = {id(n) for n in nodes}
+    outputs = set(graph.outputs)
+    for node, rn in zip(nodes, rule.source):
+        for value, name in zip(node.outputs, rn.outputs):
+            if name in crule.mapped:
+                continue
+            if value in outputs or any(id(user) not in inside for user, _ in graph.uses(value)):
+                return False
+    return True
+
+
+_counter = itertools.count()
+
+
+def apply_match(graph: Graph, match: Match) -> Graph | None:
+    """The graph with the match replaced by the rule's target, or None when the rewrite is not safe."""
+    crule, rule = match.rule, match.rule.rule
+    values = match.values
+    shapes = {v: graph.type(values[v]).shape for v in crule.variables}
+    try:
+        overrides: dict[int, dict] = {}
+        for index, param, expr in crule.target_exprs:
+            overrides.setdefault(index, {})[param] = resolve_expr(expr, shapes)
+        # Target values: mapped outputs keep the source's graph names, inputs are the bindings.
+        names: dict[str, str] = {v: values[v] for v in crule.variables}
+        renames: dict[str, str] = {}  # graph value -> replacement, when a target output is not a new value
+        serial = next(_counter)
+        for s, t in rule.outputs:
+            if t in crule.variables or t in names:
+                renames[values[s]] = names[t]
+            else:
+                names[t] = values[s]
+        new_nodes = []
+        for i, (op, rn) in enumerate(zip(crule.target_ops, rule.target)):
+            params = op.make_params(**{**rn.params, **overrides.get(i, {})})
+            outs = []
+            for o in rn.outputs:
+                if o not in names:
+                    names[o] = f"{o}~{serial}"
+                outs.append(names[o])
+            new_nodes.append(Node(op, params, tuple(names[x] for x in rn.inputs), tuple(outs), f"{rule.name or rule.id}/{i}"))
+        remove = list(match.nodes)
+        outputs = None
+        if renames:
+            # A source value that equals an existing value: rewire its consumers and the graph outputs.
+            matched = {id(n) for n in match.nodes}
+            for value in renames:
+                for user, _ in graph.uses(value):
+                    if id(user) in matched or user in remove:
+                        continue
+                    remove.append(user)
+                    new_nodes.append(Node(user.op, user.params, tuple(renames.get(v, v) for v in user.inputs), user.outputs, user.name))
+            outputs = [renames.get(o, o) for o in graph.outputs]
+        new = graph.replace(remove=remove, add=new_nodes, outputs=outputs)
+        for s, _ in rule.outputs:
+            old = values[s]
+            if new.type(renames.get(old, old)) != graph.type(old):
+                return None
+        new.topological_order()
+    except TasoError:
+        return None
+    return new
+
+
+def rewrites(graph: Graph, crule: CompiledRule) -> Iterator[Graph]:
+    """Every graph obtained by applying the rule once, at each match."""
+    for match in find_matches(graph, crule):
+        new = apply_match(graph, match)
+        if new is not None:
+            yield new

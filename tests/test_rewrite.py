@@ -1,0 +1,107 @@
+"""The rewrite engine: rules fire where their pattern is, not on near-misses, and keep results equal."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from rule_examples import (add_commute_rule, all_rules, matmul_assoc_rule, relu_fusion_rule, shared_input_merge_rule,
+                           shared_weight_merge_rule)
+
+from taso import ops
+from taso.ir import Graph, Node, TensorType, check
+from taso.rewrite import CompiledRule, find_matches, rewrites
+
+
+def _n(op, inputs, outputs, **params):
+    o = ops.get(op)
+    return Node(o, o.make_params(**params), tuple(inputs), tuple(outputs), outputs[0])
+
+
+def _w(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _feeds(graph, seed=1):
+    return {k: _w(*t.shape, seed=seed) for k, t in graph.inputs.items()}
+
+
+def _assert_same_outputs(a: Graph, b: Graph):
+    feeds = _feeds(a)
+    for (ka, va), (kb, vb) in zip(a.run(feeds).items(), b.run(feeds).items()):
+        assert ka == kb
+        np.testing.assert_allclose(va, vb, rtol=1e-4, atol=1e-5)
+
+
+def _attention_like() -> Graph:
+    """x @ Wq, x @ Wk, x @ Wv with real model shapes (not the rule's 4x4 examples), each then relu'd."""
+    weights = {f"w{k}": _w(16, 8, seed=i) for i, k in enumerate("qkv")}
+    nodes = [_n("matmul", ["x", f"w{k}"], [k]) for k in "qkv"] + [_n("relu", [k], [f"r{k}"]) for k in "qkv"]
+    nodes.append(_n("concat", ["rq", "rk", "rv"], ["out"], axis=1))
+    return Graph({"x": TensorType((3, 16))}, weights, nodes, ["out"])
+
+
+@pytest.mark.parametrize("make", [shared_input_merge_rule, relu_fusion_rule])
+def test_rule_fires_on_model_shapes_and_keeps_outputs(make):
+    graph = _attention_like()
+    results = list(rewrites(graph, CompiledRule(make())))
+    assert results, "the rule should match"
+    for new in results:
+        check(new)
+        _assert_same_outputs(graph, new)
+
+
+def test_shared_input_merge_matches_each_pair_of_siblings():
+    matches = list(find_matches(_attention_like(), CompiledRule(shared_input_merge_rule())))
+    pairs = {frozenset(n.outputs[0] for n in m.nodes) for m in matches}
+    assert pairs == {frozenset("qk"), frozenset("qv"), frozenset("kv")}
+
+
+def test_split_sizes_come_from_the_matched_shapes():
+    graph = Graph({"x": TensorType((3, 16))}, {"a": _w(16, 5), "b": _w(16, 7, seed=1)},
+                  [_n("matmul", ["x", "a"], ["p"]), _n("matmul", ["x", "b"], ["q"]), _n("concat", ["p", "q"], ["out"], axis=1)], ["out"])
+    new = next(rewrites(graph, CompiledRule(shared_input_merge_rule())))
+    split = new.nodes_of("split")[0]
+    assert split.params["sizes"] in ((5, 7), (7, 5))
+    _assert_same_outputs(graph, new)
+
+
+def test_no_match_on_a_near_miss():
+    # Different first operands: no shared input, so the Q/K/V merge must not fire.
+    graph = Graph({"x": TensorType((3, 16)), "y": TensorType((3, 16))}, {"a": _w(16, 8), "b": _w(16, 8, seed=1)},
+                  [_n("matmul", ["x", "a"], ["p"]), _n("matmul", ["y", "b"], ["q"]), _n("add", ["p", "q"], ["out"])], ["out"])
+    assert list(find_matches(graph, CompiledRule(shared_input_merge_rule()))) == []
+    # A fused activation is a different parameter: relu fusion needs a plain matmul.
+    fused = Graph({"x": TensorType((3, 16))}, {"a": _w(16, 8)}, [_n("matmul", ["x", "a"], ["p"], activation="tanh"), _n("relu", ["p"], ["out"])], ["out"])
+    assert list(find_matches(fused, CompiledRule(relu_fusion_rule()))) == []
+
+
+def test_interior_value_used_elsewhere_blocks_the_rewrite():
+    # s0 = x@y is also a graph output: re-associating would lose it.
+    graph = Graph({"x": TensorType((4, 4))}, {"y": _w(4, 4), "z": _w(4, 4, seed=1)},
+                  [_n("matmul", ["x", "y"], ["s0"]), _n("matmul", ["s0", "z"], ["s1"])], ["s1", "s0"])
+    assert list(rewrites(graph, CompiledRule(matmul_assoc_rule()))) == []
+    single = Graph(graph.inputs, graph.weights, graph.nodes, ["s1"])
+    (new,) = list(rewrites(single, CompiledRule(matmul_assoc_rule())))
+    _assert_same_outputs(single, new)
+
+
+def test_shared_weight_merge_batches_two_applications_of_one_weight():
+    graph = Graph({"x": TensorType((1, 8)), "y": TensorType((1, 8))}, {"w": _w(8, 8)},
+                  [_n("matmul", ["x", "w"], ["a"]), _n("matmul", ["y", "w"], ["b"]), _n("mul", ["a", "b"], ["out"])], ["out"])
+    new = next(rewrites(graph, CompiledRule(shared_weight_merge_rule())))
+    assert new.op_histogram()["matmul"] == 1
+    _assert_same_outputs(graph, new)
+
+
+def test_commutative_ops_match_in_either_operand_order():
+    graph = Graph({"x": TensorType((2, 4)), "y": TensorType((2, 4))}, {}, [_n("add", ["y", "x"], ["out"])], ["out"])
+    assert len(list(find_matches(graph, CompiledRule(add_commute_rule())))) == 2
+
+
+def test_every_example_rule_applies_to_its_own_source():
+    for rule in all_rules():
+        source = rule.side_graph("source")
+        results = list(rewrites(source, CompiledRule(rule)))
+        assert results, rule.name
+        for new in results:
+            _assert_same_outputs(source, new)
