@@ -1,0 +1,173 @@
+"""Cost models: an operator instance (type, parameters, input shapes, dtype, which inputs are constant) -> seconds.
+
+The graph cost is the sum over nodes that run at inference time, as in TASO; nodes
+computed from weights alone cost nothing because export folds them into initializers.
+Implementations: :class:`AnalyticCost` (FLOPs and bytes against a roofline, for tests and
+quick runs) and, in :mod:`taso.cost_ort`, costs measured on ONNX Runtime, cached on disk
+per hardware fingerprint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+
+import numpy as np
+
+from .errors import TasoError
+from .ir import Graph, Node, TensorType
+
+__all__ = ["CostModel", "AnalyticCost", "CostCache", "node_key", "flops", "make_cost_model", "COST_MODELS"]
+
+
+def node_key(node: Node, graph: Graph) -> str:
+    """What determines a node's cost: op, params, input types and which inputs are constant."""
+    consts = graph.constant_values()
+    inputs = ";".join(f"{graph.type(v)}{'c' if v in consts else ''}" for v in node.inputs)
+    return f"{node.op.name}|{node.params.canonical()}|{inputs}"
+
+
+def flops(node: Node, in_types: list[TensorType], out_types: list[TensorType]) -> float:
+    """Floating-point operations (a multiply-add counts 2)."""
+    name = node.op.name
+    if name == "matmul":
+        a, b = in_types
+        k = a.shape[-1]
+        return 2.0 * out_types[0].size * k
+    if name == "conv2d":
+        w = in_types[1]
+        return 2.0 * out_types[0].size * w.shape[1] * w.shape[2] * w.shape[3]
+    return float(sum(t.size for t in out_types))
+
+
+class CostModel(ABC):
+    """Maps nodes to seconds; memoises per key so a search never prices one node twice."""
+
+    name = "abstract"
+
+    def __init__(self):
+        self._memo: dict[str, float] = {}
+
+    @abstractmethod
+    def measure(self, node: Node, graph: Graph, key: str) -> float:
+        """Seconds for one node (called once per key)."""
+
+    def node_cost(self, node: Node, graph: Graph) -> float:
+        key = node_key(node, graph)
+        cost = self._memo.get(key)
+        if cost is None:
+            cost = self._memo[key] = self.measure(node, graph, key)
+        return cost
+
+    def graph_cost(self, graph: Graph) -> float:
+        """Sum of the costs of the nodes that run at inference time."""
+        consts = graph.constant_values()
+        return sum(self.node_cost(n, graph) for n in graph.nodes if not all(o in consts for o in n.outputs))
+
+    def prepare(self, graphs) -> None:
+        """Hook to price many nodes at once (measuring models batch their measurements)."""
+
+    def close(self) -> None:
+        """Hook to persist measurements."""
+
+    @property
+    def fingerprint(self) -> str:
+        return self.name
+
+
+class AnalyticCost(CostModel):
+    """A roofline: max(FLOPs / peak, bytes / bandwidth) plus a per-node launch overhead.
+
+    Args:
+        peak_flops: sustained FLOP/s of one core running a GEMM.
+        bandwidth: bytes/s of memory traffic.
+        launch: seconds of fixed overhead per node (kernel dispatch in a runtime).
+    """
+
+    name = "analytic"
+
+    def __init__(self, peak_flops: float = 5e10, bandwidth: float = 1e10, launch: float = 2e-6):
+        super().__init__()
+        self.peak_flops, self.bandwidth, self.launch = peak_flops, bandwidth, launch
+
+    def measure(self, node: Node, graph: Graph, key: str) -> float:
+        in_types = [graph.type(v) for v in node.inputs]
+        out_types = [graph.type(v) for v in node.outputs]
+        if node.op.name == "reshape":
+            return self.launch  # a view: no data moves
+        traffic = sum(t.nbytes for t in in_types) + sum(t.nbytes for t in out_types)
+        return max(flops(node, in_types, out_types) / self.peak_flops, traffic / self.bandwidth) + self.launch
+
+
+class CostCache:
+    """Measured costs on disk, one table per hardware fingerprint, so a second run measures nothing it knows.
+
+    The file (``$TASO_CACHE_DIR/costs.json``, default ``~/.cache/taso``) maps fingerprint ->
+    {node key: seconds}.
+    """
+
+    def __init__(self, path: str | None = None):
+        directory = os.environ.get("TASO_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "taso"))
+        self.path = path or os.path.join(directory, "costs.json")
+        self._data: dict[str, dict[str, float]] = {}
+        if os.path.exists(self.path):
+            try:
+                with open(self.path, encoding="utf-8") as f:
+                    self._data = json.load(f)
+            except (OSError, json.JSONDecodeError):
+                self._data = {}  # a damaged cache is only lost time, never wrong results
+        self._dirty = False
+
+    def table(self, fingerprint: str) -> dict[str, float]:
+        return self._data.setdefault(fingerprint, {})
+
+    def record(self, fingerprint: str, key: str, seconds: float) -> None:
+        self.table(fingerprint)[key] = seconds
+        self._dirty = True
+
+    def summary(self) -> dict[str, int]:
+        return {fp: len(table) for fp, table in self._data.items()}
+
+    def save(self) -> None:
+        if not self._dirty:
+            return
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = f"{self.path}.tmp-{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self._data, f, indent=0, sort_keys=True)
+        os.replace(tmp, self.path)
+        self._dirty = False
+
+
+COST_MODELS = ("ort-cpu", "analytic", "cupy")
+
+
+def make_cost_model(name: str, threads: int = 1, cache: CostCache | None = None, **options: Mapping) -> CostModel:
+    """The cost model called ``name`` ('ort-cpu', 'analytic' or 'cupy').
+
+    Raises:
+        TasoError: an unknown name, or a model whose runtime is not available here.
+    """
+    if name == "analytic":
+        return AnalyticCost()
+    if name == "ort-cpu":
+        from .cost_ort import OrtCpuCost
+
+        return OrtCpuCost(threads=threads, cache=cache)
+    if name == "cupy":
+        try:
+            from .cost_cupy import CupyCost
+        except ImportError as e:
+            raise TasoError(f"the cupy cost model needs a GPU and CuPy (pip install 'taso[gpu]'): {e}") from None
+        return CupyCost(cache=cache)
+    raise TasoError(f"unknown cost model {name!r}; choose one of {', '.join(COST_MODELS)}")
+
+
+def _random_array(t: TensorType, rng: np.random.Generator) -> np.ndarray:
+    if t.dtype.startswith("float"):
+        return rng.standard_normal(t.shape).astype(t.dtype)
+    if t.dtype == "bool":
+        return rng.integers(0, 2, t.shape).astype(bool)
+    return np.zeros(t.shape, t.dtype)

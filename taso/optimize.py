@@ -1,0 +1,69 @@
+"""The optimizer's Python API: load the proved rules, search, return the best graph."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
+from .cost import CostModel, make_cost_model
+from .errors import TasoError
+from .ir import Graph
+from .rules import Library, Rule
+from .search import SearchConfig, SearchReport, search
+
+__all__ = ["DEFAULT_LIBRARY", "load_rules", "optimize", "optimize_with_report"]
+
+DEFAULT_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "library.json")
+
+
+def load_rules(path: str | None = None) -> list[Rule]:
+    """The proved rules of a library file (default: the library shipped with taso).
+
+    Only rules whose status is "proved" are returned: soundness is the product, and an
+    unproved candidate never rewrites a model.
+
+    Raises:
+        TasoError: a missing or malformed file, or one with no proved rule.
+    """
+    path = path or DEFAULT_LIBRARY
+    if path == DEFAULT_LIBRARY and not os.path.exists(path):
+        raise TasoError(f"the shipped rule library is missing ({path}); build it with: python -m taso.verifier.build_library")
+    library = Library.load(path)
+    proved = [r for r in library.rules if r.status == "proved"]
+    if not proved:
+        raise TasoError(f"{path}: holds no proved rule ({len(library.rules)} rules, none proved); run `taso verify` on it first")
+    return proved
+
+
+def optimize_with_report(
+    graph: Graph,
+    alpha: float = 1.05,
+    budget: int = SearchConfig.budget,
+    time_limit: float = SearchConfig.time_limit,
+    cost: str | CostModel = "ort-cpu",
+    rules: Sequence[Rule] | None = None,
+    threads: int = 1,
+    progress: Callable[[int, float], None] | None = None,
+) -> tuple[Graph, SearchReport]:
+    """Like :func:`optimize`, and also returns the search report."""
+    model = make_cost_model(cost, threads=threads) if isinstance(cost, str) else cost
+    try:
+        return search(graph, load_rules() if rules is None else rules, model, SearchConfig(alpha, budget, time_limit), progress)
+    finally:
+        model.close()
+
+
+def optimize(graph: Graph, alpha: float = 1.05, budget: int = SearchConfig.budget, time_limit: float = SearchConfig.time_limit,
+             cost: str | CostModel = "ort-cpu", rules: Sequence[Rule] | None = None, threads: int = 1) -> Graph:
+    """Returns an equivalent graph that the cost model prices lower (or the input itself).
+
+    Args:
+        graph: the graph to optimize.
+        alpha: TASO's relaxation: graphs up to alpha x the best cost stay in the search.
+        budget: the most graphs expanded.
+        time_limit: wall-clock seconds for the search.
+        cost: 'ort-cpu' (measured, default), 'analytic', 'cupy', or a CostModel.
+        rules: the rules to apply (default: the shipped verified library).
+        threads: intra-op threads the model will run with (for measured costs).
+    """
+    return optimize_with_report(graph, alpha, budget, time_limit, cost, rules, threads)[0]

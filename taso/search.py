@@ -1,0 +1,166 @@
+"""TASO's cost-based backtracking search over graph rewrites.
+
+A priority queue holds graphs ordered by cost. The search pops the cheapest, applies every
+rule at every match, and keeps a new graph when its cost is below ``alpha`` times the best
+cost so far and its structural hash is new. ``alpha`` > 1 lets the search pass through
+slightly worse graphs to reach better ones (a merge that only pays after a second rewrite),
+which greedy rewriting cannot. It stops when the queue empties (saturated), after
+``budget`` expanded graphs, or at the time limit, and returns the best graph with a report.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+
+from .cost import CostModel
+from .ir import Graph
+from .rewrite import CompiledRule, rewrites
+from .rules import Rule
+
+__all__ = ["SearchConfig", "SearchReport", "StopReason", "Step", "search"]
+
+
+class StopReason(Enum):
+    SATURATED = "saturated"
+    BUDGET = "budget"
+    TIME_LIMIT = "time limit"
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """Limits of the search.
+
+    Attributes:
+        alpha: keep graphs costing less than alpha x the best cost (TASO: 1.05).
+        budget: the most graphs to expand (pop and rewrite).
+        time_limit: wall-clock seconds.
+        max_queue: the most graphs waiting in the queue (the costliest are dropped).
+    """
+
+    alpha: float = 1.05
+    budget: int = 200
+    time_limit: float = 60.0
+    max_queue: int = 2000
+
+
+@dataclass(frozen=True)
+class Step:
+    rule: str
+    cost: float
+
+
+@dataclass
+class SearchReport:
+    """What the search did: why it stopped, costs, and how rules fired (egg's Report, for TASO)."""
+
+    stop_reason: StopReason
+    initial_cost: float
+    best_cost: float
+    expanded: int = 0
+    generated: int = 0
+    accepted: int = 0
+    seconds: float = 0.0
+    seconds_rewriting: float = 0.0
+    seconds_costing: float = 0.0
+    trace: list[Step] = field(default_factory=list)
+    fired: Counter = field(default_factory=Counter)
+
+    @property
+    def predicted_speedup(self) -> float:
+        return self.initial_cost / self.best_cost if self.best_cost > 0 else 1.0
+
+    @property
+    def applied(self) -> Counter:
+        """Rules applied on the way to the best graph, with counts."""
+        return Counter(step.rule for step in self.trace)
+
+    def to_json(self) -> dict:
+        return {
+            "stop_reason": self.stop_reason.value, "initial_cost_s": self.initial_cost, "best_cost_s": self.best_cost,
+            "predicted_speedup": self.predicted_speedup, "expanded": self.expanded, "generated": self.generated,
+            "accepted": self.accepted, "seconds": self.seconds, "seconds_rewriting": self.seconds_rewriting,
+            "seconds_costing": self.seconds_costing, "applied": dict(self.applied),
+            "trace": [{"rule": s.rule, "cost_s": s.cost} for s in self.trace],
+        }
+
+
+def _rule_label(rule: Rule) -> str:
+    return rule.name or rule.id
+
+
+def search(
+    graph: Graph,
+    rules: Iterable[Rule | CompiledRule],
+    cost_model: CostModel,
+    config: SearchConfig = SearchConfig(),
+    progress: Callable[[int, float], None] | None = None,
+) -> tuple[Graph, SearchReport]:
+    """Finds a cheaper equivalent graph.
+
+    Args:
+        graph: the starting graph.
+        rules: proved rules (or rules already compiled for matching).
+        cost_model: prices graphs.
+        config: alpha, budget, time limit.
+        progress: called after each expansion with (expanded, best cost).
+
+    Returns:
+        The best graph found (never costlier than the input) and the search report.
+    """
+    compiled: Sequence[CompiledRule] = [r if isinstance(r, CompiledRule) else CompiledRule(r) for r in rules]
+    start = time.perf_counter()
+    best, best_cost = graph, cost_model.graph_cost(graph)
+    report = SearchReport(StopReason.SATURATED, best_cost, best_cost)
+    tie = itertools.count()
+    queue: list[tuple[float, int, Graph, tuple[Step, ...]]] = [(best_cost, next(tie), graph, ())]
+    seen = {graph.structural_hash()}
+    best_trace: tuple[Step, ...] = ()
+    while queue:
+        if report.expanded >= config.budget:
+            report.stop_reason = StopReason.BUDGET
+            break
+        if time.perf_counter() - start > config.time_limit:
+            report.stop_reason = StopReason.TIME_LIMIT
+            break
+        _, _, current, trace = heapq.heappop(queue)
+        report.expanded += 1
+        for crule in compiled:
+            if not current.nodes_of(crule.anchor_op):
+                continue
+            label = _rule_label(crule.rule)
+            t0 = time.perf_counter()
+            for new in rewrites(current, crule):
+                t1 = time.perf_counter()
+                report.seconds_rewriting += t1 - t0
+                report.generated += 1
+                report.fired[label] += 1
+                cost = cost_model.graph_cost(new)
+                t0 = time.perf_counter()
+                report.seconds_costing += t0 - t1
+                if cost >= config.alpha * best_cost:
+                    continue
+                digest = new.structural_hash()
+                if digest in seen:
+                    continue
+                seen.add(digest)
+                report.accepted += 1
+                step_trace = trace + (Step(label, cost),)
+                heapq.heappush(queue, (cost, next(tie), new, step_trace))
+                if cost < best_cost:
+                    best, best_cost, best_trace = new, cost, step_trace
+            report.seconds_rewriting += time.perf_counter() - t0
+        if len(queue) > config.max_queue:
+            queue = heapq.nsmallest(config.max_queue, queue)
+            heapq.heapify(queue)
+        if progress is not None:
+            progress(report.expanded, best_cost)
+    report.best_cost = best_cost
+    report.trace = list(best_trace)
+    report.seconds = time.perf_counter() - start
+    return best, report
