@@ -73,10 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
     # Each stage package contributes its own sub-command through a `cli` module.
     import importlib
 
-    for stage in ("generator", "verifier", "optimizer", "models"):
+    for module_name in ("taso.generator.cli", "taso.verifier.cli", "taso.optimize_cli", "taso.bench", "taso.models.cli"):
         try:
-            module = importlib.import_module(f"taso.{stage}.cli" if stage != "optimizer" else "taso.optimize_cli")
-        except ModuleNotFoundError:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as e:
+            if e.name != module_name:
+                raise
             continue  # a stage that is not built yet
         module.add_parser(sub)
     return parser

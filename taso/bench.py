@@ -1,0 +1,193 @@
+"""`taso bench`: end-to-end speedups on ONNX Runtime against its own optimizer.
+
+For each model (a zoo name or an .onnx file) and each thread count, three variants run on
+ONNX Runtime's CPU provider: the original with graph optimizations off, the original with
+ENABLE_ALL, and the taso-optimized model with ENABLE_ALL. Runs are interleaved round by
+round (so machine noise hits all three alike) after warm-up; the medians and their ratios
+are the result. Writes JSON, a Markdown table and a PNG chart, tagged with the hardware.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+
+import onnx
+import onnxruntime as ort
+
+from .errors import TasoError
+
+__all__ = ["add_parser", "run", "BenchRow", "bench_model"]
+
+VARIANTS = ("original_noopt", "original_ortall", "taso_ortall")
+
+
+@dataclass
+class BenchRow:
+    model: str
+    threads: int
+    nodes_before: int
+    nodes_after: int
+    search_seconds: float
+    predicted_speedup: float
+    ms: dict  # variant -> median milliseconds
+    speedup_vs_ortall: float
+    speedup_vs_noopt: float
+    rules_applied: dict
+
+
+def _session(model_bytes: bytes, threads: int, optimize: bool) -> ort.InferenceSession:
+    from .cost_ort import session_options
+
+    return ort.InferenceSession(model_bytes, session_options(threads, optimize), providers=["CPUExecutionProvider"])
+
+
+def _interleaved_medians(sessions: dict[str, ort.InferenceSession], feeds: dict, rounds: int) -> dict[str, float]:
+    from .cost_ort import time_session
+
+    samples: dict[str, list[float]] = {k: [] for k in sessions}
+    for _ in range(rounds):
+        for name, session in sessions.items():
+            samples[name].append(time_session(session, feeds, min_total=0.05, max_runs=50))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def _load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto]:
+    if os.path.exists(name) or name.endswith(".onnx"):
+        from .onnx import read_model
+
+        return os.path.basename(name), read_model(name)
+    from . import models
+
+    if name not in models.names():
+        raise TasoError(f"{name!r} is neither an .onnx file nor a zoo model ({', '.join(models.names())})")
+    return name, models.build(name, batch=batch)
+
+
+def bench_model(name: str, model: onnx.ModelProto, threads: int, args) -> BenchRow:
+    """Optimizes one model for one thread count and times the three variants side by side."""
+    from .cost import make_cost_model
+    from .onnx import export_onnx, load_onnx
+    from .optimize import load_rules
+    from .search import SearchConfig, search
+    from .validate import compare_models, random_inputs
+
+    graph = load_onnx(model)
+    cost_model = make_cost_model(args.cost, threads=threads)
+    try:
+        best, report = search(graph, load_rules(args.library), cost_model, SearchConfig(args.alpha, args.budget, args.time_limit))
+    finally:
+        cost_model.close()
+    optimized = export_onnx(best)
+    feeds = random_inputs(graph.inputs)
+    comparison = compare_models(model, optimized, [feeds], threads)
+    if not comparison.ok:
+        raise TasoError(f"{name}: the optimized model does not match the original ({comparison.describe()}); not benchmarked")
+    original_bytes, optimized_bytes = model.SerializeToString(), optimized.SerializeToString()
+    sessions = {
+        "original_noopt": _session(original_bytes, threads, optimize=False),
+        "original_ortall": _session(original_bytes, threads, optimize=True),
+        "taso_ortall": _session(optimized_bytes, threads, optimize=True),
+    }
+    medians = _interleaved_medians(sessions, feeds, args.rounds)
+    ms = {k: v * 1e3 for k, v in medians.items()}
+    return BenchRow(name, threads, len(graph), len(best), round(report.seconds, 2), round(report.predicted_speedup, 3), ms,
+                    medians["original_ortall"] / medians["taso_ortall"], medians["original_noopt"] / medians["taso_ortall"], dict(report.applied))
+
+
+def _markdown(rows: list[BenchRow], hardware: str) -> str:
+    lines = [f"Hardware: {hardware}", "",
+             "| model | threads | ORT no-opt (ms) | ORT all (ms) | taso + ORT all (ms) | speedup vs ORT all | nodes | search (s) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.model} | {r.threads} | {r.ms['original_noopt']:.3f} | {r.ms['original_ortall']:.3f} | {r.ms['taso_ortall']:.3f} | "
+                     f"{r.speedup_vs_ortall:.2f}x | {r.nodes_before} -> {r.nodes_after} | {r.search_seconds:.1f} |")
+    by_threads: dict[int, list[float]] = {}
+    for r in rows:
+        by_threads.setdefault(r.threads, []).append(r.speedup_vs_ortall)
+    for threads, speedups in sorted(by_threads.items()):
+        lines.append(f"\nGeometric mean speedup vs ORT ENABLE_ALL, {threads} thread(s): {statistics.geometric_mean(speedups):.3f}x over {len(speedups)} models")
+    return "\n".join(lines) + "\n"
+
+
+def _chart(rows: list[BenchRow], hardware: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r.model}\n{r.threads}t" for r in rows]
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+    x = range(len(rows))
+    width = 0.27
+    for i, (variant, title) in enumerate(zip(VARIANTS, ("ORT no-opt", "ORT ENABLE_ALL", "taso + ORT ENABLE_ALL"))):
+        base = [r.ms["original_ortall"] / r.ms[variant] for r in rows]
+        ax.bar([xi + (i - 1) * width for xi in x], base, width, label=title)
+    ax.axhline(1.0, color="black", linewidth=0.6)
+    ax.set_xticks(list(x), labels, fontsize=8)
+    ax.set_ylabel("speedup over ORT ENABLE_ALL")
+    ax.set_title(f"taso on {hardware}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def add_parser(sub) -> None:
+    from .cost import COST_MODELS
+    from .search import SearchConfig
+
+    p = sub.add_parser("bench", help="measure end-to-end speedups against ONNX Runtime's optimizer")
+    p.add_argument("models", nargs="+", metavar="MODEL", help="zoo model names (see `taso models list`) or .onnx files")
+    p.add_argument("--threads", default="1", help="comma-separated intra-op thread counts (default 1)")
+    p.add_argument("--out", default="bench-results", help="directory for bench.json, bench.md and bench.png (default %(default)s)")
+    p.add_argument("--library", help="a verified rule library (default: the shipped one)")
+    p.add_argument("--cost", choices=COST_MODELS, default="ort-cpu")
+    p.add_argument("--alpha", type=float, default=SearchConfig.alpha)
+    p.add_argument("--budget", type=int, default=SearchConfig.budget)
+    p.add_argument("--time-limit", type=float, default=SearchConfig.time_limit)
+    p.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds per variant (default %(default)s)")
+    p.add_argument("--batch", type=int, default=1, help="batch size for zoo models (default 1)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from .cost_ort import cpu_name
+
+    try:
+        threads = [int(t) for t in str(args.threads).split(",") if t.strip()]
+    except ValueError:
+        threads = []
+    if not threads or any(t < 1 for t in threads):
+        raise TasoError(f"--threads {args.threads!r}: expected comma-separated positive integers, e.g. 1,2")
+    os.makedirs(args.out, exist_ok=True)
+    hardware = f"{cpu_name()}, onnxruntime {ort.__version__}"
+    rows = []
+    for name in args.models:
+        label, model = _load_model(name, args.batch)
+        for t in threads:
+            started = time.perf_counter()
+            row = bench_model(label, model, t, args)
+            rows.append(row)
+            print(f"{label:<16} threads={t}  ORT all {row.ms['original_ortall']:.3f} ms  taso {row.ms['taso_ortall']:.3f} ms  "
+                  f"{row.speedup_vs_ortall:.2f}x  ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    result = {"hardware": hardware, "rows": [asdict(r) for r in rows]}
+    _atomic_write(os.path.join(args.out, "bench.json"), json.dumps(result, indent=2))
+    markdown = _markdown(rows, hardware)
+    _atomic_write(os.path.join(args.out, "bench.md"), markdown)
+    _chart(rows, hardware, os.path.join(args.out, "bench.png"))
+    print(markdown)
+    return 0
+
+
+def _atomic_write(path: str, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".taso-")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
