@@ -42,6 +42,8 @@ def _check_paths(args) -> None:
         raise TasoError(f"{args.input}: no such file")
     if os.path.exists(args.output) and os.path.samefile(args.input, args.output):
         raise TasoError(f"refusing to overwrite the input model {args.input}; choose another -o")
+    if os.path.isdir(args.output):
+        raise TasoError(f"{args.output}: is a directory; give a file name for the optimized model")
     directory = os.path.dirname(os.path.abspath(args.output))
     if not os.path.isdir(directory):
         raise TasoError(f"{args.output}: directory {directory} does not exist")

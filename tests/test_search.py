@@ -1,0 +1,119 @@
+"""The search: never worse than its input, respects its limits, and optimized graphs stay equal on ORT."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from helpers import assert_close, run_ort
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from rule_examples import all_rules, shared_weight_merge_rule
+
+import taso
+from taso import ops
+from taso.cost import AnalyticCost
+from taso.ir import Graph, Node, TensorType
+from taso.search import SearchConfig, StopReason, search
+
+
+def _n(op, inputs, outputs, **params):
+    o = ops.get(op)
+    return Node(o, o.make_params(**params), tuple(inputs), tuple(outputs), outputs[0])
+
+
+def _rnn_like(steps: int = 4, hidden: int = 64) -> Graph:
+    """x_t @ W for several steps with one shared W, combined: the batching rewrite pays here."""
+    rng = np.random.default_rng(0)
+    inputs = {f"x{t}": TensorType((1, hidden)) for t in range(steps)}
+    weights = {"w": rng.standard_normal((hidden, hidden)).astype(np.float32)}
+    nodes = [_n("matmul", [f"x{t}", "w"], [f"h{t}"]) for t in range(steps)]
+    acc = "h0"
+    for t in range(1, steps):
+        nodes.append(_n("add", [acc, f"h{t}"], [f"s{t}"]))
+        acc = f"s{t}"
+    nodes.append(_n("tanh", [acc], ["out"]))
+    return Graph(inputs, weights, nodes, ["out"])
+
+
+class _WeightBound(AnalyticCost):
+    """Small-batch inference: reading the weights dominates, so one matmul over stacked rows beats two."""
+
+    def __init__(self):
+        super().__init__(launch=1e-7)
+
+
+class _MergingNeverPays(AnalyticCost):
+    """A machine where moving data (concat, split) is ruinous: no merge may be kept."""
+
+    def measure(self, node, graph, key):
+        return 1.0 if node.op.name in ("concat", "split") else super().measure(node, graph, key)
+
+
+def test_search_finds_a_cheaper_equivalent_graph():
+    graph = _rnn_like()
+    best, report = search(graph, all_rules(), _WeightBound(), SearchConfig(budget=30))
+    assert report.best_cost < report.initial_cost
+    assert best.op_histogram()["matmul"] < graph.op_histogram()["matmul"]
+    assert report.applied["merge-matmul-shared-weight"] >= 1
+    feeds = {k: np.random.default_rng(1).standard_normal(t.shape).astype(np.float32) for k, t in graph.inputs.items()}
+    assert_close(run_ort(taso.export_onnx(best), feeds)[0], run_ort(taso.export_onnx(graph), feeds)[0], 1e-5)
+
+
+def test_best_graph_never_costs_more_than_the_input():
+    graph = _rnn_like()
+    model = _MergingNeverPays()
+    best, report = search(graph, [shared_weight_merge_rule()], model, SearchConfig(budget=20))
+    assert model.graph_cost(best) <= model.graph_cost(graph)
+    assert report.best_cost == report.initial_cost and best is graph
+
+
+def test_search_respects_its_budget():
+    _, report = search(_rnn_like(6), all_rules(), _WeightBound(), SearchConfig(budget=3, alpha=1.5))
+    assert report.expanded == 3 and report.stop_reason is StopReason.BUDGET
+
+
+def test_search_respects_its_time_limit():
+    started = time.perf_counter()
+    _, report = search(_rnn_like(8), all_rules(), _WeightBound(), SearchConfig(budget=10**6, time_limit=0.5, alpha=1.5))
+    assert report.stop_reason is StopReason.TIME_LIMIT
+    assert time.perf_counter() - started < 5.0
+
+
+def test_search_saturates_when_nothing_applies():
+    graph = Graph({"x": TensorType((2, 2))}, {}, [_n("relu", ["x"], ["y"])], ["y"])
+    best, report = search(graph, all_rules(), AnalyticCost())
+    assert report.stop_reason is StopReason.SATURATED and best is graph
+
+
+@st.composite
+def _random_graphs(draw):
+    """Small random graphs over matmul/add/relu/tanh with shared weights and inputs."""
+    rng = np.random.default_rng(draw(st.integers(0, 1000)))
+    width = draw(st.sampled_from([4, 8]))
+    values = [f"x{i}" for i in range(draw(st.integers(1, 3)))]
+    inputs = {v: TensorType((2, width)) for v in values}
+    weights = {f"w{i}": rng.standard_normal((width, width)).astype(np.float32) for i in range(draw(st.integers(1, 2)))}
+    nodes = []
+    for i in range(draw(st.integers(2, 7))):
+        kind = draw(st.sampled_from(["matmul", "matmul", "add", "relu", "tanh"]))
+        a = draw(st.sampled_from(values))
+        if kind == "matmul":
+            nodes.append(_n("matmul", [a, draw(st.sampled_from(sorted(weights)))], [f"v{i}"]))
+        elif kind == "add":
+            nodes.append(_n("add", [a, draw(st.sampled_from(values))], [f"v{i}"]))
+        else:
+            nodes.append(_n(kind, [a], [f"v{i}"]))
+        values.append(f"v{i}")
+    outputs = sorted({values[-1], draw(st.sampled_from(values[len(inputs):]))})
+    return Graph(inputs, weights, nodes, outputs)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=_random_graphs())
+def test_random_graphs_optimized_with_the_analytic_cost_stay_equal_on_ort(graph):
+    best, _ = search(graph, all_rules(), _WeightBound(), SearchConfig(budget=10, alpha=1.2))
+    taso.check(best)
+    feeds = {k: np.random.default_rng(3).standard_normal(t.shape).astype(np.float32) for k, t in graph.inputs.items()}
+    for got, want in zip(run_ort(taso.export_onnx(best), feeds), run_ort(taso.export_onnx(graph), feeds)):
+        assert_close(got, want, 1e-4)
