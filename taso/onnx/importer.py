@@ -167,7 +167,7 @@ class ImportContext:
 
 
 class _ImportState:
-    def __init__(self, model: onnx.ModelProto, opset: int, known_types: dict[str, TensorType]):
+    def __init__(self, model: onnx.ModelProto, opset: int, known_types: _InferredTypes):
         self.model = model
         self.opset = opset
         self.known_types = known_types  # from ONNX shape inference: static types only
@@ -237,33 +237,50 @@ def _fix_input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
     return types
 
 
-class _LazyTypes(dict):
-    """ValueInfo protos by name, converted to static TensorTypes only when asked (most never are)."""
+class _InferredTypes:
+    """Static types from ONNX shape inference, computed on first use (most models never need them).
 
-    def get(self, name, default=None):
-        vi = super().get(name)
-        return default if vi is None else _static_type(vi)
+    Inference runs on a skeleton of the model: large initializers are replaced by typed graph
+    inputs, so a 400 MB model is not copied and serialised just to type its opaque nodes.
+    """
 
+    _SKELETON_MAX_ELEMENTS = 4096
 
-def _inferred_types(model: onnx.ModelProto, input_types: dict[str, TensorType]) -> _LazyTypes:
-    """Static types ONNX shape inference finds, with the inputs fixed (best effort)."""
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(model)
-    for vi in fixed.graph.input:
-        if vi.name in input_types:
-            t = input_types[vi.name]
-            vi.type.CopyFrom(helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), t.shape))
-    try:
-        inferred = onnx.shape_inference.infer_shapes(fixed, data_prop=True)
-    except Exception:  # noqa: BLE001 - inference is only a hint; opaque nodes fall back to execution
-        return _LazyTypes()
-    known = _LazyTypes()
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-        kind = vi.type.WhichOneof("value")
-        if kind not in (None, "tensor_type"):
-            raise ImportError_(f"value {vi.name!r} is a {kind.replace('_type', '')}: taso handles tensor-valued graphs only")
-        known[vi.name] = vi
-    return known
+    def __init__(self, model: onnx.ModelProto, input_types: dict[str, TensorType]):
+        self._model, self._input_types = model, input_types
+        self._infos: dict[str, onnx.ValueInfoProto] | None = None
+
+    def get(self, name: str) -> TensorType | None:
+        if self._infos is None:
+            self._infos = self._infer()
+        vi = self._infos.get(name)
+        return None if vi is None else _static_type(vi)
+
+    def _infer(self) -> dict[str, onnx.ValueInfoProto]:
+        g = self._model.graph
+        small = [t for t in g.initializer if int(np.prod(t.dims, dtype=np.int64)) <= self._SKELETON_MAX_ELEMENTS]
+        large = [t for t in g.initializer if int(np.prod(t.dims, dtype=np.int64)) > self._SKELETON_MAX_ELEMENTS]
+        inputs = []
+        for vi in g.input:
+            t = self._input_types.get(vi.name)
+            inputs.append(helper.make_tensor_value_info(vi.name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), t.shape) if t else vi)
+        declared = {vi.name for vi in inputs}
+        inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in large if t.name not in declared]
+        skeleton_graph = helper.make_graph(list(g.node), g.name, inputs, list(g.output), initializer=small)
+        skeleton = helper.make_model(skeleton_graph, opset_imports=list(self._model.opset_import))
+        skeleton.ir_version = self._model.ir_version
+        skeleton.functions.extend(self._model.functions)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
+        except Exception:  # noqa: BLE001 - inference is only a hint; opaque nodes fall back to execution
+            return {}
+        infos = {}
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+            kind = vi.type.WhichOneof("value")
+            if kind not in (None, "tensor_type"):
+                raise ImportError_(f"value {vi.name!r} is a {kind.replace('_type', '')}: taso handles tensor-valued graphs only")
+            infos[vi.name] = vi
+        return infos
 
 
 def _toposort_onnx(graph: onnx.GraphProto, defined: set[str]) -> list[onnx.NodeProto]:
@@ -331,7 +348,7 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
     opset = _default_opset(model)
     g = model.graph
     input_types = _fix_input_types(model, input_shapes or {})
-    state = _ImportState(model, opset, _inferred_types(model, input_types))
+    state = _ImportState(model, opset, _InferredTypes(model, input_types))
     state.types.update(input_types)
     for init in g.initializer:
         try:
