@@ -44,6 +44,16 @@ def _cmd_info(args: argparse.Namespace) -> int:
     from .info import describe_graph, describe_library, format_description, to_json
     from .onnx import load_onnx
 
+    if args.costs:
+        from .cost import CostCache
+
+        cache = CostCache()
+        summary = {"path": cache.path, "tables": cache.summary()}
+        print(to_json(summary) if args.json else "\n".join([f"cost cache {cache.path}"] + [f"  {n:>6} entries  {fp}" for fp, n in summary["tables"].items()] or ["  (empty)"]))
+        if args.file is None:
+            return 0
+    if args.file is None:
+        raise TasoError("taso info needs a FILE (an .onnx model or a .json rule file), or --costs")
     if args.file.endswith(".json"):
         from .rules import Library
 
@@ -65,7 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     info = sub.add_parser("info", help="describe an ONNX model or a rule file")
-    info.add_argument("file", help="an .onnx model, or a .json rule file (candidates or library)")
+    info.add_argument("file", nargs="?", help="an .onnx model, or a .json rule file (candidates or library)")
+    info.add_argument("--costs", action="store_true", help="show the measured-cost cache (entries per hardware fingerprint)")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_input_shape_option(info)
     info.set_defaults(func=_cmd_info)
