@@ -22,9 +22,9 @@ from .ir import Graph, Node, TensorType
 __all__ = ["CostModel", "AnalyticCost", "CostCache", "node_key", "flops", "make_cost_model", "COST_MODELS"]
 
 
-def node_key(node: Node, graph: Graph) -> str:
+def node_key(node: Node, graph: Graph, consts=None) -> str:
     """What determines a node's cost: op, params, input types and which inputs are constant."""
-    consts = graph.constant_values()
+    consts = graph.constant_values() if consts is None else consts
     inputs = ";".join(f"{graph.type(v)}{'c' if v in consts else ''}" for v in node.inputs)
     return f"{node.op.name}|{node.params.canonical()}|{inputs}"
 
@@ -49,22 +49,48 @@ class CostModel(ABC):
 
     def __init__(self):
         self._memo: dict[str, float] = {}
+        # Nodes are shared between graph versions: price each (node, constness) once.
+        self._by_node: dict[tuple[int, bool], tuple[Node, float]] = {}
 
     @abstractmethod
-    def measure(self, node: Node, graph: Graph, key: str) -> float:
-        """Seconds for one node (called once per key)."""
+    def measure(self, node: Node, graph: Graph, key: str, consts) -> float:
+        """Seconds for one node (called once per key); ``consts`` holds the graph's constant values."""
 
-    def node_cost(self, node: Node, graph: Graph) -> float:
-        key = node_key(node, graph)
+    def node_cost(self, node: Node, graph: Graph, consts=None) -> float:
+        consts = graph.constant_values() if consts is None else consts
+        key = node_key(node, graph, consts)
         cost = self._memo.get(key)
         if cost is None:
-            cost = self._memo[key] = self.measure(node, graph, key)
+            cost = self._memo[key] = self.measure(node, graph, key, consts)
+        return cost
+
+    def _runtime_cost(self, node: Node, graph: Graph, consts: frozenset[str] | set[str]) -> float:
+        """The node's cost in this graph: zero when it is computed from weights alone (folded at export)."""
+        if all(o in consts for o in node.outputs):
+            return 0.0
+        flags = all(v in consts for v in node.inputs)  # constness of inputs is part of the key
+        hit = self._by_node.get((id(node), flags))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        cost = self.node_cost(node, graph, consts)
+        self._by_node[(id(node), flags)] = (node, cost)
         return cost
 
     def graph_cost(self, graph: Graph) -> float:
         """Sum of the costs of the nodes that run at inference time."""
         consts = graph.constant_values()
-        return sum(self.node_cost(n, graph) for n in graph.nodes if not all(o in consts for o in n.outputs))
+        return sum(self._runtime_cost(n, graph, consts) for n in graph.nodes)
+
+    def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child: Graph) -> float:
+        """The child's cost from its parent's: only the removed and added nodes are priced."""
+        parent_consts = parent.constant_values()
+        new_consts: set[str] = set()
+        for node in added:  # added nodes are in topological order among themselves
+            if node.op.name != "opaque" and all(v in parent_consts or v in new_consts for v in node.inputs):
+                new_consts.update(node.outputs)
+        consts = _Overlay(parent_consts, new_consts)
+        delta = sum(self._runtime_cost(n, child, consts) for n in added) - sum(self._runtime_cost(n, parent, parent_consts) for n in removed)
+        return parent_cost + delta
 
     def prepare(self, graphs) -> None:
         """Hook to price many nodes at once (measuring models batch their measurements)."""
@@ -75,6 +101,18 @@ class CostModel(ABC):
     @property
     def fingerprint(self) -> str:
         return self.name
+
+
+class _Overlay:
+    """Membership in either of two sets, without copying the big one."""
+
+    __slots__ = ("base", "extra")
+
+    def __init__(self, base, extra):
+        self.base, self.extra = base, extra
+
+    def __contains__(self, value) -> bool:
+        return value in self.base or value in self.extra
 
 
 class AnalyticCost(CostModel):
@@ -92,7 +130,7 @@ class AnalyticCost(CostModel):
         super().__init__()
         self.peak_flops, self.bandwidth, self.launch = peak_flops, bandwidth, launch
 
-    def measure(self, node: Node, graph: Graph, key: str) -> float:
+    def measure(self, node: Node, graph: Graph, key: str, consts) -> float:
         in_types = [graph.type(v) for v in node.inputs]
         out_types = [graph.type(v) for v in node.outputs]
         if node.op.name == "reshape":

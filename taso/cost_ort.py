@@ -109,12 +109,11 @@ class OrtCpuCost(CostModel):
         self.cache.record(self._fingerprint, key_call, self._call_overhead)
         self.cache.record(self._fingerprint, key_dispatch, self._dispatch)
 
-    def measure(self, node: Node, graph: Graph, key: str) -> float:
+    def measure(self, node: Node, graph: Graph, key: str, consts) -> float:
         cached = self._table.get(key)
         if cached is not None:
             return cached
         self._calibrate()
-        consts = graph.constant_values()
         inputs, weights = {}, {}
         for v in node.inputs:
             (weights if v in consts else inputs)[v] = graph.type(v)

@@ -140,6 +140,12 @@ class Node:
     outputs: tuple[str, ...]
     name: str = ""
 
+    @cached_property
+    def signature(self) -> int:
+        """A digest of op, params and edge names (see :meth:`Graph.search_key`)."""
+        text = f"{self.op.name}|{self.params.canonical()}|{','.join(self.inputs)}|{','.join(self.outputs)}"
+        return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=16).digest(), "little")
+
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.params.items() if not isinstance(v, bytes))
         return f"{','.join(self.outputs)} = {self.op.name}({', '.join(self.inputs)}{'; ' + params if params else ''})"
@@ -250,6 +256,10 @@ class Graph:
         return uses
 
     @cached_property
+    def _positions(self) -> dict[int, int]:
+        return {id(n): i for i, n in enumerate(self.topological_order())}
+
+    @cached_property
     def _by_op(self) -> dict[str, list[Node]]:
         index: dict[str, list[Node]] = {}
         for node in self._nodes:
@@ -324,30 +334,110 @@ class Graph:
             ShapeError: an added node does not type-check.
         """
         removed = {id(n) for n in remove}
-        kept = [n for n in self._nodes if id(n) not in removed]
-        if len(kept) != len(self._nodes) - len(removed):
+        order = self.topological_order()
+        kept: list[Node] = []
+        for node in order:
+            if id(node) not in removed:
+                kept.append(node)
+        if len(kept) != len(order) - len(removed):
             raise GraphError("replace(): asked to remove a node that is not in the graph")
-        added = list(add)
+        added = _toposort_local(list(add))
         weights = self._weights if not new_weights else {**self._weights, **new_weights}
         types = dict(self._types)
-        for node in self._nodes:
+        for node in order:
             if id(node) in removed:
                 for out in node.outputs:
                     types.pop(out, None)
         if new_weights:
             types.update({k: TensorType.of(v) for k, v in new_weights.items()})
-        graph = Graph(self._inputs, weights, kept + added, self._outputs if outputs is None else outputs, types={}, meta=self.meta)
-        # NOTE: infer only the added nodes, in topological order among themselves.
-        pending = {id(n) for n in added}
-        for node in graph.topological_order():
-            if id(node) in pending:
-                if new_types and all(o in new_types for o in node.outputs):
-                    out_types = [new_types[o] for o in node.outputs]
-                else:
-                    out_types = node.op.infer([types[v] for v in node.inputs], node.params)
-                types.update(zip(node.outputs, out_types))
-        graph._types = types
+        for node in added:
+            if new_types and all(o in new_types for o in node.outputs):
+                out_types = [new_types[o] for o in node.outputs]
+            else:
+                try:
+                    in_types = [types[v] for v in node.inputs]
+                except KeyError as e:
+                    raise GraphError(f"{node.op.name} node {node.name!r} reads {e.args[0]!r}, which nothing defines") from None
+                out_types = node.op.infer(in_types, node.params)
+            types.update(zip(node.outputs, out_types))
+        # NOTE: the added nodes go right after the last kept node producing one of their
+        # inputs; when every kept consumer of their outputs comes later, that order is valid
+        # by construction (no O(n) sort). Otherwise the order is recomputed, which also
+        # detects a cycle the rewrite would create.
+        valid_at = self.insertion_point(removed, added)
+        if valid_at is not None:
+            cut = sum(1 for n in order[: valid_at + 1] if id(n) not in removed)
+            candidate = kept[:cut] + added + kept[cut:]
+        else:
+            candidate = kept + added
+        graph = Graph(self._inputs, weights, candidate, self._outputs if outputs is None else outputs, types=types, meta=self.meta)
+        if valid_at is not None:
+            graph.__dict__["_topo"] = tuple(candidate)
+        else:
+            graph.topological_order()
+        if "_node_sum" in self.__dict__:
+            delta = sum(n.signature for n in added) - sum(n.signature for n in order if id(n) in removed)
+            graph.__dict__["_node_sum"] = (self.__dict__["_node_sum"] + delta) % _KEY_MODULUS
         return graph
+
+    def search_key_after(self, removed: Iterable[Node], added: Iterable[Node], outputs: Sequence[str] | None = None) -> int:
+        """The :meth:`search_key` of ``self.replace(removed, added, outputs=outputs)``, without building it."""
+        self.search_key()
+        node_sum = (self.__dict__["_node_sum"] + sum(n.signature for n in added) - sum(n.signature for n in removed)) % _KEY_MODULUS
+        return (node_sum + _outputs_digest(self._outputs if outputs is None else outputs)) % _KEY_MODULUS
+
+    def insertion_point(self, removed: set[int], added: Sequence[Node]) -> int | None:
+        """Where added nodes can go in this graph's order so that it stays topological.
+
+        Returns the position after which they fit (after the last kept node producing one
+        of their inputs, when every kept consumer of their outputs comes later), or None
+        when no such single place exists and the order must be recomputed.
+
+        Raises:
+            GraphError: the replacement would create a cycle.
+        """
+        created = {o for n in added for o in n.outputs}
+        position = self._positions
+        last_input = max((position[id(p[0])] for n in added for v in n.inputs if v not in created
+                          for p in (self._producers.get(v),) if p is not None and id(p[0]) not in removed), default=-1)
+        first_use = min((position[id(user)] for o in created for user, _ in self.uses(o) if id(user) not in removed), default=len(position))
+        if last_input < first_use:
+            return last_input
+        self._reject_cycle(added, created, removed, first_use)
+        return None
+
+    def _reject_cycle(self, added: Sequence[Node], created: set[str], removed: set[int], first_use: int) -> None:
+        """Raises GraphError when an added node reads a value that depends on what the added nodes create.
+
+        Only kept nodes at or after the first consumer of a created value can depend on one,
+        so the walk up from the added nodes' inputs stays local.
+        """
+        position = self._positions
+        stack = [p[0] for n in added for v in n.inputs if v not in created
+                 for p in (self._producers.get(v),) if p is not None and id(p[0]) not in removed and position[id(p[0])] >= first_use]
+        seen: set[int] = set()
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            for v in node.inputs:
+                if v in created:
+                    raise GraphError(f"the rewrite would create a cycle through {node.op.name} node {node.name!r}")
+                p = self._producers.get(v)
+                if p is not None and id(p[0]) not in removed and position[id(p[0])] >= first_use:
+                    stack.append(p[0])
+
+    def search_key(self) -> int:
+        """A cheap identity for the search's seen-set: the sum of node signatures plus the outputs.
+
+        Unlike :meth:`structural_hash` it depends on value names; rewrites name new values
+        deterministically, so the same graph reached by two paths gets the same key, and a
+        rewrite updates the key from its parent's in time proportional to the rewrite.
+        """
+        if "_node_sum" not in self.__dict__:
+            self.__dict__["_node_sum"] = sum(n.signature for n in self._nodes) % _KEY_MODULUS
+        return (self.__dict__["_node_sum"] + _outputs_digest(self._outputs)) % _KEY_MODULUS
 
     def with_outputs(self, outputs: Sequence[str]) -> Graph:
         """Returns the same graph returning other values (for example an intermediate)."""
@@ -392,6 +482,37 @@ class Graph:
         from .execute import run
 
         return run(self, inputs)
+
+
+_KEY_MODULUS = 1 << 128
+
+
+def _outputs_digest(outputs: Sequence[str]) -> int:
+    return int.from_bytes(hashlib.blake2b("\0".join(outputs).encode(), digest_size=16).digest(), "little")
+
+
+def _toposort_local(nodes: list[Node]) -> list[Node]:
+    """Orders nodes among themselves (values they do not define count as available)."""
+    if len(nodes) < 2:
+        return nodes
+    produced = {o: i for i, n in enumerate(nodes) for o in n.outputs}
+    order, state = [], [0] * len(nodes)
+
+    def visit(i: int) -> None:
+        if state[i] == 2:
+            return
+        if state[i] == 1:
+            raise GraphError(f"the added nodes form a cycle through {nodes[i].op.name}")
+        state[i] = 1
+        for v in nodes[i].inputs:
+            if v in produced:
+                visit(produced[v])
+        state[i] = 2
+        order.append(nodes[i])
+
+    for i in range(len(nodes)):
+        visit(i)
+    return order
 
 
 def value_digests(graph: Graph) -> dict[str, bytes]:

@@ -13,16 +13,16 @@ source values' names, so consumers outside the pattern stay wired untouched.
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from .errors import TasoError
-from .ir import Graph, Node, Params
+from .ir import Graph, Node, Params, TensorType
 from .ops import COMMUTATIVE, get
 from .rules import Rule, resolve_expr
 
-__all__ = ["CompiledRule", "Match", "find_matches", "apply_match", "rewrites"]
+__all__ = ["CompiledRule", "Match", "Plan", "find_matches", "plan_match", "apply_match", "plans", "rewrites"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,7 @@ class CompiledRule:
 
     def __init__(self, rule: Rule):
         self.rule = rule
+        self.rule_id = rule.id
         self.variables = frozenset(i.name for i in rule.inputs)
         shape_params: dict[int, set[str]] = {}
         for p in rule.params:
@@ -185,11 +186,50 @@ def _complete_match_ok(graph: Graph, crule: CompiledRule, nodes: tuple[Node, ...
     return True
 
 
-_counter = itertools.count()
+@dataclass
+class Plan:
+    """A rewrite decided but not yet built: enough to price it and key it without an O(n) graph copy.
+
+    The search keeps plans in its queue and builds (:meth:`materialize`) only the graphs it
+    pops, so a graph with hundreds of possible rewrites costs hundreds of small plans, not
+    hundreds of graph copies.
+    """
+
+    parent: Graph
+    removed: tuple[Node, ...]
+    added: tuple[Node, ...]  # topologically ordered among themselves
+    outputs: tuple[str, ...] | None  # new graph outputs when a rewrite renames one
+    types: dict[str, TensorType]  # types of the values the added nodes create
+
+    def type(self, value: str) -> TensorType:
+        t = self.types.get(value)
+        return t if t is not None else self.parent.type(value)
+
+    @property
+    def meta(self):
+        return self.parent.meta
+
+    def key(self) -> int:
+        """The built graph's :meth:`Graph.search_key`, computed from the parent's."""
+        return self.parent.search_key_after(self.removed, self.added, self.outputs)
+
+    def materialize(self) -> Graph | None:
+        """The rewritten graph, or None when building it reveals a cycle."""
+        try:
+            return self.parent.replace(remove=self.removed, add=self.added, outputs=self.outputs, new_types=self.types)
+        except TasoError:
+            return None
 
 
-def apply_match(graph: Graph, match: Match) -> Graph | None:
-    """The graph with the match replaced by the rule's target, or None when the rewrite is not safe."""
+def _match_tag(crule: CompiledRule, match: Match) -> str:
+    """A short deterministic tag for the values a rewrite creates: the same rewrite at the
+    same place names them alike, so graphs reached by different paths compare equal."""
+    text = crule.rule_id + "|" + "|".join(f"{k}={v}" for k, v in sorted(match.values.items()))
+    return hashlib.blake2b(text.encode(), digest_size=5).hexdigest()
+
+
+def plan_match(graph: Graph, match: Match) -> Plan | None:
+    """Builds the target's nodes for a match and type-checks them; None when the rewrite does not fit."""
     crule, rule = match.rule, match.rule.rule
     values = match.values
     shapes = {v: graph.type(values[v]).shape for v in crule.variables}
@@ -200,21 +240,30 @@ def apply_match(graph: Graph, match: Match) -> Graph | None:
         # Target values: mapped outputs keep the source's graph names, inputs are the bindings.
         names: dict[str, str] = {v: values[v] for v in crule.variables}
         renames: dict[str, str] = {}  # graph value -> replacement, when a target output is not a new value
-        serial = next(_counter)
+        tag = _match_tag(crule, match)
         for s, t in rule.outputs:
             if t in crule.variables or t in names:
                 renames[values[s]] = names[t]
             else:
                 names[t] = values[s]
+        label = rule.name or crule.rule_id
+        types: dict[str, TensorType] = {}
         new_nodes = []
         for i, (op, rn) in enumerate(zip(crule.target_ops, rule.target)):
             params = op.make_params(**{**rn.params, **overrides.get(i, {})})
             outs = []
             for o in rn.outputs:
                 if o not in names:
-                    names[o] = f"{o}~{serial}"
+                    names[o] = f"{o}~{tag}"
                 outs.append(names[o])
-            new_nodes.append(Node(op, params, tuple(names[x] for x in rn.inputs), tuple(outs), f"{rule.name or rule.id}/{i}"))
+            node = Node(op, params, tuple(names[x] for x in rn.inputs), tuple(outs), f"{label}/{i}")
+            types.update(zip(node.outputs, op.infer([types.get(v) or graph.type(v) for v in node.inputs], params)))
+            new_nodes.append(node)
+        for s, _ in rule.outputs:
+            old = values[s]
+            new = renames.get(old, old)
+            if (types.get(new) or graph.type(new)) != graph.type(old):
+                return None
         remove = list(match.nodes)
         outputs = None
         if renames:
@@ -222,25 +271,34 @@ def apply_match(graph: Graph, match: Match) -> Graph | None:
             matched = {id(n) for n in match.nodes}
             for value in renames:
                 for user, _ in graph.uses(value):
-                    if id(user) in matched or user in remove:
+                    if id(user) in matched or any(user is r for r in remove):
                         continue
                     remove.append(user)
                     new_nodes.append(Node(user.op, user.params, tuple(renames.get(v, v) for v in user.inputs), user.outputs, user.name))
-            outputs = [renames.get(o, o) for o in graph.outputs]
-        new = graph.replace(remove=remove, add=new_nodes, outputs=outputs)
-        for s, _ in rule.outputs:
-            old = values[s]
-            if new.type(renames.get(old, old)) != graph.type(old):
-                return None
-        new.topological_order()
+            outputs = tuple(renames.get(o, o) for o in graph.outputs)
+        graph.insertion_point({id(n) for n in remove}, new_nodes)  # raises when the rewrite closes a cycle
     except TasoError:
         return None
-    return new
+    return Plan(graph, tuple(remove), tuple(new_nodes), outputs, types)
+
+
+def apply_match(graph: Graph, match: Match) -> Graph | None:
+    """The graph with the match replaced by the rule's target, or None when the rewrite is not safe."""
+    plan = plan_match(graph, match)
+    return None if plan is None else plan.materialize()
+
+
+def plans(graph: Graph, crule: CompiledRule) -> Iterator[Plan]:
+    """A plan for every match of the rule whose target fits."""
+    for match in find_matches(graph, crule):
+        plan = plan_match(graph, match)
+        if plan is not None:
+            yield plan
 
 
 def rewrites(graph: Graph, crule: CompiledRule) -> Iterator[Graph]:
-    """Every graph obtained by applying the rule once, at each match."""
-    for match in find_matches(graph, crule):
-        new = apply_match(graph, match)
+    """Every graph obtained by applying the rule once, at each safe match."""
+    for plan in plans(graph, crule):
+        new = plan.materialize()
         if new is not None:
             yield new

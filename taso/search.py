@@ -20,7 +20,7 @@ from enum import Enum
 
 from .cost import CostModel
 from .ir import Graph
-from .rewrite import CompiledRule, rewrites
+from .rewrite import CompiledRule, Plan, plans
 from .rules import Rule
 
 __all__ = ["SearchConfig", "SearchReport", "StopReason", "Step", "search"]
@@ -118,8 +118,9 @@ def search(
     best, best_cost = graph, cost_model.graph_cost(graph)
     report = SearchReport(StopReason.SATURATED, best_cost, best_cost)
     tie = itertools.count()
-    queue: list[tuple[float, int, Graph, tuple[Step, ...]]] = [(best_cost, next(tie), graph, ())]
-    seen = {graph.structural_hash()}
+    # Queue entries hold a graph or a plan (a rewrite not built yet): only popped plans are built.
+    queue: list[tuple[float, int, Graph | Plan, tuple[Step, ...]]] = [(best_cost, next(tie), graph, ())]
+    seen = {graph.search_key()}
     best_trace: tuple[Step, ...] = ()
     while queue:
         if report.expanded >= config.budget:
@@ -128,38 +129,47 @@ def search(
         if time.perf_counter() - start > config.time_limit:
             report.stop_reason = StopReason.TIME_LIMIT
             break
-        _, _, current, trace = heapq.heappop(queue)
+        current_cost, _, entry, trace = heapq.heappop(queue)
+        current = entry.materialize() if isinstance(entry, Plan) else entry
+        if current is None:
+            continue  # building it revealed a cycle
+        if isinstance(entry, Plan) and current_cost < best_cost:
+            best, best_cost, best_trace = current, current_cost, trace
         report.expanded += 1
         for crule in compiled:
             if not current.nodes_of(crule.anchor_op):
                 continue
             label = _rule_label(crule.rule)
             t0 = time.perf_counter()
-            for new in rewrites(current, crule):
+            for plan in plans(current, crule):
                 t1 = time.perf_counter()
                 report.seconds_rewriting += t1 - t0
                 report.generated += 1
                 report.fired[label] += 1
-                cost = cost_model.graph_cost(new)
+                cost = cost_model.rewrite_cost(current, current_cost, plan.removed, plan.added, plan)
                 t0 = time.perf_counter()
                 report.seconds_costing += t0 - t1
                 if cost >= config.alpha * best_cost:
                     continue
-                digest = new.structural_hash()
+                digest = plan.key()
                 if digest in seen:
                     continue
                 seen.add(digest)
                 report.accepted += 1
-                step_trace = trace + (Step(label, cost),)
-                heapq.heappush(queue, (cost, next(tie), new, step_trace))
-                if cost < best_cost:
-                    best, best_cost, best_trace = new, cost, step_trace
+                heapq.heappush(queue, (cost, next(tie), plan, trace + (Step(label, cost),)))
             report.seconds_rewriting += time.perf_counter() - t0
         if len(queue) > config.max_queue:
             queue = heapq.nsmallest(config.max_queue, queue)
             heapq.heapify(queue)
         if progress is not None:
             progress(report.expanded, best_cost)
+    # Cheaper plans may still wait in the queue, unbuilt: build the cheapest that builds.
+    while queue and queue[0][0] < best_cost:
+        cost, _, entry, trace = heapq.heappop(queue)
+        built = entry.materialize() if isinstance(entry, Plan) else entry
+        if built is not None:
+            best, best_cost, best_trace = built, cost, trace
+            break
     report.best_cost = best_cost
     report.trace = list(best_trace)
     report.seconds = time.perf_counter() - start

@@ -46,8 +46,8 @@ class _WeightBound(AnalyticCost):
 class _MergingNeverPays(AnalyticCost):
     """A machine where moving data (concat, split) is ruinous: no merge may be kept."""
 
-    def measure(self, node, graph, key):
-        return 1.0 if node.op.name in ("concat", "split") else super().measure(node, graph, key)
+    def measure(self, node, graph, key, consts):
+        return 1.0 if node.op.name in ("concat", "split") else super().measure(node, graph, key, consts)
 
 
 def test_search_finds_a_cheaper_equivalent_graph():
