@@ -31,6 +31,7 @@ VARIANTS = ("original_noopt", "original_ortall", "taso_ortall")
 @dataclass
 class BenchRow:
     model: str
+    runtime: str
     threads: int
     nodes_before: int
     nodes_after: int
@@ -97,11 +98,57 @@ def bench_model(name: str, model: onnx.ModelProto, threads: int, args) -> BenchR
     }
     medians = _interleaved_medians(sessions, feeds, args.rounds)
     ms = {k: v * 1e3 for k, v in medians.items()}
-    return BenchRow(name, threads, len(graph), len(best), round(report.seconds, 2), round(report.predicted_speedup, 3), ms,
+    return BenchRow(name, "ort-cpu", threads, len(graph), len(best), round(report.seconds, 2), round(report.predicted_speedup, 3), ms,
                     medians["original_ortall"] / medians["taso_ortall"], medians["original_noopt"] / medians["taso_ortall"], dict(report.applied))
 
 
+def bench_model_gpu(name: str, model: onnx.ModelProto, args) -> BenchRow:
+    """Original vs optimized on the CuPy executor (CUDA events, interleaved), cross-checked on ONNX Runtime's CUDA provider."""
+    from .cost import make_cost_model
+    from .gpu import DeviceGraph, require_cupy, time_cuda
+    from .onnx import export_onnx, load_onnx
+    from .optimize import load_rules
+    from .search import SearchConfig, search
+    from .validate import compare_models, random_inputs
+
+    cp = require_cupy()
+    graph = load_onnx(model)
+    cost_model = make_cost_model(args.cost if args.cost != "ort-cpu" else "cupy")
+    try:
+        best, report = search(graph, load_rules(args.library), cost_model, SearchConfig(args.alpha, args.budget, args.time_limit))
+    finally:
+        cost_model.close()
+    optimized = export_onnx(best)
+    host_feeds = random_inputs(graph.inputs)
+    comparison = compare_models(model, optimized, [host_feeds])
+    if not comparison.ok:
+        raise TasoError(f"{name}: the optimized model does not match the original ({comparison.describe()}); not benchmarked")
+    feeds = {k: cp.asarray(v) for k, v in host_feeds.items()}
+    runners = {"cupy_original": DeviceGraph(graph, cp), "cupy_taso": DeviceGraph(best, cp)}
+    samples: dict[str, list[float]] = {k: [] for k in runners}
+    for _ in range(args.rounds):
+        for key, runner in runners.items():
+            samples[key].append(time_cuda(cp, lambda r=runner: r(feeds), repeat=10))
+    ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+    if "CUDAExecutionProvider" in ort.get_available_providers():  # an independent GPU runtime
+        for key, data in (("ort_cuda_original", model.SerializeToString()), ("ort_cuda_taso", optimized.SerializeToString())):
+            session = ort.InferenceSession(data, providers=["CUDAExecutionProvider"])
+            from .cost_ort import time_session
+
+            ms[key] = time_session(session, host_feeds, min_total=0.2) * 1e3
+    return BenchRow(name, "cupy", 1, len(graph), len(best), round(report.seconds, 2), round(report.predicted_speedup, 3), ms,
+                    ms["cupy_original"] / ms["cupy_taso"], ms.get("ort_cuda_original", float("nan")) / ms.get("ort_cuda_taso", float("nan")),
+                    dict(report.applied))
+
+
 def _markdown(rows: list[BenchRow], hardware: str) -> str:
+    if rows and rows[0].runtime == "cupy":
+        lines = [f"Hardware: {hardware}", "", "| model | CuPy original (ms) | CuPy taso (ms) | speedup | ORT-CUDA speedup (cross-check) | nodes | search (s) |",
+                 "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r.model} | {r.ms['cupy_original']:.3f} | {r.ms['cupy_taso']:.3f} | {r.speedup_vs_ortall:.2f}x | "
+                  f"{'n/a (no CUDA provider)' if r.speedup_vs_noopt != r.speedup_vs_noopt else f'{r.speedup_vs_noopt:.2f}x'} | {r.nodes_before} -> {r.nodes_after} | {r.search_seconds:.1f} |" for r in rows]
+        lines.append(f"\nGeometric mean speedup on the CuPy executor: {statistics.geometric_mean([r.speedup_vs_ortall for r in rows]):.3f}x over {len(rows)} models")
+        return "\n".join(lines) + "\n"
     lines = [f"Hardware: {hardware}", "",
              "| model | threads | ORT no-opt (ms) | ORT all (ms) | taso + ORT all (ms) | speedup vs ORT all | nodes | search (s) |",
              "|---|---|---|---|---|---|---|---|"]
@@ -121,6 +168,17 @@ def _chart(rows: list[BenchRow], hardware: str, path: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    if rows and rows[0].runtime == "cupy":
+        fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
+        ax.bar([r.model for r in rows], [r.speedup_vs_ortall for r in rows], label="taso on the CuPy executor")
+        ax.axhline(1.0, color="black", linewidth=0.6)
+        ax.set_ylabel("speedup over the original graph")
+        ax.set_title(f"taso on {hardware}", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return
 
     labels = [f"{r.model}\n{r.threads}t" for r in rows]
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
@@ -154,6 +212,8 @@ def add_parser(sub) -> None:
     p.add_argument("--time-limit", type=float, default=SearchConfig.time_limit)
     p.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds per variant (default %(default)s)")
     p.add_argument("--batch", type=int, default=1, help="batch size for zoo models (default 1)")
+    p.add_argument("--runtime", choices=("ort-cpu", "cupy"), default="ort-cpu",
+                   help="ort-cpu: ONNX Runtime on the CPU vs its own optimizer; cupy: the CuPy executor on the GPU (costs from --cost, default cupy)")
     p.set_defaults(func=run)
 
 
@@ -167,10 +227,20 @@ def run(args: argparse.Namespace) -> int:
     if not threads or any(t < 1 for t in threads):
         raise TasoError(f"--threads {args.threads!r}: expected comma-separated positive integers, e.g. 1,2")
     os.makedirs(args.out, exist_ok=True)
-    hardware = f"{cpu_name()}, onnxruntime {ort.__version__}"
+    if args.runtime == "cupy":
+        from .gpu import gpu_fingerprint, require_cupy
+
+        hardware = gpu_fingerprint(require_cupy())
+    else:
+        hardware = f"{cpu_name()}, onnxruntime {ort.__version__}"
     rows = []
     for name in args.models:
         label, model = _load_model(name, args.batch)
+        if args.runtime == "cupy":
+            row = bench_model_gpu(label, model, args)
+            rows.append(row)
+            print(f"{label:<16} CuPy {row.ms['cupy_original']:.3f} ms -> {row.ms['cupy_taso']:.3f} ms  {row.speedup_vs_ortall:.2f}x", file=sys.stderr)
+            continue
         for t in threads:
             started = time.perf_counter()
             row = bench_model(label, model, t, args)

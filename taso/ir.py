@@ -477,11 +477,11 @@ class Graph:
         return self.__dict__["_shash"]
 
     # ---- execution -----------------------------------------------------------------------
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Runs the graph on the NumPy reference executor; returns outputs by export name."""
+    def run(self, inputs: Mapping[str, np.ndarray], device=None) -> dict[str, np.ndarray]:
+        """Runs the graph on the reference executor (NumPy, or ``device=cupy``); returns host outputs by export name."""
         from .execute import run
 
-        return run(self, inputs)
+        return run(self, inputs, device)
 
 
 _KEY_MODULUS = 1 << 128

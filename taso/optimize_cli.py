@@ -62,12 +62,12 @@ def run(args: argparse.Namespace) -> int:
     from .validate import compare_models, load_inputs, random_inputs
 
     _check_paths(args)
+    cost_model = make_cost_model(args.cost, threads=args.threads)  # fail fast: no GPU, unknown model
     graph = load_onnx(args.input, parse_input_shapes(args.input_shape))
     rules = load_rules(args.library)
     input_sets = [random_inputs(graph.inputs, seed) for seed in (0, 1)]
     if args.inputs:
         input_sets.append(load_inputs(args.inputs, graph.inputs))
-    cost_model = make_cost_model(args.cost, threads=args.threads)
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
     say(f"taso: {len(graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
     bar = None

@@ -146,10 +146,14 @@ class Op:
         return [out] if isinstance(out, TensorType) else list(out)
 
     def evaluate(self, arrays: Sequence[np.ndarray], params: Params) -> list[np.ndarray]:
-        """Runs the reference semantics; always returns a list of arrays."""
+        """Runs the reference semantics; always returns a list of arrays.
+
+        The semantics are written against NumPy's API; device arrays (CuPy) flow through
+        the same code by NumPy's dispatch protocols and stay on the device.
+        """
         with np.errstate(all="ignore"):
             out = self.numpy_impl(arrays, params)
-        return [np.asarray(o) for o in out] if isinstance(out, (list, tuple)) else [np.asarray(out)]
+        return [as_array(o) for o in out] if isinstance(out, (list, tuple)) else [as_array(out)]
 
 
     def evaluate_exact(self, arrays: Sequence[np.ndarray], params: Params) -> list[np.ndarray]:
@@ -167,6 +171,25 @@ class Op:
         out = self.exact_impl(arrays, params)
         outs = [np.asarray(o) for o in out] if isinstance(out, (list, tuple)) else [np.asarray(out)]
         return [np.mod(o, FINGERPRINT_PRIME).astype(np.int64) for o in outs]
+
+
+def is_device_array(value) -> bool:
+    """True for arrays living on a GPU (CuPy), which NumPy must not copy to the host."""
+    return hasattr(value, "__cuda_array_interface__")
+
+
+def as_array(value):
+    """An array from an op's result: device arrays as they are, anything else through np.asarray."""
+    return value if is_device_array(value) else np.asarray(value)
+
+
+def array_module(*arrays):
+    """The module that made the arrays: cupy for device arrays, numpy otherwise."""
+    if any(is_device_array(a) for a in arrays):
+        import cupy
+
+        return cupy
+    return np
 
 
 # The prime of the exact fingerprint arithmetic: below 2**26, so a product of two residues

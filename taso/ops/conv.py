@@ -6,7 +6,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..ir import TensorType
-from .base import FINGERPRINT_PRIME, OnnxMapping, Param, define, modular_inverse, require
+from .base import FINGERPRINT_PRIME, OnnxMapping, Param, array_module, define, modular_inverse, require
 from .elementwise import ACTIVATION_PARAM, apply_activation, emit_with_activation, exact_with_activation
 
 
@@ -202,7 +202,8 @@ def _avg_pool(xs, p):
     extra = _ceil_extra(x.shape, p)
     args = (p["kernel"], p["strides"], p["pads"], p["dilations"])
     total = _windows(x.astype(np.float64), *args, 0.0, extra).sum(axis=(4, 5))
-    return (total / _avg_pool_divisors(x.shape, p)).astype(x.dtype)
+    divisors = _avg_pool_divisors(x.shape, p)
+    return (total / array_module(total).asarray(divisors)).astype(x.dtype)
 
 
 def _import_pool(kind: str):

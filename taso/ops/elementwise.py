@@ -7,11 +7,19 @@ import math
 import numpy as np
 
 from ..ir import Params, TensorType
-from .base import ACTIVATIONS, FINGERPRINT_PRIME, OnnxMapping, Param, define, define_importer, require, same_type
+from .base import ACTIVATIONS, FINGERPRINT_PRIME, OnnxMapping, Param, array_module, as_array, define, define_importer, require, same_type
 
 # ---- unary operators: one table row each -----------------------------------------------------
 
-_erf = np.vectorize(math.erf, otypes=[np.float64])
+_host_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def _erf(x):
+    if array_module(x) is np:
+        return _host_erf(x)
+    import cupyx.scipy.special
+
+    return cupyx.scipy.special.erf(x.astype("float64"))
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -19,12 +27,12 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def _cast_like(fn):
-    return lambda x: np.asarray(fn(x)).astype(x.dtype, copy=False)
+    return lambda x: as_array(fn(x)).astype(x.dtype, copy=False)
 
 
 # name -> (NumPy semantics, ONNX op type, groups)
 _UNARY = {
-    "relu": (lambda x: np.maximum(x, np.zeros((), x.dtype)), "Relu", ("activation", "elementwise", "unary")),
+    "relu": (lambda x: np.maximum(x, x.dtype.type(0)), "Relu", ("activation", "elementwise", "unary")),
     "sigmoid": (_sigmoid, "Sigmoid", ("activation", "elementwise", "unary")),
     "tanh": (np.tanh, "Tanh", ("activation", "elementwise", "unary")),
     "erf": (_cast_like(_erf), "Erf", ("elementwise", "unary")),
@@ -127,7 +135,7 @@ ACTIVATION_PARAM = Param("activation", "str", "none", ACTIVATIONS)
 
 def _leaky_relu(xs, p):
     x = xs[0]
-    return np.where(x >= 0, x, x * np.asarray(p["alpha"], x.dtype)).astype(x.dtype, copy=False)
+    return np.where(x >= 0, x, x * x.dtype.type(p["alpha"])).astype(x.dtype, copy=False)
 
 
 def _import_leaky_relu(ctx) -> bool:
@@ -149,7 +157,7 @@ leaky_relu = define(
 
 def _hard_sigmoid(xs, p):
     x = xs[0]
-    return np.clip(x * np.asarray(p["alpha"], x.dtype) + np.asarray(p["beta"], x.dtype), 0, 1).astype(x.dtype, copy=False)
+    return np.clip(x * x.dtype.type(p["alpha"]) + x.dtype.type(p["beta"]), 0, 1).astype(x.dtype, copy=False)
 
 
 hard_sigmoid = define(
@@ -235,8 +243,10 @@ def _clip(xs, p):
     x = xs[0]
     lo = -np.inf if p["min"] is None else p["min"]
     hi = np.inf if p["max"] is None else p["max"]
-    return np.clip(x, np.asarray(lo).astype(x.dtype) if np.isfinite(lo) or x.dtype.kind == "f" else np.iinfo(x.dtype).min,
-                   np.asarray(hi).astype(x.dtype) if np.isfinite(hi) or x.dtype.kind == "f" else np.iinfo(x.dtype).max).astype(x.dtype, copy=False)
+    if x.dtype.kind != "f":  # integer bounds: infinities become the type's limits
+        lo = np.iinfo(x.dtype).min if not np.isfinite(lo) else lo
+        hi = np.iinfo(x.dtype).max if not np.isfinite(hi) else hi
+    return np.clip(x, x.dtype.type(lo), x.dtype.type(hi)).astype(x.dtype, copy=False)
 
 
 def _import_clip(ctx) -> bool:
@@ -368,7 +378,7 @@ for _name, (_fn, _onnx_type, _groups) in _BINARY.items():
         _name,
         arity=2,
         shape=_pow_shape if _name == "pow" else broadcast_shape,
-        numpy=(lambda fn: lambda xs, p: np.asarray(fn(xs[0], xs[1])))(_fn),
+        numpy=(lambda fn: lambda xs, p: as_array(fn(xs[0], xs[1])))(_fn),
         onnx=OnnxMapping((_onnx_type,), _binary_importer(_name), _exporter_as(_onnx_type)),
         groups=_groups,
         doc=f"element-wise {_name} with NumPy broadcasting",

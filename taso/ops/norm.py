@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import OnnxMapping, Param, define, normalize_axis, require, same_type
+from .base import OnnxMapping, Param, as_array, define, normalize_axis, require, same_type
 
 
 def _batch_norm_shape(types, p) -> TensorType:
@@ -157,7 +157,7 @@ def _reduce_shape(types, p) -> TensorType:
 def _reduce(fn):
     def impl(xs, p):
         x = xs[0]
-        return np.asarray(fn(x, axis=p["axes"], keepdims=bool(p["keepdims"]))).astype(x.dtype)
+        return as_array(fn(x, axis=p["axes"], keepdims=bool(p["keepdims"]))).astype(x.dtype)
 
     return impl
 

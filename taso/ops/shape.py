@@ -348,7 +348,7 @@ def _pad(xs, p):
     x = x[crop]
     width = [(max(0, pads[i]), max(0, pads[i + rank])) for i in range(rank)]
     if p["mode"] == "constant":
-        return np.pad(x, width, mode="constant", constant_values=np.asarray(p["value"]).astype(x.dtype))
+        return np.pad(x, width, mode="constant", constant_values=x.dtype.type(p["value"]))
     return np.pad(x, width, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[p["mode"]])
 
 

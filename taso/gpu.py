@@ -1,0 +1,78 @@
+"""GPU support through CuPy: device detection, the device executor, CUDA-event timing, the GPU fingerprint.
+
+Everything here imports CuPy lazily, so taso installs and runs without a GPU; functions
+that need one raise a TasoError that says how to get it (``pip install 'taso[gpu]'`` with
+the CuPy wheel matching the CUDA major version: cupy-cuda12x or cupy-cuda13x).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping
+from types import ModuleType
+
+import numpy as np
+
+from .errors import TasoError
+from .execute import run_values, to_host
+from .ir import Graph
+
+__all__ = ["cupy_or_none", "require_cupy", "gpu_fingerprint", "time_cuda", "DeviceGraph"]
+
+
+def cupy_or_none() -> ModuleType | None:
+    """CuPy when it is installed and sees at least one GPU, else None."""
+    try:
+        import cupy
+
+        return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
+    except Exception:  # noqa: BLE001 - ImportError, CUDA driver errors, no device
+        return None
+
+
+def require_cupy() -> ModuleType:
+    cp = cupy_or_none()
+    if cp is None:
+        raise TasoError("no usable GPU: install CuPy for your CUDA major version (pip install 'taso[gpu]', "
+                        "or cupy-cuda13x for CUDA 13) on a machine with an NVIDIA GPU")
+    return cp
+
+
+def gpu_fingerprint(cp: ModuleType) -> str:
+    """GPU name, driver, CUDA runtime and CuPy versions: what measured GPU costs depend on."""
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    return f"cupy|{name}|driver {cp.cuda.runtime.driverGetVersion()}|cuda {cp.cuda.runtime.runtimeGetVersion()}|cupy {cp.__version__}"
+
+
+def time_cuda(cp: ModuleType, fn: Callable[[], object], warmup: int = 3, repeat: int = 20) -> float:
+    """Median seconds of ``fn`` measured with CUDA events (device time, launch gaps included)."""
+    for _ in range(warmup):
+        fn()
+    cp.cuda.Device().synchronize()
+    times = []
+    for _ in range(repeat):
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    return statistics.median(times)
+
+
+class DeviceGraph:
+    """A graph with its weights resident on the device, ready to run many times without host round trips."""
+
+    def __init__(self, graph: Graph, cp: ModuleType):
+        self.graph, self.cp = graph, cp
+        self.weights = {k: cp.asarray(v) for k, v in graph.weights.items()}
+
+    def __call__(self, inputs: Mapping[str, object]) -> dict[str, object]:
+        """Runs on device inputs; returns device outputs by value name."""
+        return run_values(self.graph, inputs, device=self.cp, weights=self.weights)
+
+    def run_host(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        values = self({k: self.cp.asarray(v) for k, v in inputs.items()})
+        names = self.graph.meta.output_names or self.graph.outputs
+        return {n: to_host(values[v]) for n, v in zip(names, self.graph.outputs)}
