@@ -41,12 +41,15 @@ class SearchConfig:
         budget: the most graphs to expand (pop and rewrite).
         time_limit: wall-clock seconds.
         max_queue: the most graphs waiting in the queue (the costliest are dropped).
+        lazy: keep unbuilt plans in the queue and build only popped ones (False builds every
+            accepted rewrite at once, as a naive implementation would: for benchmarks).
     """
 
     alpha: float = 1.05
     budget: int = 200
     time_limit: float = 60.0
     max_queue: int = 2000
+    lazy: bool = True
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,7 @@ def search(
         current = entry.materialize() if isinstance(entry, Plan) else entry
         if current is None:
             continue  # building it revealed a cycle
-        if isinstance(entry, Plan) and current_cost < best_cost:
+        if current_cost < best_cost:
             best, best_cost, best_trace = current, current_cost, trace
         report.expanded += 1
         for crule in compiled:
@@ -156,7 +159,9 @@ def search(
                     continue
                 seen.add(digest)
                 report.accepted += 1
-                heapq.heappush(queue, (cost, next(tie), plan, trace + (Step(label, cost),)))
+                entry = plan if config.lazy else plan.materialize()
+                if entry is not None:
+                    heapq.heappush(queue, (cost, next(tie), entry, trace + (Step(label, cost),)))
             report.seconds_rewriting += time.perf_counter() - t0
         if len(queue) > config.max_queue:
             queue = heapq.nsmallest(config.max_queue, queue)
