@@ -266,6 +266,12 @@ class Graph:
             index.setdefault(node.op.name, []).append(node)
         return index
 
+    def op_param_set(self) -> frozenset[tuple[str, Params]]:
+        """The (op name, params) pairs present: lets the search skip rules that cannot match."""
+        if "_op_params" not in self.__dict__:
+            self.__dict__["_op_params"] = frozenset((n.op.name, n.params) for n in self._nodes)
+        return self.__dict__["_op_params"]
+
     def nodes_of(self, op_name: str) -> list[Node]:
         """The nodes applying one operator (an index the matcher anchors on)."""
         return self._by_op.get(op_name, [])
@@ -405,6 +411,33 @@ class Graph:
             return last_input
         self._reject_cycle(added, created, removed, first_use)
         return None
+
+    def depends_on(self, values: Iterable[str], targets: set[str]) -> bool:
+        """Whether any of ``values`` is computed (transitively) from any of ``targets``.
+
+        The walk only visits producers after the earliest producer of a target in the
+        topological order, so it stays local to the region between them.
+        """
+        position = self._positions
+        starts = [self._producers[t][0] for t in targets if t in self._producers]
+        if not starts:
+            return False
+        first = min(position[id(n)] for n in starts)
+        stack = [p[0] for v in values for p in (self._producers.get(v),) if p is not None and position[id(p[0])] >= first]
+        seen: set[int] = set()
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            for v in node.outputs:
+                if v in targets:
+                    return True
+            for v in node.inputs:
+                p = self._producers.get(v)
+                if p is not None and position[id(p[0])] >= first:
+                    stack.append(p[0])
+        return False
 
     def _reject_cycle(self, added: Sequence[Node], created: set[str], removed: set[int], first_use: int) -> None:
         """Raises GraphError when an added node reads a value that depends on what the added nodes create.

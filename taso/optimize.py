@@ -32,7 +32,26 @@ def load_rules(path: str | None = None) -> list[Rule]:
     proved = [r for r in library.rules if r.status == "proved"]
     if not proved:
         raise TasoError(f"{path}: holds no proved rule ({len(library.rules)} rules, none proved); run `taso verify` on it first")
-    return proved
+    return both_directions(proved)
+
+
+def both_directions(rules: Sequence[Rule]) -> list[Rule]:
+    """Each rule and its reverse (a proof of source = target proves target = source).
+
+    The reverse is kept only when its new source reads every input (otherwise matching
+    could not bind them); duplicates by content are dropped.
+    """
+    seen: set[str] = set()
+    out: list[Rule] = []
+    for rule in rules:
+        for candidate in (rule, rule.reversed()):
+            variables = {i.name for i in candidate.inputs}
+            read = {v for n in candidate.source for v in n.inputs}
+            key = candidate.canonical()
+            if variables <= read and key not in seen:
+                seen.add(key)
+                out.append(candidate)
+    return out
 
 
 def optimize_with_report(

@@ -62,7 +62,16 @@ class CompiledRule:
         self.order = self._matching_order()
         self.mapped = {s for s, _ in rule.outputs}
         self.target_ops = [get(rn.op) for rn in rule.target]
+        self.target_params = [op.make_params(**rn.params) for op, rn in zip(self.target_ops, rule.target)]
+        self.interior = {v for rn in rule.source for v in rn.outputs}
         self.anchor_op = self.nodes[self.order[0]].op_name
+        # What a graph must contain for a match to be possible: checked in O(pattern size).
+        self.requirements = tuple({(n.op_name, n.literal) for n in nodes})
+
+    def may_match(self, graph: Graph) -> bool:
+        """A cheap necessary condition: every pattern op (with its exact params, when literal) occurs in the graph."""
+        present = graph.op_param_set()
+        return all((op, params) in present if params is not None else bool(graph.nodes_of(op)) for op, params in self.requirements)
 
     def _matching_order(self) -> list[int]:
         """Pattern nodes ordered so that each one after the first shares a value with an earlier one."""
@@ -232,6 +241,10 @@ def plan_match(graph: Graph, match: Match) -> Plan | None:
     """Builds the target's nodes for a match and type-checks them; None when the rewrite does not fit."""
     crule, rule = match.rule, match.rule.rule
     values = match.values
+    # A variable computed from the pattern's own outputs (two matmuls of consecutive RNN
+    # steps, say) would close a cycle: reject it before building anything.
+    if len(match.nodes) > 1 and graph.depends_on((values[v] for v in crule.variables), {values[v] for v in crule.interior}):
+        return None
     shapes = {v: graph.type(values[v]).shape for v in crule.variables}
     try:
         overrides: dict[int, dict] = {}
@@ -250,7 +263,7 @@ def plan_match(graph: Graph, match: Match) -> Plan | None:
         types: dict[str, TensorType] = {}
         new_nodes = []
         for i, (op, rn) in enumerate(zip(crule.target_ops, rule.target)):
-            params = op.make_params(**{**rn.params, **overrides.get(i, {})})
+            params = crule.target_params[i].replace(**overrides[i]) if i in overrides else crule.target_params[i]
             outs = []
             for o in rn.outputs:
                 if o not in names:

@@ -151,6 +151,19 @@ class Rule:
     def size(self) -> tuple[int, int]:
         return len(self.source), len(self.target)
 
+    def reversed(self) -> Rule:
+        """The same equality read right to left (as sound as the rule: equality is symmetric)."""
+        flip = {"source": "target", "target": "source"}
+        return replace(
+            self,
+            source=self.target,
+            target=self.source,
+            outputs=tuple((t, s) for s, t in self.outputs),
+            params=tuple({**p, "side": flip[p["side"]]} for p in self.params),
+            name=f"{self.name}~reversed" if self.name else "",
+            extra={**self.extra, "reversed_from": self.id},
+        )
+
     def with_status(self, status: str, proof: Mapping[str, Any] | None = None) -> Rule:
         if status not in STATUSES:
             raise ValueError(f"status must be one of {STATUSES}")

@@ -140,7 +140,7 @@ def search(
             best, best_cost, best_trace = current, current_cost, trace
         report.expanded += 1
         for crule in compiled:
-            if not current.nodes_of(crule.anchor_op):
+            if not crule.may_match(current):
                 continue
             label = _rule_label(crule.rule)
             t0 = time.perf_counter()
