@@ -73,11 +73,19 @@ class CompiledRule:
         present = graph.op_param_set()
         return all((op, params) in present if params is not None else bool(graph.nodes_of(op)) for op, params in self.requirements)
 
-    def _matching_order(self) -> list[int]:
+    def order_from(self, start: int) -> list[int]:
+        """A matching order that begins with pattern node ``start`` (for matching seeded at a graph node)."""
+        cache = self.__dict__.setdefault("_orders", {})
+        if start not in cache:
+            cache[start] = self._matching_order(start)
+        return cache[start]
+
+    def _matching_order(self, start: int | None = None) -> list[int]:
         """Pattern nodes ordered so that each one after the first shares a value with an earlier one."""
-        # Anchor on a node producing a mapped output: the pattern's root(s) are the rarest to match.
-        mapped = {s for s, _ in self.rule.outputs}
-        start = next((n.index for n in reversed(self.nodes) if set(n.outputs) & mapped), len(self.nodes) - 1)
+        if start is None:
+            # Anchor on a node producing a mapped output: the pattern's root(s) are the rarest to match.
+            mapped = {s for s, _ in self.rule.outputs}
+            start = next((n.index for n in reversed(self.nodes) if set(n.outputs) & mapped), len(self.nodes) - 1)
         order, seen_values = [start], set(self.nodes[start].inputs) | set(self.nodes[start].outputs)
         while len(order) < len(self.nodes):
             for n in self.nodes:
@@ -123,9 +131,13 @@ def _candidates(graph: Graph, crule: CompiledRule, p: _PatternNode, values: dict
     return graph.nodes_of(p.op_name)
 
 
-def find_matches(graph: Graph, crule: CompiledRule) -> Iterator[Match]:
-    """Every match of the rule's source in the graph (each set of nodes once per binding)."""
-    order = crule.order
+def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | None = None) -> Iterator[Match]:
+    """Every match of the rule's source in the graph (each set of nodes once per binding).
+
+    With ``seed = (pattern index, node)``, only the matches where that pattern node is that
+    graph node: how the search finds the matches a rewrite created without rematching all.
+    """
+    order = crule.order if seed is None else crule.order_from(seed[0])
     chosen: dict[int, Node] = {}
 
     def extend(depth: int, values: dict) -> Iterator[Match]:
@@ -137,7 +149,8 @@ def find_matches(graph: Graph, crule: CompiledRule) -> Iterator[Match]:
         p = crule.nodes[order[depth]]
         used = {id(n) for n in chosen.values()}
         seen = set()
-        for node in _candidates(graph, crule, p, values):
+        candidates = [seed[1]] if depth == 0 and seed is not None else _candidates(graph, crule, p, values)
+        for node in candidates:
             if id(node) in used or id(node) in seen or node.op.name != p.op_name or len(node.inputs) != len(p.inputs):
                 continue
             seen.add(id(node))

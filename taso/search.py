@@ -20,7 +20,7 @@ from enum import Enum
 
 from .cost import CostModel
 from .ir import Graph
-from .rewrite import CompiledRule, Plan, plans
+from .rewrite import CompiledRule, Plan, find_matches, plan_match
 from .rules import Rule
 
 __all__ = ["SearchConfig", "SearchReport", "StopReason", "Step", "search"]
@@ -43,6 +43,8 @@ class SearchConfig:
         max_queue: the most graphs waiting in the queue (the costliest are dropped).
         lazy: keep unbuilt plans in the queue and build only popped ones (False builds every
             accepted rewrite at once, as a naive implementation would: for benchmarks).
+        incremental: a child graph inherits its parent's still-valid rewrites and matches only
+            through its new nodes (False rematches every rule on every graph: for benchmarks).
     """
 
     alpha: float = 1.05
@@ -50,6 +52,7 @@ class SearchConfig:
     time_limit: float = 60.0
     max_queue: int = 2000
     lazy: bool = True
+    incremental: bool = True
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,65 @@ def _rule_label(rule: Rule) -> str:
     return rule.name or rule.id
 
 
+@dataclass(frozen=True)
+class _Option:
+    """One possible rewrite of a graph, priced: what a child graph inherits when the rewrite is still valid there."""
+
+    label: str
+    node_ids: frozenset[int]  # the matched (and rewired) nodes
+    interior: frozenset[str]  # values that must keep all their users inside the match
+    removed: tuple
+    added: tuple
+    outputs: tuple | None
+    types: dict
+    delta_cost: float
+
+
+def _option(graph: Graph, plan: Plan, match, cost_model: CostModel) -> _Option:
+    crule = match.rule
+    interior = frozenset(match.values[v] for v in crule.interior if v not in crule.mapped)
+    delta = cost_model.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan)
+    return _Option(_rule_label(crule.rule), frozenset(id(n) for n in plan.removed), interior, plan.removed, plan.added, plan.outputs, plan.types, delta)
+
+
+def _all_options(graph: Graph, compiled: Sequence[CompiledRule], cost_model: CostModel) -> list[_Option]:
+    options = []
+    for crule in compiled:
+        if crule.may_match(graph):
+            for match in find_matches(graph, crule):
+                plan = plan_match(graph, match)
+                if plan is not None:
+                    options.append(_option(graph, plan, match, cost_model))
+    return options
+
+
+def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], by_op, compiled, cost_model: CostModel) -> list[_Option]:
+    """The child's rewrites: the parent's that the applied rewrite left intact, plus those through its new nodes.
+
+    NOTE: a match that only the removal of an outside consumer made valid is not found here
+    (it involves no new node); the search loses that option, never soundness.
+    """
+    if plan.outputs is not None:
+        return _all_options(graph, compiled, cost_model)  # the outputs moved: rematch everything
+    removed = {id(n) for n in plan.removed}
+    read = {v for n in plan.added for v in n.inputs}
+    options = [o for o in parent_options if not (o.node_ids & removed) and not (o.interior & read)]
+    seen = {(o.label, o.node_ids) for o in options}
+    for node in plan.added:
+        for crule, index in by_op.get(node.op.name, ()):
+            for match in find_matches(graph, crule, seed=(index, node)):
+                key = (_rule_label(crule.rule), frozenset(id(n) for n in match.nodes))
+                new_plan = plan_match(graph, match)
+                if new_plan is None:
+                    continue
+                key = (key[0], frozenset(id(n) for n in new_plan.removed))
+                if key in seen:
+                    continue
+                seen.add(key)
+                options.append(_option(graph, new_plan, match, cost_model))
+    return options
+
+
 def search(
     graph: Graph,
     rules: Iterable[Rule | CompiledRule],
@@ -117,6 +179,10 @@ def search(
         The best graph found (never costlier than the input) and the search report.
     """
     compiled: Sequence[CompiledRule] = [r if isinstance(r, CompiledRule) else CompiledRule(r) for r in rules]
+    by_op: dict[str, list[tuple[CompiledRule, int]]] = {}
+    for crule in compiled:
+        for p in crule.nodes:
+            by_op.setdefault(p.op_name, []).append((crule, p.index))
     start = time.perf_counter()
     best, best_cost = graph, cost_model.graph_cost(graph)
     report = SearchReport(StopReason.SATURATED, best_cost, best_cost)
@@ -125,6 +191,7 @@ def search(
     queue: list[tuple[float, int, Graph | Plan, tuple[Step, ...]]] = [(best_cost, next(tie), graph, ())]
     seen = {graph.search_key()}
     best_trace: tuple[Step, ...] = ()
+    options_of: dict[int, list[_Option]] = {}  # an expanded graph's rewrites, inherited by its children
     while queue:
         if report.expanded >= config.budget:
             report.stop_reason = StopReason.BUDGET
@@ -139,30 +206,29 @@ def search(
         if current_cost < best_cost:
             best, best_cost, best_trace = current, current_cost, trace
         report.expanded += 1
-        for crule in compiled:
-            if not crule.may_match(current):
+        t0 = time.perf_counter()
+        parent_options = options_of.get(id(entry.parent)) if isinstance(entry, Plan) and config.incremental else None
+        if parent_options is None:
+            options = _all_options(current, compiled, cost_model)
+        else:
+            options = _inherited_options(current, entry, parent_options, by_op, compiled, cost_model)
+        options_of[id(current)] = options
+        report.seconds_rewriting += time.perf_counter() - t0
+        for option in options:
+            report.generated += 1
+            report.fired[option.label] += 1
+            cost = current_cost + option.delta_cost
+            if cost >= config.alpha * best_cost:
                 continue
-            label = _rule_label(crule.rule)
-            t0 = time.perf_counter()
-            for plan in plans(current, crule):
-                t1 = time.perf_counter()
-                report.seconds_rewriting += t1 - t0
-                report.generated += 1
-                report.fired[label] += 1
-                cost = cost_model.rewrite_cost(current, current_cost, plan.removed, plan.added, plan)
-                t0 = time.perf_counter()
-                report.seconds_costing += t0 - t1
-                if cost >= config.alpha * best_cost:
-                    continue
-                digest = plan.key()
-                if digest in seen:
-                    continue
-                seen.add(digest)
-                report.accepted += 1
-                entry = plan if config.lazy else plan.materialize()
-                if entry is not None:
-                    heapq.heappush(queue, (cost, next(tie), entry, trace + (Step(label, cost),)))
-            report.seconds_rewriting += time.perf_counter() - t0
+            digest = current.search_key_after(option.removed, option.added, option.outputs)
+            if digest in seen:
+                continue
+            seen.add(digest)
+            report.accepted += 1
+            plan = Plan(current, option.removed, option.added, option.outputs, option.types)
+            entry = plan if config.lazy else plan.materialize()
+            if entry is not None:
+                heapq.heappush(queue, (cost, next(tie), entry, trace + (Step(option.label, cost),)))
         if len(queue) > config.max_queue:
             queue = heapq.nsmallest(config.max_queue, queue)
             heapq.heapify(queue)
