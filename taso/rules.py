@@ -64,7 +64,10 @@ def resolve_expr(expr: ShapeExpr, shapes: Mapping[str, Sequence[int]]) -> Any:
         return tuple(resolve_expr(e, shapes) for e in expr)
     if isinstance(expr, Mapping) and set(expr) == {"dim"}:
         name, axis = expr["dim"]
-        return int(shapes[name][axis])
+        try:
+            return int(shapes[name][axis])
+        except (KeyError, IndexError):
+            raise RuleFormatError(f"shape expression {expr!r} does not apply to shapes {dict(shapes)}") from None
     raise RuleFormatError(f"not a shape expression: {expr!r}")
 
 
