@@ -105,3 +105,10 @@ def test_every_example_rule_applies_to_its_own_source():
         assert results, rule.name
         for new in results:
             _assert_same_outputs(source, new)
+
+
+def test_a_shape_expression_that_does_not_fit_the_rank_declines_the_match():
+    # The merge's split sizes read dimension 1 of w1; a rank-1 "weight" cannot provide it.
+    graph = Graph({"x": TensorType((3, 16))}, {"a": _w(16), "b": _w(16, seed=1)},
+                  [_n("matmul", ["x", "a"], ["p"]), _n("matmul", ["x", "b"], ["q"]), _n("add", ["p", "q"], ["out"])], ["out"])
+    assert list(rewrites(graph, CompiledRule(shared_input_merge_rule()))) == []
