@@ -1,0 +1,129 @@
+"""`taso generate`: enumerate small graphs and write the candidate substitutions.
+
+    taso generate [--max-ops 3] [--ops LIST] [-j N] [--seed S] -o candidates.json
+
+Progress goes to stderr (a tqdm bar: graphs/s and candidates found so far); the table of
+pruning stages goes to stdout. Bad input (an unknown operator, an unwritable output) is a
+:class:`~taso.errors.TasoError`: one line, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from tqdm import tqdm
+
+from taso.errors import TasoError
+
+from .opset import GENERATOR_OPS, PRESETS, parse_ops
+from .pipeline import STAGES, Progress, Result, generate
+from .settings import Settings
+
+__all__ = ["add_parser", "run", "format_summary"]
+
+
+def add_parser(subparsers) -> None:
+    """Registers the ``generate`` sub-command on the ``taso`` command line."""
+    parser = subparsers.add_parser(
+        "generate",
+        help="enumerate small operator graphs and write candidate substitutions",
+        description="Enumerates every graph of up to --max-ops operators over a small input pool, pairs graphs "
+        "whose outputs fingerprint equal, prunes, and writes the candidates as a taso rule file.",
+    )
+    parser.add_argument("--max-ops", type=int, default=3, metavar="K", help="operators per graph, at most (default: 3)")
+    parser.add_argument("--ops", default=None, metavar="LIST",
+                        help=f"comma-separated operators or presets ({', '.join(PRESETS)}); default: TASO's set. "
+                        f"Known: {', '.join(GENERATOR_OPS)}")
+    parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="worker processes (default: 1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random fingerprint inputs (default: 0)")
+    parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the rule file to write (JSON)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``taso generate``; returns the exit code.
+
+    Raises:
+        TasoError: bad arguments or an unwritable output file.
+    """
+    settings = Settings(max_ops=args.max_ops, ops=parse_ops(args.ops), seed=args.seed)
+    if args.jobs < 1:
+        raise TasoError(f"-j must be at least 1, got {args.jobs}")
+    _check_writable(args.output)
+    started = time.perf_counter()
+    with _ProgressBar(disable=args.quiet) as bar:
+        result = generate(settings, args.jobs, bar.callbacks())
+    result.library.save(args.output)
+    print(format_summary(result, args.output, time.perf_counter() - started))
+    return 0
+
+
+def _check_writable(path: str) -> None:
+    """Fails early, before a long run, when the output cannot be written."""
+    if os.path.isdir(path):
+        raise TasoError(f"{path}: is a directory, not a file")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise TasoError(f"{path}: no such directory {folder}")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise TasoError(f"{path}: not writable")
+
+
+class _ProgressBar:
+    """A tqdm bar over the enumeration's units of work, showing graphs/s and candidates so far."""
+
+    def __init__(self, disable: bool):
+        self._disable = disable
+        self._bar: tqdm | None = None
+        self._graphs, self._candidates = 0, None
+        self._start = time.perf_counter()
+
+    def __enter__(self) -> _ProgressBar:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+    def callbacks(self) -> Progress:
+        return Progress(phase=self._phase, advance=self._advance, stage=self._stage)
+
+    def _phase(self, name: str, total: int) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        self._bar = tqdm(total=total, desc=name, unit="root", file=sys.stderr, disable=self._disable, dynamic_ncols=True)
+
+    def _advance(self, graphs: int, candidates: int | None) -> None:
+        self._graphs += graphs
+        self._candidates = candidates if candidates is not None else self._candidates
+        rate = self._graphs / max(time.perf_counter() - self._start, 1e-9)
+        postfix = {"graphs": f"{self._graphs:,}", "graphs/s": f"{rate:,.0f}"}
+        if self._candidates is not None:
+            postfix["candidates"] = f"{self._candidates:,}"
+        if self._bar is not None:
+            self._bar.set_postfix(postfix, refresh=False)
+            self._bar.update(1)
+
+    def _stage(self, name: str, count: int) -> None:
+        if self._bar is not None and name == "graphs":
+            self._bar.close()
+            self._bar = None
+        if not self._disable:
+            print(f"  {name}: {count:,}", file=sys.stderr)
+
+
+def format_summary(result: Result, output: str, seconds: float) -> str:
+    """The table of pruning stages printed after a run."""
+    by_ops = ", ".join(f"{k} ops: {n:,}" for k, n in enumerate(result.per_depth) if k)
+    width = max(len(f"{c:,}") for c in result.counts.values())
+    lines = [f"{'stage':<16} {'count':>{width}}  {'seconds':>7}  meaning"]
+    for name, meaning in STAGES.items():
+        count = result.counts[name]
+        detail = f" ({by_ops})" if name == "graphs" else ""
+        lines.append(f"{name:<16} {count:>{width},}  {result.seconds.get(name, 0.0):7.1f}  {meaning}{detail}")
+    lines.append(f"wrote {result.counts['rules']:,} candidate rules to {output} in {seconds:.1f} s")
+    return "\n".join(lines)

@@ -1,0 +1,434 @@
+"""Enumeration: every graph of up to ``max_ops`` operators over the input pool, depth first.
+
+A graph grows one operator at a time; each step evaluates only the new operator's outputs
+(exactly, memoised by :class:`~taso.generator.fingerprint.ExactEvaluator`). Four rules keep
+the search small:
+
+* **No duplicate tensors.** A step whose output equals (by fingerprint) a tensor already
+  present is dropped: the graph would compute something twice, or compute an input.
+* **Canonical operator order.** A set of operators can be added in many orders. Only the
+  greedy order is kept, the one that always adds the smallest available operator (by
+  ``(variant, sizes, argument indices)``). Appending ``op`` after ``s1..sk`` keeps the
+  order greedy exactly when ``op`` is larger than every ``sj`` placed after the last
+  operator it reads from. So every graph is visited once.
+* **No unread constants.** A graph that leaves a constant (identity matrix, all-ones...)
+  unread pairs only with a graph holding the same constant, a pair the common-subgraph
+  stage drops; such graphs are not recorded (but still grown: a later operator may read it).
+* **Inputs in class order.** Tensors of one class are interchangeable, so only graphs
+  whose inputs of each class form a prefix (x1; x1 and x2; ...) are recorded: any other
+  graph, and any pair it belongs to, is a renaming of a recorded one (both graphs of a
+  pair read the same inputs). Input renaming is undone later anyway
+  (:mod:`~taso.generator.prune`); this rule avoids enumerating the renamings. While a
+  graph grows, its inputs may leave gaps (x2 without x1) as long as the remaining
+  operators can still fill them.
+
+A graph's outputs are its operators' outputs that no operator reads; its key is a digest of
+their fingerprints (:func:`~taso.generator.fingerprint.graph_key`). The graphs under each
+first operator (:meth:`Enumerator.roots`) form a disjoint subtree, the unit of parallel
+work (:mod:`~taso.generator.parallel`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from .fingerprint import ExactEvaluator, graph_key, tensor_fingerprint
+from .opset import Variant, build_variants
+from .pool import InputPool
+from .settings import Settings
+
+__all__ = ["OpRef", "Visitor", "GraphSpec", "Context", "Enumerator"]
+
+# One operator of an enumerated graph: (variant index, split sizes or (), argument tensor
+# indices). Tensor indices count the pool first, then operator outputs in creation order.
+OpRef = tuple[int, tuple[int, ...], tuple[int, ...]]
+
+# visit(key, ops, last, outputs): one enumerated graph — its key, its operators (``ops``,
+# plus ``last`` when not None), and its output tensor indices sorted by fingerprint. The
+# lists are the enumerator's own: copy what you keep.
+Visitor = Callable[[int, list, "OpRef | None", list], None]
+
+
+@dataclass(frozen=True, order=True)
+class GraphSpec:
+    """An enumerated graph, compactly: its operators and its outputs in fingerprint order.
+
+    Attributes:
+        ops: the operators in canonical order.
+        outputs: tensor indices of the outputs, sorted by fingerprint, so the i-th output
+            of two graphs with the same key are equal tensors.
+    """
+
+    ops: tuple[OpRef, ...]
+    outputs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Context:
+    """The pool and variant table that graph specs refer to.
+
+    :meth:`bind` memoises :meth:`Variant.bind`: decoding thousands of graphs binds the same
+    few (variant, shapes) again and again.
+    """
+
+    pool: InputPool
+    variants: tuple[Variant, ...]
+    _bound: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def bind(self, variant: Variant, shapes: tuple, sizes: tuple = ()):
+        key = (variant.index, shapes, sizes)
+        if key not in self._bound:
+            self._bound[key] = variant.bind(shapes, sizes)
+        return self._bound[key]
+
+
+class Enumerator:
+    """The depth-first enumeration state over one pool and variant table.
+
+    Args:
+        settings: what to enumerate.
+        cache_limit: see :class:`~taso.generator.fingerprint.ExactEvaluator` (0: no memo).
+
+    Attributes:
+        pool: the input pool.
+        variants: the variant table.
+    """
+
+    def __init__(self, settings: Settings, cache_limit: int = 200_000):
+        self.settings = settings
+        self.pool = InputPool(settings.classes)
+        self.variants: tuple[Variant, ...] = build_variants(settings.ops, self.pool)
+        self.evaluator = ExactEvaluator(cache_limit)
+        self._split_variants = [v for v in self.variants if v.splits]
+        self._combo_cache: dict[tuple, list] = {}
+        residues = self.pool.residues(settings.seed)
+        n = len(self.pool)
+        # Per-tensor state (the pool first, then operator outputs).
+        self.fps: list[int] = [tensor_fingerprint(r) for r in residues]
+        self.arrays: list[np.ndarray] = residues
+        self.shapes: list[tuple[int, ...]] = [t.shape for t in self.pool.types]
+        self.producer: list[int] = [-1] * n
+        self.roles: list[str] = list(self.pool.roles)
+        self.constant: list[bool] = [False] * n  # produced by a constant operator (no inputs)
+        self.uses: list[int] = [0] * n
+        self.by_shape: dict[tuple[int, ...], list[int]] = {}
+        for t, shape in enumerate(self.shapes):
+            self.by_shape.setdefault(shape, []).append(t)
+        self.fpset: set[int] = set(self.fps)
+        # Per-operator state.
+        self.ops: list[OpRef] = []
+        self.boundaries: list[tuple[int, int]] = []
+        self.outputs: set[int] = set()  # operator outputs nothing reads yet
+        self.used = 0  # bit mask of pool tensors read
+        self._used_stack: list[int] = []
+        self._max_arity = max((v.arity for v in self.variants), default=0)
+        self._gap_memo: dict[int, int] = {}
+
+    @cached_property
+    def context(self) -> Context:
+        """The pool and variant table, with a memo of bindings shared by everything that decodes graphs."""
+        return Context(self.pool, self.variants)
+
+    # ---- candidate steps ---------------------------------------------------------------------
+    def _combos(self) -> list:
+        """(variant, argument shapes, params, output shapes) valid for the shapes now present."""
+        signature = tuple(sorted(s for s, ts in self.by_shape.items() if ts))
+        combos = self._combo_cache.get(signature)
+        if combos is None:
+            combos = []
+            for v in self.variants:
+                if v.splits:
+                    continue
+                for shapes in _shape_tuples(signature, v.arity, v.commutative):
+                    bound = self.context.bind(v, shapes)
+                    if bound is not None:
+                        combos.append((v, shapes, bound[0], bound[1]))
+            self._combo_cache[signature] = combos
+        return combos
+
+    def steps(self) -> Iterator[tuple[Variant, tuple, tuple, object, tuple]]:
+        """Every operator application the policies allow on the current graph.
+
+        Two cheap filters run before the exact checks of :meth:`admissible`: pool tensors
+        that would leave more gaps in their class than the remaining operators can fill are
+        skipped, and so are steps that cannot keep the canonical order by their variant
+        alone (see :meth:`_must_read`).
+
+        Yields:
+            (variant, split sizes, argument tensor indices, params, output shapes).
+        """
+        n_pool, roles, by_shape = len(self.pool), self.roles, self.by_shape
+        reachable = self._reachable_pool()
+        must_read = self._must_read()
+        lists: dict[tuple, list[int]] = {}
+
+        def candidates(shape, rule) -> list[int]:
+            got = lists.get((shape, rule))
+            if got is None:
+                got = lists[(shape, rule)] = [t for t in by_shape.get(shape, ()) if (t >= n_pool or t in reachable)
+                                              and rule.accepts(roles[t], t < n_pool)]
+            return got
+
+        for v, shapes, params, out_shapes in self._combos():
+            arg_lists = [candidates(shape, rule) for shape, rule in zip(shapes, v.args)]
+            for args in _arg_tuples(arg_lists, v.commutative and shapes[0] == shapes[1], must_read(v.index)):
+                yield v, (), args, params, out_shapes
+        for sizes in sorted(set(self.boundaries)):
+            for v in self._split_variants:
+                for shape in list(by_shape):
+                    bound = self.context.bind(v, (shape,), sizes)
+                    if bound is None:
+                        continue
+                    for (t,) in _arg_tuples([candidates(shape, v.args[0])], False, must_read(v.index)):
+                        yield v, sizes, (t,), bound[0], bound[1]
+
+    def _gaps(self, used: int) -> int:
+        """How many unused tensors lie before a used one of the same class (0: inputs form prefixes)."""
+        gaps = self._gap_memo.get(used)
+        if gaps is None:
+            gaps = 0
+            for start, count in self.pool.class_spans:
+                m = used >> start & ((1 << count) - 1)
+                gaps += m.bit_length() - bin(m).count("1")
+            self._gap_memo[used] = gaps
+        return gaps
+
+    def _gap_budget(self) -> int:
+        """The gaps a step may leave: what the operators after it can still fill."""
+        return (self.settings.max_ops - len(self.ops) - 1) * self._max_arity
+
+    def _must_read(self) -> Callable[[int], frozenset[int] | None]:
+        """For a variant index, the tensors a step of that variant must read one of (None: no need).
+
+        A step whose last dependency is operator d must come after every later operator in
+        the canonical order, so its variant index must be at least theirs. Hence a variant
+        smaller than some operator's must read an output of that operator or a later one.
+        """
+        later_max = [-1] * (len(self.ops) + 1)  # later_max[j]: the largest variant index of ops j..
+        for j in range(len(self.ops) - 1, -1, -1):
+            later_max[j] = max(later_max[j + 1], self.ops[j][0])
+        if later_max[0] < 0:
+            return lambda vi: None
+        outputs_from = [frozenset(t for t in range(len(self.pool), len(self.fps)) if self.producer[t] >= j) for j in range(len(self.ops))]
+        memo: dict[int, frozenset[int] | None] = {}
+
+        def must_read(vi: int) -> frozenset[int] | None:
+            if vi not in memo:
+                # the first op j with nothing larger than vi after it: a step reading an output of op j-1 or later may pass
+                first = next(j for j in range(len(self.ops) + 1) if later_max[j] <= vi)
+                memo[vi] = None if first == 0 else outputs_from[first - 1]
+            return memo[vi]
+
+        return must_read
+
+    def _reachable_pool(self) -> frozenset[int]:
+        """Pool tensors a step may read without leaving more gaps than the remaining operators can fill.
+
+        The step's other arguments may fill up to ``arity - 1`` gaps themselves.
+        """
+        budget = self._gap_budget() + self._max_arity - 1
+        return frozenset(t for t in range(len(self.pool)) if self.used >> t & 1 or self._gaps(self.used | 1 << t) <= budget)
+
+    def admissible(self, key: OpRef) -> int | None:
+        """The usage mask after adding this operator, or None when the step breaks canonical order or class order."""
+        _, _, args = key
+        producer, ops = self.producer, self.ops
+        last_dep = -1
+        for t in args:
+            if producer[t] > last_dep:
+                last_dep = producer[t]
+        for j in range(last_dep + 1, len(ops)):
+            if ops[j] >= key:
+                return None
+        used, n_pool = self.used, len(self.pool)
+        for t in args:
+            if t < n_pool:
+                used |= 1 << t
+        if used != self.used and self._gaps(used) > self._gap_budget():
+            return None
+        return used
+
+    def evaluate(self, v: Variant, sizes: tuple, args: tuple, params) -> list[tuple[int, np.ndarray]] | None:
+        """The new tensors of a step, or None when one duplicates a tensor already present."""
+        outs = self.evaluator.apply(v, sizes, params, [self.fps[t] for t in args], [self.arrays[t] for t in args])
+        fpset = self.fpset
+        if any(f in fpset for f, _ in outs) or (len(outs) > 1 and len({f for f, _ in outs}) < len(outs)):
+            return None
+        return outs
+
+    # ---- state changes ------------------------------------------------------------------------
+    def push(self, v: Variant, sizes: tuple, args: tuple, outs, out_shapes, used: int) -> None:
+        """Adds an operator and its output tensors (undo with :meth:`pop`)."""
+        op_index = len(self.ops)
+        self.ops.append((v.index, sizes, args))
+        role = "data" if any(self.roles[t] == "data" for t in args) else "weight"
+        for t in args:
+            if self.uses[t] == 0 and self.producer[t] >= 0:
+                self.outputs.discard(t)
+            self.uses[t] += 1
+        for (fp, arr), shape in zip(outs, out_shapes):
+            t = len(self.fps)
+            self.fps.append(fp)
+            self.arrays.append(arr)
+            self.shapes.append(shape)
+            self.producer.append(op_index)
+            self.roles.append(role)
+            self.constant.append(not args)
+            self.uses.append(0)
+            self.by_shape.setdefault(shape, []).append(t)
+            self.fpset.add(fp)
+            self.outputs.add(t)
+        if v.op.name == "concat":
+            axis = v.params["axis"]
+            self.boundaries.append((self.shapes[args[0]][axis], self.shapes[args[1]][axis]))
+        self._used_stack.append(self.used)
+        self.used = used
+
+    def pop(self) -> None:
+        """Undoes the last :meth:`push`."""
+        vi, sizes, args = self.ops.pop()
+        op_index = len(self.ops)
+        while self.producer and self.producer[-1] == op_index:
+            t = len(self.fps) - 1
+            self.fpset.discard(self.fps.pop())
+            self.arrays.pop()
+            self.by_shape[self.shapes.pop()].pop()
+            self.producer.pop()
+            self.roles.pop()
+            self.constant.pop()
+            self.uses.pop()
+            self.outputs.discard(t)
+        for t in args:
+            self.uses[t] -= 1
+            if self.uses[t] == 0 and self.producer[t] >= 0:
+                self.outputs.add(t)
+        if self.variants[vi].op.name == "concat":
+            self.boundaries.pop()
+        self.used = self._used_stack.pop()
+
+    # ---- traversal ------------------------------------------------------------------------------
+    def roots(self) -> list[OpRef]:
+        """The first operators of all graphs, in canonical order (the units of parallel work)."""
+        return [(v.index, sizes, args) for v, sizes, args, *_ in self._admissible_steps()]
+
+    def _admissible_steps(self):
+        for v, sizes, args, params, out_shapes in self.steps():
+            used = self.admissible((v.index, sizes, args))
+            if used is None:
+                continue
+            outs = self.evaluate(v, sizes, args, params)
+            if outs is not None:
+                yield v, sizes, args, params, out_shapes, outs, used
+
+    def walk(self, root: OpRef, visit: Visitor) -> None:
+        """Enumerates every graph whose first operator is ``root``.
+
+        Args:
+            root: a first operator from :meth:`roots`.
+            visit: called once per graph whose inputs form prefixes (see :data:`Visitor`).
+        """
+        vi, sizes, args = root
+        v = self.variants[vi]
+        params, out_shapes = self.context.bind(v, tuple(self.shapes[t] for t in args), sizes)
+        used = self.admissible(root)
+        outs = self.evaluate(v, sizes, args, params)
+        assert used is not None and outs is not None, "not a root operator"
+        self.push(v, sizes, args, outs, out_shapes, used)
+        try:
+            self._record(visit)
+            self._grow(visit)
+        finally:
+            self.pop()
+
+    def _record(self, visit: Visitor) -> None:
+        if self._gaps(self.used) or any(self.constant[t] for t in self.outputs):
+            return
+        fps = self.fps
+        pairs = sorted((fps[t], t) for t in self.outputs)
+        visit(graph_key([f for f, _ in pairs]), self.ops, None, [t for _, t in pairs])
+
+    def _grow(self, visit: Visitor) -> None:
+        if len(self.ops) + 1 == self.settings.max_ops:
+            self._grow_last(visit)
+            return
+        # NOTE: materialised, because pushing a step changes the state the steps are drawn from.
+        for v, sizes, args, _params, out_shapes, outs, used in list(self._admissible_steps()):
+            self.push(v, sizes, args, outs, out_shapes, used)
+            self._record(visit)
+            self._grow(visit)
+            self.pop()
+
+    def _grow_last(self, visit: Visitor) -> None:
+        """The last level, which holds nearly all graphs: each is visited without being pushed.
+
+        No gap budget is left at this level, so every admissible step gives a recorded graph
+        unless it leaves a constant unread (see :meth:`_record`).
+        """
+        fps, outputs, n = self.fps, self.outputs, len(self.fps)
+        admissible, evaluate = self.admissible, self.evaluate
+        unread = [t for t in outputs if self.constant[t]]
+        for v, sizes, args, params, _out_shapes in self.steps():
+            if not args or any(t not in args for t in unread):
+                continue
+            op = (v.index, sizes, args)
+            if admissible(op) is None:
+                continue
+            outs = evaluate(v, sizes, args, params)
+            if outs is None:
+                continue
+            pairs = [(fps[t], t) for t in outputs if t not in args]
+            pairs.extend((f, n + i) for i, (f, _) in enumerate(outs))
+            pairs.sort()
+            visit(graph_key([f for f, _ in pairs]), self.ops, op, [t for _, t in pairs])
+
+
+def _shape_tuples(signature: tuple, arity: int, commutative: bool) -> Iterator[tuple]:
+    """Argument shape tuples over the shapes present (unordered pairs for commutative ops)."""
+    if arity == 0:
+        yield ()
+    elif arity == 1:
+        for s in signature:
+            yield (s,)
+    else:
+        for i, a in enumerate(signature):
+            for b in signature[i if commutative else 0 :]:
+                if arity == 2:
+                    yield (a, b)
+                else:
+                    for c in signature:
+                        yield (a, b, c)
+
+
+def _arg_tuples(lists: list[list[int]], unordered: bool, touch: frozenset[int] | None) -> Iterator[tuple]:
+    """Argument tuples drawn from per-position candidate lists.
+
+    Args:
+        lists: candidate tensors for each argument position.
+        unordered: the two arguments form an unordered pair (commutative op, equal shapes).
+        touch: when given, only tuples that read at least one of these tensors.
+    """
+    if not lists:
+        yield ()
+    elif len(lists) == 1:
+        for t in lists[0]:
+            if touch is None or t in touch:
+                yield (t,)
+    elif len(lists) == 2:
+        first, second = lists
+        touching = second if touch is None else [b for b in second if b in touch]
+        for a in first:
+            for b in second if touch is None or a in touch else touching:
+                if a != b and (not unordered or a < b):
+                    yield (a, b)
+    else:
+        for a in lists[0]:
+            for b in lists[1]:
+                if a == b:
+                    continue
+                for c in lists[2]:
+                    if c != a and c != b and (touch is None or a in touch or b in touch or c in touch):
+                        yield (a, b, c)

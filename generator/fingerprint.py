@@ -1,0 +1,93 @@
+"""Fingerprints: exact values of enumerated tensors, and the hashes that pair graphs.
+
+Every pool tensor holds random residues modulo :data:`FINGERPRINT_PRIME`; every operator is
+evaluated with its exact semantics (``Op.evaluate_exact``), so two graphs whose outputs
+fingerprint equal compute equal polynomials with overwhelming probability, never by a
+rounding accident. A tensor's fingerprint is a 64-bit digest of its shape and residues; a
+graph's key is a digest of the *multiset* of its output fingerprints, so graphs pair
+whatever the order of their outputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from taso import ops as registry
+from taso.ir import Params
+
+__all__ = ["tensor_fingerprint", "graph_key", "ExactEvaluator"]
+
+
+def tensor_fingerprint(array: np.ndarray) -> int:
+    """A 64-bit digest of a residue array and its shape, stable across processes."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(np.asarray(array.shape, dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
+    return int.from_bytes(h.digest(), "little")
+
+
+def graph_key(output_fingerprints: Iterable[int]) -> int:
+    """The key of a graph: a digest of its outputs' fingerprints as a multiset.
+
+    NOTE: Python hashes tuples of ints without the per-process salt it applies to str and
+    bytes, so this key is the same in every worker process.
+    """
+    return hash(tuple(sorted(output_fingerprints)))
+
+
+class ExactEvaluator:
+    """Evaluates operator variants on residue arrays, memoised by argument fingerprints.
+
+    The same small expression (``matmul(x1, w1)``) recurs in thousands of enumerated
+    graphs; the cache turns all but its first evaluation into a dictionary lookup. An
+    operator with a fused activation is evaluated as its linear part (shared, through the
+    cache, with the variant without activation) followed by the registry's activation
+    operator: that is what a fused activation means, and the tests check that the exact
+    semantics agree.
+
+    Args:
+        limit: the number of cached results above which the cache is emptied (bounds
+            memory); 0 disables the cache (every call evaluates, for comparison).
+    """
+
+    def __init__(self, limit: int = 200_000):
+        self._cache: dict[tuple, list[tuple[int, np.ndarray]]] = {}
+        self._limit = limit
+        self.evaluations = 0
+
+    def apply(self, variant, sizes: tuple[int, ...], params: Params, fingerprints: Sequence[int],
+              arrays: Sequence[np.ndarray]) -> list[tuple[int, np.ndarray]]:
+        """The (fingerprint, residues) of each output of ``variant`` on these arguments.
+
+        Args:
+            variant: the :class:`~taso.generator.opset.Variant` applied.
+            sizes: split sizes, or () (kept for the caller's convenience; ``params`` holds them).
+            params: the variant's parameters bound to these argument shapes.
+            fingerprints: the arguments' fingerprints (with ``params``, the cache key).
+            arrays: the arguments' residues.
+        """
+        return self._apply(variant.op, params, tuple(fingerprints), arrays)
+
+    def _apply(self, op, params: Params, fingerprints: tuple, arrays) -> list[tuple[int, np.ndarray]]:
+        key = (op.name, params, fingerprints)
+        hit = self._cache.get(key)
+        if hit is None:
+            activation = params["activation"] if "has_activation" in op.groups else "none"
+            if activation == "none":
+                self.evaluations += 1
+                outs = op.evaluate_exact(list(arrays), params)
+            else:
+                (_, linear), = self._apply(op, params.replace(activation="none"), fingerprints, arrays)
+                outs = registry.get(activation).evaluate_exact([linear], _NO_PARAMS)
+            hit = [(tensor_fingerprint(o), o) for o in outs]
+            if len(self._cache) >= self._limit:
+                self._cache.clear()
+            if self._limit:
+                self._cache[key] = hit
+        return hit
+
+
+_NO_PARAMS = Params()

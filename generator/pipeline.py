@@ -1,0 +1,180 @@
+"""The generator end to end: enumerate, fingerprint, pair, prune, generalise, emit.
+
+Stages run in this order, each counted (the counts go into the library header):
+
+1. ``graphs``: graphs enumerated (:mod:`~taso.generator.enumerate`), by operator count.
+2. ``candidates``: pairs of graphs with equal output fingerprints (:mod:`~taso.generator.pairing`).
+3. ``renaming``: one per class of input renamings (:mod:`~taso.generator.prune`).
+4. ``nontrivial``: both sides not identical.
+5. ``common_subgraph``: no operator shared by both sides.
+6. ``float_checked``: holds in float on fresh random inputs. The check runs after the
+   structural stages only because it is the expensive one: none of them depends on it.
+7. ``instances``: no specialisation of another candidate, no union of smaller ones.
+8. ``rules``: generalised to shape expressions (:mod:`~taso.generator.generalize`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from taso import __version__
+from taso.rules import FORMAT, VERSION, Library, Rule
+
+from .emit import build_rule
+from .parallel import Workers, shared_graphs
+from .generalize import generalize_all
+from .pairing import Decoder, FloatCheck, pair_specs
+from .prune import Canonical, drop_instances, is_trivial, shares_subgraph, summarize
+from .settings import Settings
+
+__all__ = ["generate", "Result", "STAGES", "Progress"]
+
+# Stage name -> what it counts, in pipeline order.
+STAGES: dict[str, str] = {
+    "graphs": "graphs enumerated",
+    "candidates": "pairs with equal fingerprints",
+    "renaming": "distinct up to input renaming",
+    "nontrivial": "sides not identical",
+    "common_subgraph": "no common subgraph",
+    "float_checked": "hold in float",
+    "instances": "not an instance or union of another",
+    "rules": "generalised to shape expressions",
+}
+
+
+@dataclass
+class Progress:
+    """Callbacks for a progress display; every one is optional.
+
+    Attributes:
+        phase: ``phase(name, total)`` starts a phase of ``total`` units (subtrees of roots).
+        advance: ``advance(graphs, candidates)`` reports one finished unit, the graphs it held,
+            and the candidate pairs found so far (None when not known yet).
+        stage: ``stage(name, count)`` reports a stage's count.
+    """
+
+    phase: Callable[[str, int], None] = lambda name, total: None
+    advance: Callable[[int, int | None], None] = lambda graphs, candidates: None
+    stage: Callable[[str, int], None] = lambda name, count: None
+
+
+class _PairCounter:
+    """Counts candidate pairs among the keys seen so far, recounting at most every ``every`` seconds.
+
+    A running count per key would cost a dictionary entry per graph; re-sorting the key
+    arrays now and then costs a fraction of a second.
+    """
+
+    def __init__(self, total: int, every: float = 2.0):
+        self._keys: list[np.ndarray] = []
+        self._every, self._last, self.pairs, self._todo = every, 0.0, 0, total
+
+    def add(self, keys) -> int:
+        """Adds one unit's keys; returns the pairs counted so far (exact after the last unit)."""
+        self._keys.append(np.frombuffer(keys, dtype=np.int64))
+        self._todo -= 1
+        now = time.perf_counter()
+        if now - self._last >= self._every or self._todo == 0:
+            self._keys = [np.concatenate(self._keys)]
+            _, counts = np.unique(self._keys[0], return_counts=True)
+            self.pairs = int((counts * (counts - 1) // 2).sum())
+            self._last = time.perf_counter()
+        return self.pairs
+
+
+@dataclass
+class Result:
+    """What a generator run produced."""
+
+    library: Library
+    counts: dict[str, int]
+    per_depth: list[int]
+    seconds: dict[str, float] = field(default_factory=dict)
+
+
+def _dedupe_renamings(candidates: list, summaries: list, decode: Decoder) -> list[Canonical]:
+    """One candidate per canonical form (the first met), ordered by form, from worker summaries."""
+    first: dict[bytes, int] = {}
+    for i, (form, *_) in enumerate(summaries):
+        first.setdefault(form, i)
+    kept = []
+    for form in sorted(first):
+        i = first[form]
+        _, rename, swapped, trivial = summaries[i]
+        kept.append(Canonical(form, decode.candidate(*candidates[i]), dict(rename), swapped, trivial))
+    return kept
+
+
+def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None) -> Result:
+    """Runs the generator.
+
+    Args:
+        settings: what to enumerate.
+        jobs: worker processes for the enumeration (the output does not depend on it).
+        progress: optional callbacks.
+
+    Returns:
+        The library of candidate rules, with the stage counts in its header.
+    """
+    progress = progress or Progress()
+    counts: dict[str, int] = {}
+    seconds: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    def stage(name: str, count: int) -> None:
+        nonlocal clock
+        counts[name] = count
+        now = time.perf_counter()
+        seconds[name] = now - clock
+        clock = now
+        progress.stage(name, count)
+
+    def on_task(result) -> None:
+        if len(result) == 3:  # first pass: keys, rows, graphs per depth
+            progress.advance(sum(result[2]), pairs.add(result[0]))
+        else:  # second pass: found graphs
+            progress.advance(0, None)
+
+    with Workers(settings, jobs) as workers:
+        context = workers.context
+        pairs = _PairCounter(len(workers.roots))
+        progress.phase("enumerate", len(workers.roots))
+        key_pass, graphs = shared_graphs(workers, on_task, lambda name: progress.phase(name, len(workers.roots)))
+        stage("graphs", len(key_pass.keys))
+        candidates = pair_specs(graphs)
+        stage("candidates", len(candidates))
+
+        kept = _dedupe_renamings(candidates, workers.map(summarize, candidates, chunk=2000), Decoder(context))
+        stage("renaming", len(kept))
+        kept = [k for k in kept if not is_trivial(k)]
+        stage("nontrivial", len(kept))
+        kept = [k for k in kept if not shares_subgraph(k.candidate)]
+        stage("common_subgraph", len(kept))
+        check = FloatCheck(context, settings.seed)
+        kept = [k for k in kept if check.holds(k.candidate)]
+        stage("float_checked", len(kept))
+        kept, _, _ = drop_instances(kept)
+        stage("instances", len(kept))
+
+        general = workers.map(generalize_all, [(build_rule(k), settings.seed) for k in kept], chunk=50)
+    rules: dict[str, Rule] = {}
+    for rule in general:
+        if rule is not None:
+            rules.setdefault(rule.id, rule)
+    ordered = sorted(rules.values(), key=lambda r: (max(r.size), r.size, r.id))
+    stage("rules", len(ordered))
+
+    header = {
+        "description": "candidate substitutions from taso generate; see docs/rules.md",
+        "format_doc": "docs/rules.md",
+        "format": FORMAT,
+        "version": VERSION,
+        "taso": __version__,
+        "generator": {**settings.to_json(), "variants": [v.label for v in context.variants]},
+        "counts": {"graphs_by_ops": key_pass.per_depth[1:], **counts},
+    }
+    return Result(Library(ordered, header), counts, key_pass.per_depth, seconds)

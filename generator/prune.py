@@ -1,0 +1,216 @@
+"""Pruning: from every pair of equal graphs to the substitutions worth verifying.
+
+Stages, each a pure function of the candidates (TASO, section 3.2, plus one of ours):
+
+* **Input renaming.** Renaming pool tensors of one class consistently (x1 <-> x2), or
+  swapping the two sides, gives the same substitution. Each candidate is brought to a
+  canonical form — the smallest (output expressions of one side, of the other) over all
+  renamings and both orientations — and one candidate per form is kept.
+* **Trivial.** Both sides identical (the enumerator's canonical order makes this rare).
+* **Common subgraph** (TASO's rule). If both sides contain the same operator over the same
+  pool tensors, the substitution is a larger context around a smaller one: drop it. Also
+  dropped, as TASO does: pairs whose outputs come from the same operator with all but one
+  argument equal pool tensors (the smaller pair of that one argument implies it).
+* **Instances.** A candidate that is a specialisation of another kept candidate — two of
+  its inputs unified (``x1, x2 -> x1``) — adds nothing once the general one is proved;
+  neither does a candidate whose outputs split into independent smaller candidates.
+  (Specialisation by substituting a subgraph for an input puts that subgraph on both
+  sides, which the common-subgraph stage already drops.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from itertools import permutations, product
+
+from .enumerate import GraphSpec
+from .graphs import Decoded, Expr
+from .pairing import Candidate, Decoder
+from .parallel import current_context
+
+__all__ = ["Canonical", "canonicalize", "dedupe_renamings", "summarize", "is_trivial", "shares_subgraph", "drop_instances"]
+
+Form = tuple[tuple[Expr, Expr], ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Canonical:
+    """A candidate with its canonical form.
+
+    Attributes:
+        form: a 128-bit digest of the canonical form, the sorted (side-one expression,
+            side-two expression) output pairs. Two candidates are renamings of each other
+            exactly when their digests are equal (up to a digest collision).
+        candidate: the candidate.
+        rename: pool tensor -> canonical pool tensor, for every tensor the candidate reads.
+        swapped: the canonical orientation has ``candidate.b`` first.
+        trivial: both sides compute their outputs with the same expressions.
+    """
+
+    form: bytes
+    candidate: Candidate
+    rename: Mapping[int, int]
+    swapped: bool
+    trivial: bool = False
+
+
+def _renamings(used: Iterable[int], context) -> Iterator[dict[int, int]]:
+    """Every bijection of the used pool tensors onto the first tensors of their classes."""
+    pool = context.pool
+    by_class: dict[int, list[int]] = {}
+    for t in sorted(set(used)):
+        by_class.setdefault(pool.class_of[t], []).append(t)
+    choices = []
+    for cls, members in by_class.items():
+        start = pool.class_spans[cls][0]
+        targets = range(start, start + len(members))
+        choices.append([dict(zip(members, perm)) for perm in permutations(targets)])
+    for combo in product(*choices):
+        merged: dict[int, int] = {}
+        for part in combo:
+            merged.update(part)
+        yield merged
+
+
+def canonicalize(candidate: Candidate, base: Mapping[int, int] | None = None) -> Canonical:
+    """The canonical form of a candidate, after first renaming its inputs by ``base``.
+
+    ``base`` may map two tensors to one (a unification); the canonical renaming then
+    applies on top of it.
+    """
+    a, b = candidate.a, candidate.b
+    base = dict(base) if base else {}
+    used = {base.get(t, t) for t in a.inputs + b.inputs}
+    best = None
+    for rename in _renamings(used, a.context):
+        full = {t: rename[base.get(t, t)] for t in a.inputs + b.inputs}
+        ea, eb = a.output_exprs(full), b.output_exprs(full)
+        for swapped, pairs in ((False, zip(ea, eb)), (True, zip(eb, ea))):
+            form = tuple(sorted(pairs))
+            if best is None or form < best[0]:
+                best = (form, full, swapped)
+    form, full, swapped = best
+    return Canonical(_digest(form), candidate, full, swapped, all(x == y for x, y in form))
+
+
+def _digest(form: Form) -> bytes:
+    return hashlib.blake2b(repr(form).encode(), digest_size=16).digest()
+
+
+def dedupe_renamings(candidates: Iterable[Candidate]) -> list[Canonical]:
+    """One candidate per canonical form (the first met), ordered by form."""
+    seen: dict[bytes, Canonical] = {}
+    for candidate in candidates:
+        canonical = canonicalize(candidate)
+        seen.setdefault(canonical.form, canonical)
+    return [seen[form] for form in sorted(seen)]
+
+
+def summarize(pairs: list[tuple[int, GraphSpec, GraphSpec]]) -> list[tuple[bytes, tuple, bool, bool]]:
+    """Canonical forms of candidate pairs, for a worker process: (form, rename items, swapped, trivial).
+
+    The parent keeps one pair per form and rebuilds :class:`Canonical` only for those.
+    """
+    decode = Decoder(current_context())
+    out = []
+    for key, first, second in pairs:
+        c = canonicalize(decode.candidate(key, first, second))
+        out.append((c.form, tuple(sorted(c.rename.items())), c.swapped, c.trivial))
+    return out
+
+
+def is_trivial(canonical: Canonical) -> bool:
+    """Both sides compute their outputs with the same expressions."""
+    return canonical.trivial
+
+
+def shares_subgraph(candidate: Candidate) -> bool:
+    """TASO's common-subgraph rule: a shared operator over pool tensors, or a shared output operator context."""
+    a, b = candidate.a, candidate.b
+    if a.leaf_ops() & b.leaf_ops():
+        return True
+    return all(_same_context(a, x, b, y) for x, y in zip(a.outputs, b.outputs))
+
+
+def _same_context(a: Decoded, x: int, b: Decoded, y: int) -> bool:
+    """Outputs x and y come from the same operator, whose arguments differ in at most one place (pool tensors equal elsewhere)."""
+    (i, k), (j, m) = a.producer[x], b.producer[y]
+    left, right = a.nodes[i], b.nodes[j]
+    if left.label != right.label or k != m:
+        return False
+    differing = sum(1 for p, q in zip(left.args, right.args) if p != q or not a.is_input(p))
+    return differing <= 1
+
+
+def _is_union(candidate: Candidate) -> bool:
+    """The outputs split into groups computed by disjoint operators on both sides."""
+    groups = list(range(len(candidate.a.outputs)))
+
+    def find(i: int) -> int:
+        while groups[i] != i:
+            i = groups[i]
+        return i
+
+    for components in (candidate.a.components(), candidate.b.components()):
+        first: dict[int, int] = {}
+        for i, comp in enumerate(components):
+            if comp in first:
+                groups[find(i)] = find(first[comp])
+            else:
+                first[comp] = i
+    return len({find(i) for i in range(len(groups))}) > 1
+
+
+def _set_partitions(items: list[int]) -> Iterator[list[list[int]]]:
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for partition in _set_partitions(rest):
+        yield [[first], *partition]
+        for i in range(len(partition)):
+            yield [*partition[:i], [first, *partition[i]], *partition[i + 1 :]]
+
+
+def _unifications(canonical: Canonical) -> Iterator[dict[int, int]]:
+    """Maps (candidate pool tensor -> pool tensor) that merge some inputs of one class."""
+    pool = canonical.candidate.a.context.pool
+    by_class: dict[int, list[int]] = {}
+    for t in sorted(set(canonical.rename.values())):
+        by_class.setdefault(pool.class_of[t], []).append(t)
+    choices = []
+    for members in by_class.values():
+        merges = []
+        for partition in _set_partitions(members):
+            merges.append({t: block[0] for block in partition for t in block})
+        choices.append(merges)
+    for combo in product(*choices):
+        merge = {t: u for part in combo for t, u in part.items()}
+        if any(t != u for t, u in merge.items()):
+            yield {t: merge[c] for t, c in canonical.rename.items()}
+
+
+def drop_instances(kept: list[Canonical]) -> tuple[list[Canonical], int, int]:
+    """Drops specialisations of other kept candidates, and unions of independent candidates.
+
+    Returns:
+        (the remaining candidates, how many were specialisations, how many were unions).
+    """
+    forms = {k.form for k in kept}
+    special: set[bytes] = set()
+    for k in kept:
+        for unify in _unifications(k):
+            form = canonicalize(k.candidate, unify).form
+            if form != k.form and form in forms:
+                special.add(form)
+    remaining, unions = [], 0
+    for k in kept:
+        if k.form in special:
+            continue
+        if _is_union(k.candidate):
+            unions += 1
+            continue
+        remaining.append(k)
+    return remaining, len(special), unions

@@ -1,0 +1,80 @@
+"""Element-wise operators: activations, negation, broadcasting add/sub/mul, scalar multiplication.
+
+Axioms: add and mul form a commutative semiring under NumPy broadcasting; sub is add of a
+negation; scalar_mul (a one-element scale) commutes with scaling and distributes over the
+element-wise ops.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Axiom, OpSpec, all_of, any_of, if_
+from .sampling import Sampler, broadcasting, same
+from .terms import le, op, rank, tensors
+
+__all__ = ["specs", "axioms", "UNARY", "same_shape_rule"]
+
+UNARY = ("relu", "sigmoid", "tanh", "neg")
+
+
+def same_shape_rule(dims, params):
+    """Shape rule of ops whose output has the shape of their first input."""
+    return [list(dims[0])], []
+
+
+def _broadcast_rule(dims, params):
+    rank_ = max(len(d) for d in dims)
+    a, b = ([1] * (rank_ - len(d)) + list(d) for d in dims)
+    out = [if_(p == 1, q, p) for p, q in zip(a, b)]
+    return [out], all_of([any_of(p == 1, q == 1, p == q) for p, q in zip(a, b)])
+
+
+def _scalar_mul_rule(dims, params):
+    return [list(dims[0])], all_of([d == 1 for d in dims[1]])
+
+
+specs = [OpSpec(name, (), same_shape_rule, doc=f"element-wise {name}") for name in UNARY]
+specs += [OpSpec(name, (), _broadcast_rule, doc=f"broadcasting {name}") for name in ("add", "sub", "mul")]
+specs += [OpSpec("scalar_mul", (), _scalar_mul_rule, doc="x times a one-element tensor")]
+
+add, sub, mul, neg, scalar_mul = op("add"), op("sub"), op("mul"), op("neg"), op("scalar_mul")
+x, y, z, s, t = tensors("x y z s t")
+
+
+def _with_scales(base: Sampler, names: str) -> Sampler:
+    """``base``'s valuation plus one-element scales whose rank never exceeds any tensor's."""
+
+    def sample(rng: np.random.Generator):
+        valuation = base(rng)
+        low = min(len(v) for v in valuation.values())
+        valuation.update({n: (1,) * int(rng.integers(0, low + 1)) for n in names.split()})
+        return valuation
+
+    return sample
+
+
+axioms = [
+    # add and mul are commutative and associative, and mul distributes over add
+    # NOTE: associativity only rewrites left to right (to right-nested sums); with
+    # commutativity that still equates any two groupings, without an explosion of terms.
+    Axiom("add-comm", add(x, y), add(y, x), broadcasting("x y")),
+    Axiom("add-assoc", add(add(x, y), z), add(x, add(y, z)), broadcasting("x y z"), trigger="lhs"),
+    Axiom("mul-comm", mul(x, y), mul(y, x), broadcasting("x y")),
+    Axiom("mul-assoc", mul(mul(x, y), z), mul(x, mul(y, z)), broadcasting("x y z"), trigger="lhs"),
+    Axiom("mul-add-distrib", mul(add(x, y), z), add(mul(x, z), mul(y, z)), broadcasting("x y z")),
+    # x - y = x + (-y), and negation is an involution
+    Axiom("sub-add-neg", sub(x, y), add(x, neg(y)), broadcasting("x y")),
+    Axiom("neg-neg", neg(neg(x)), x, same("x")),
+    # relu is idempotent
+    Axiom("relu-relu", op("relu")(op("relu")(x)), op("relu")(x), same("x"), trigger="lhs"),
+    # scalar_mul: scales commute, combine, and distribute over add and mul
+    Axiom("smul-comm", scalar_mul(scalar_mul(x, s), t), scalar_mul(scalar_mul(x, t), s), _with_scales(same("x"), "s t")),
+    Axiom("smul-assoc", scalar_mul(scalar_mul(x, s), t), scalar_mul(x, scalar_mul(s, t)), _with_scales(same("x"), "s t"),
+          when=(le(rank(t), rank(s)),)),
+    Axiom("smul-add", scalar_mul(add(x, y), s), add(scalar_mul(x, s), scalar_mul(y, s)), _with_scales(broadcasting("x y"), "s"),
+          when=(le(rank(s), rank(x)), le(rank(s), rank(y)))),
+    Axiom("smul-mul", scalar_mul(mul(x, y), s), mul(x, scalar_mul(y, s)), _with_scales(broadcasting("x y"), "s"),
+          when=(le(rank(s), rank(y)),)),
+    Axiom("smul-neg", neg(scalar_mul(x, s)), scalar_mul(neg(x), s), _with_scales(same("x"), "s")),
+]

@@ -1,0 +1,109 @@
+"""Matrix products: batched matmul with a fused activation.
+
+Axioms: matmul is associative and linear in each argument (add, scalar_mul); a fused
+activation is the activation of the plain product; products distribute over concatenation
+of rows or columns (which is what merges two matmuls sharing an input); the transpose of a
+product is the product of transposes in reverse order.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from taso.ops import ACTIVATIONS
+
+from .base import Axiom, OpSpec, Slot, all_of, any_of, if_
+from .sampling import chain, shape
+from .terms import dim, eq, ge, le, op, rank, same_shape, tensors
+
+__all__ = ["specs", "axioms"]
+
+
+def _matmul_rule(dims, params):
+    a, b = list(dims[0]), list(dims[1])
+    a2 = [1] + a if len(a) == 1 else a
+    b2 = b + [1] if len(b) == 1 else b
+    lead = max(len(a2), len(b2)) - 2
+    pa = [1] * (lead - len(a2) + 2) + a2[:-2]
+    pb = [1] * (lead - len(b2) + 2) + b2[:-2]
+    out = [if_(p == 1, q, p) for p, q in zip(pa, pb)] + [a2[-2], b2[-1]]
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return [out], all_of([a2[-1] == b2[-2]] + [any_of(p == 1, q == 1, p == q) for p, q in zip(pa, pb)])
+
+
+specs = [OpSpec("matmul", (Slot("activation", "enum", ACTIVATIONS),), _matmul_rule, doc="batched matmul, then an activation")]
+
+matmul, add, mul, scalar_mul, concat, transpose = op("matmul"), op("add"), op("mul"), op("scalar_mul"), op("concat"), op("transpose")
+x, y, z, w, v, s = tensors("x y z w v s")
+
+
+def _with_scale(rng: np.random.Generator):
+    valuation = chain("x y")(rng)
+    valuation["s"] = (1,) * int(rng.integers(0, 3))
+    return valuation
+
+
+def _columns(rng: np.random.Generator):
+    """x (n, k) times y (k, m1) and z (k, m2)."""
+    n, k, m1, m2 = shape(rng, 4)
+    return {"x": (n, k), "y": (k, m1), "z": (k, m2)}
+
+
+def _rows(rng: np.random.Generator):
+    """x (n1, k) and y (n2, k) times z (k, m)."""
+    n1, n2, k, m = shape(rng, 4)
+    return {"x": (n1, k), "y": (n2, k), "z": (k, m)}
+
+
+def _blocks(rng: np.random.Generator):
+    """x (n, k1) y (k1, m) + z (n, k2) w (k2, m)."""
+    n, k1, k2, m = shape(rng, 4)
+    return {"x": (n, k1), "y": (k1, m), "z": (n, k2), "w": (k2, m)}
+
+
+def _column_scale(rng: np.random.Generator):
+    """x (n, k) times y (k, m) scaled by a vector v of m (or 1) entries."""
+    n, k, m = shape(rng, 3)
+    return {"x": (n, k), "y": (k, m), "v": (int(rng.choice([1, m])),)}
+
+
+def _right_summands(rng: np.random.Generator):
+    """x (n, k) times y, z of one shape (k, m)."""
+    n, k, m = shape(rng, 3)
+    return {"x": (n, k), "y": (k, m), "z": (k, m)}
+
+
+def _left_summands(rng: np.random.Generator):
+    """x, y of one shape (n, k) times z (k, m)."""
+    n, k, m = shape(rng, 3)
+    return {"x": (n, k), "y": (n, k), "z": (k, m)}
+
+
+axioms = [
+    # matmul is associative (the middle factor must be a matrix: a vector there changes which dims contract)
+    Axiom("matmul-assoc", matmul(matmul(x, y), z), matmul(x, matmul(y, z)), chain("x y z", batch=True), when=(ge(rank(y), 2),)),
+    # matmul is linear in each argument
+    Axiom("matmul-add-right", matmul(x, add(y, z)), add(matmul(x, y), matmul(x, z)), _right_summands, when=same_shape(y, z, 2)),
+    Axiom("matmul-add-left", matmul(add(x, y), z), add(matmul(x, z), matmul(y, z)), _left_summands, when=same_shape(x, y, 2)),
+    Axiom("smul-matmul-right", scalar_mul(matmul(x, y), s), matmul(x, scalar_mul(y, s)), _with_scale,
+          when=(le(rank(s), rank(x)), le(rank(s), rank(y)), ge(rank(y), 2))),
+    Axiom("smul-matmul-left", scalar_mul(matmul(x, y), s), matmul(scalar_mul(x, s), y), _with_scale,
+          when=(le(rank(s), rank(x)), le(rank(s), rank(y)), ge(rank(x), 2))),
+    # scaling the columns of the right factor (a row vector broadcast over it) scales the product's columns
+    Axiom("matmul-mul-columns", matmul(x, mul(y, v)), mul(matmul(x, y), v), _column_scale, when=(eq(rank(v), 1), eq(rank(y), 2))),
+    # a fused activation is the activation of the plain product
+    *[Axiom(f"matmul-{act}", matmul(x, y, activation=act), op(act)(matmul(x, y)), chain("x y", batch=True), unfold=True) for act in ACTIVATIONS[1:]],
+    # products distribute over concatenated columns of the right factor and rows of the left one
+    Axiom("matmul-concat-columns", matmul(x, concat(y, z, axis=1)), concat(matmul(x, y), matmul(x, z), axis=1), _columns,
+          when=(eq(rank(x), 2), eq(rank(y), 2))),
+    Axiom("matmul-concat-rows", matmul(concat(x, y, axis=0), z), concat(matmul(x, z), matmul(y, z), axis=0), _rows,
+          when=(eq(rank(x), 2), eq(rank(z), 2))),
+    # a sum of two products is one product of concatenated factors
+    Axiom("matmul-concat-inner", add(matmul(x, y), matmul(z, w)), matmul(concat(x, z, axis=1), concat(y, w, axis=0)), _blocks,
+          when=(eq(rank(x), 2), eq(rank(z), 2), eq(rank(y), 2), eq(rank(w), 2), eq(dim(x, 0), dim(z, 0)), eq(dim(y, 1), dim(w, 1)))),
+    # (x y)^T = y^T x^T
+    Axiom("transpose-matmul", transpose(matmul(x, y), perm=(1, 0)), matmul(transpose(y, perm=(1, 0)), transpose(x, perm=(1, 0))), chain("x y")),
+]

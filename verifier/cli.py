@@ -1,0 +1,75 @@
+"""``taso verify``: prove candidate rules with Z3 and write the proved ones as a library.
+
+    taso verify candidates.json -o library.json [-j N] [--timeout S] [--explain RULE_ID]
+
+Only proved rules go into the output, under a header that records the verifier's settings
+and the counts; the others are reported on stdout with their reason. ``--explain`` proves
+one rule and prints the axioms its proof used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from taso.errors import TasoError
+from taso.rules import Library
+
+from .report import explain, library_header, progress_bar, summary
+from .verify import Settings, verify_rule, verify_rules
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers) -> None:
+    """Registers the ``verify`` sub-command."""
+    parser = subparsers.add_parser("verify", help="prove candidate rules with Z3; write the proved ones as a library",
+                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("candidates", help="a rule file (taso generate's output)")
+    parser.add_argument("-o", "--output", help="where to write the library of proved rules (required unless --explain)")
+    parser.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--timeout", type=float, default=Settings.timeout_s, metavar="S", help="Z3 seconds per rule (default %(default)s)")
+    parser.add_argument("--explain", metavar="RULE_ID", help="prove one rule (id or name) and print the axioms its proof used")
+    parser.add_argument("--record-axioms", action="store_true", help="record in each proof the axioms it used (slower)")
+    parser.add_argument("--no-precheck", action="store_true", help="skip the NumPy pre-check (to test the prover alone)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar, no list of unproved rules")
+    parser.set_defaults(func=run)
+
+
+def _check_writable(path: str) -> None:
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise TasoError(f"{path}: is a directory; give a file name for the library")
+    if not os.path.isdir(folder):
+        raise TasoError(f"{path}: cannot write (no such directory {folder})")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise TasoError(f"{path}: cannot write (permission denied)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Runs ``taso verify``; returns the exit code (0, or 1 when an explained rule is not proved).
+
+    Raises:
+        TasoError: a missing or malformed candidates file, an unwritable output, an unknown rule id.
+    """
+    if args.jobs < 1:
+        raise TasoError(f"-j/--jobs must be at least 1, got {args.jobs}")
+    if args.timeout <= 0:
+        raise TasoError(f"--timeout must be positive, got {args.timeout}")
+    candidates = Library.load(args.candidates)
+    settings = Settings(timeout_s=args.timeout, precheck=not args.no_precheck, explain=args.record_axioms)
+    if args.explain:
+        rule = verify_rule(candidates.by_id(args.explain), Settings(timeout_s=args.timeout, precheck=not args.no_precheck, explain=True))
+        print(explain(rule))
+        return 0 if rule.status == "proved" else 1
+    if not args.output:
+        raise TasoError("verify: -o/--output is required (the library of proved rules)")
+    _check_writable(args.output)
+    start = time.perf_counter()
+    results = verify_rules(candidates.rules, settings, args.jobs, progress_bar(len(candidates), args.quiet))
+    seconds = time.perf_counter() - start
+    proved = [r for r in results if r.status == "proved"]
+    Library(proved, library_header(candidates, results, settings, args.jobs, seconds)).save(args.output)
+    print(summary(results, seconds, args.jobs, args.output, listing=not args.quiet))
+    return 0

@@ -1,0 +1,292 @@
+"""Translation of a rule into Z3: one term per value of each side, and ground facts about shapes.
+
+Each side is walked in order and every node is mapped through its op's specification
+(:mod:`taso.specs`): the node's parameters become the leading arguments of the op's
+uninterpreted function, its inputs the remaining ones. Shape-dependent parameters (the
+rule's shape expressions, such as the sizes of a split) stay *symbolic*: ``{"dim": ["w1",
+1]}`` becomes the Z3 term ``dim(w1, 1)``, so a proof covers every shape the rule can be
+applied to, not just its example shapes.
+
+The ground facts are what holds for every tensor the rule can match: every value of both
+sides is well typed (``ok``), has the rank of its example and the dimensions its op's
+symbolic shape rule gives, and the op's typing requirements hold. Input dimensions are
+positive (the model's tensors are non-empty), the rule's shape constraints hold, and mapped
+outputs have equal shapes (the rewrite engine checks all of this when it applies a rule).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import z3
+
+import numpy as np
+
+from taso.rules import Rule
+from taso.specs import UNFOLDINGS, Axiom, Unsupported, spec_of
+from taso.specs.terms import App, Dim, IntVar, Lit, TensorVar
+from taso.specs.z3model import DIM, OK, RANK, TENSOR, apply, render_cond, symbol
+
+__all__ = ["Encoding", "encode_rule", "check_facts"]
+
+
+@dataclass(frozen=True)
+class Encoding:
+    """A rule in Z3.
+
+    Attributes:
+        goals: one ``(source value, target value, source term == target term)`` per mapped output.
+        facts: labelled ground facts (label, formula).
+        symbols: the op variants the rule uses, its unfoldings included (for choosing relevant axioms).
+        assumptions: shape equalities that hold on the example shapes but that the rule does
+            not state, each as (rule constraint, formula): an input dimension equal to another
+            or to its example value. A proof may use some; the rule then gains them as
+            constraints, so it is applied only where they hold.
+        definitions: ground instances of definitional axioms (see :class:`_Builder`), as
+            (axiom name, formula); the prover tracks them like the axioms they come from.
+        shape_laws: for each op application in the rule (parameters and input ranks), a
+            quantified law giving the rank and dims of *every* such application, the ones
+            Z3 creates while rewriting included: ``ok(f(x)) and rank(x) = r -> ok(x) and
+            dim(f(x), k) = ...``. Axiom guards about new terms can then be decided.
+    """
+
+    goals: tuple[tuple[str, str, z3.BoolRef], ...]
+    facts: tuple[tuple[str, z3.BoolRef], ...]
+    symbols: frozenset[tuple]
+    assumptions: tuple[tuple[dict, z3.BoolRef], ...] = ()
+    definitions: tuple[tuple[str, z3.BoolRef], ...] = ()
+    shape_laws: tuple[z3.BoolRef, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Value:
+    """A value's Z3 term and its dimensions (ints or Z3 integers)."""
+
+    term: z3.ExprRef
+    dims: tuple[Any, ...]
+
+
+class _Builder:
+    """Builds the Z3 terms of op applications with their ground facts, unfolding definitions.
+
+    Every application gets the facts of :func:`_value_facts` and its spec's typing
+    requirements. An application that matches the left side of a *definitional* axiom
+    (``conv2d(x, w, b, activation=relu) = relu(conv2d(x, w, b))``, ``conv2d(x, w, b) =
+    add(conv2d(x, w), reshape(b, ...))``) also gets that axiom's ground instance, with the
+    facts of the right side's new subterms, all under the axiom's guards: the prover then
+    sees fused activations and biases as the plain ops they stand for, shapes included.
+    """
+
+    def __init__(self):
+        self.facts: list[tuple[str, z3.BoolRef]] = []
+        self.definitions: list[tuple[str, z3.BoolRef]] = []
+        self.symbols: set[tuple] = set()
+        self.shape_laws: dict[tuple, list[z3.BoolRef]] = {}
+
+    def apply(self, op: str, params: Mapping[str, Any], args: list[_Value], label: str) -> list[_Value]:
+        """The outputs of ``op`` on ``args``; records their facts (and unfoldings) in ``self.facts``."""
+        spec = spec_of(op)
+        params = spec.complete(params)
+        if spec.normalize is not None:
+            params = spec.normalize(params, [len(a.dims) for a in args])
+        out_dims, requirements = spec.shape([list(a.dims) for a in args], params)
+        self.symbols.add(symbol(op, params, len(args)))
+        self.facts.extend((f"typing of {label}", _formula(r)) for r in requirements)
+        outs = [_Value(apply(op, params, [a.term for a in args], k), tuple(d)) for k, d in enumerate(out_dims)]
+        ranks = tuple(len(a.dims) for a in args)
+        key = (op, repr(sorted(params.items())), ranks)
+        if args and key not in self.shape_laws:
+            self.shape_laws[key] = _shape_laws(op, params, ranks)
+        for k, out in enumerate(outs):
+            self.facts.extend(_value_facts(f"{label}[{k}]" if len(outs) > 1 else label, out.term, out.dims))
+        if len(outs) == 1:
+            for axiom in UNFOLDINGS.get(op, ()):
+                self._unfold(axiom, params, args, outs[0], label)
+        return outs
+
+    def _unfold(self, axiom: Axiom, params: Mapping[str, Any], args: list[_Value], out: _Value, label: str) -> None:
+        env = _bind(axiom.lhs, params, args)
+        if env is None:
+            return
+        inner = _Builder()
+        rhs = inner.build(axiom.rhs, env, f"{label} unfolded by {axiom.name}")
+        names = {k: (v.term if isinstance(v, _Value) else _z3_int(v)) for k, v in env.items()}
+        guard = [render_cond(c, names) for c in axiom.when]
+        self.definitions.append((axiom.name, z3.Implies(z3.And(*guard), z3.And(out.term == rhs.term, *[f for _, f in inner.facts]))))
+        self.definitions.extend(inner.definitions)
+        self.symbols |= inner.symbols
+        self.shape_laws.update(inner.shape_laws)
+
+    def build(self, term: Any, env: Mapping[str, Any], label: str) -> _Value:
+        """A term of the spec language with variables bound by ``env`` (tensors to values, ints to ints)."""
+        if isinstance(term, TensorVar):
+            return env[term.name]
+        params = {k: _param_value(v, env) for k, v in term.params}
+        args = [self.build(a, env, label) for a in term.args]
+        return self.apply(term.op, params, args, f"{term.op} in {label}")[term.index]
+
+
+def _shape_laws(op: str, params: Mapping[str, Any], ranks: tuple[int, ...]) -> list[z3.BoolRef]:
+    """The quantified shape law of one op application pattern (see ``Encoding.shape_laws``)."""
+    xs = [z3.Const(f"x{i}", TENSOR) for i in range(len(ranks))]
+    out_dims, requirements = spec_of(op).shape([[DIM(x, j) for j in range(r)] for x, r in zip(xs, ranks)], params)
+    typing = [r for r in requirements if not isinstance(r, (bool, np.bool_))]
+    laws = []
+    for k, dims in enumerate(out_dims):
+        term = apply(op, params, xs, k)
+        premise = z3.And(OK(term), *[RANK(x) == r for x, r in zip(xs, ranks)])
+        conclusion = z3.And(*[OK(x) for x in xs], RANK(term) == len(dims), *[DIM(term, j) == d for j, d in enumerate(dims)], *typing)
+        laws.append(z3.ForAll(xs, z3.Implies(premise, conclusion), patterns=[term]))
+    return laws
+
+
+def _bind(lhs: App, params: Mapping[str, Any], args: list[_Value]) -> dict[str, Any] | None:
+    """Binds a definitional axiom's left side to an application, or None when it does not match.
+
+    Parameters the left side leaves out must have their registry defaults.
+    """
+    if len(lhs.args) != len(args):
+        return None
+    env: dict[str, Any] = {var.name: value for var, value in zip(lhs.args, args)}
+    for name, pattern in spec_of(lhs.op).complete(dict(lhs.params)).items():
+        if isinstance(pattern, tuple) and (not isinstance(params[name], tuple) or len(pattern) != len(params[name])):
+            return None
+        for p, v in zip(pattern, params[name]) if isinstance(pattern, tuple) else ((pattern, params[name]),):
+            if isinstance(p, IntVar):
+                env[p.name] = v
+            elif (p.value if isinstance(p, Lit) else p) != v:
+                return None
+    return env
+
+
+def _param_value(value: Any, env: Mapping[str, Any]) -> Any:
+    if isinstance(value, tuple):
+        return tuple(_param_value(v, env) for v in value)
+    if isinstance(value, Lit):
+        return value.value
+    if isinstance(value, IntVar):
+        return env[value.name]
+    if isinstance(value, Dim) and isinstance(value.tensor, TensorVar) and isinstance(value.axis, Lit):
+        return env[value.tensor.name].dims[value.axis.value]
+    if isinstance(value, str):
+        return value
+    raise Unsupported(f"a definitional axiom uses the parameter expression {value}")
+
+
+def _z3_int(value: Any) -> z3.ExprRef:
+    return value if isinstance(value, z3.ExprRef) else z3.IntVal(int(value))
+
+
+def _formula(value: Any) -> z3.BoolRef:
+    if isinstance(value, (bool, np.bool_)):
+        if not value:
+            raise Unsupported("internal error: a typing requirement is false on a well-typed rule (a specification bug)")
+        return z3.BoolVal(True)
+    return value
+
+
+def _value_facts(label: str, term: z3.ExprRef, dims: tuple[Any, ...]) -> list[tuple[str, z3.BoolRef]]:
+    facts = [(f"{label} is well typed", OK(term)), (f"rank of {label}", RANK(term) == len(dims))]
+    return facts + [(f"dim {k} of {label}", DIM(term, k) == d) for k, d in enumerate(dims)]
+
+
+def _symbolic(expr: Any, inputs: Mapping[str, z3.ExprRef], ranks: Mapping[str, int]) -> Any:
+    """A shape expression with each ``{"dim": [input, axis]}`` as the Z3 term ``dim(input, axis)``."""
+    if isinstance(expr, (list, tuple)):
+        return tuple(_symbolic(e, inputs, ranks) for e in expr)
+    if isinstance(expr, Mapping) and set(expr) == {"dim"}:
+        name, axis = expr["dim"]
+        return DIM(inputs[name], int(axis) % ranks[name])
+    return expr
+
+
+def encode_rule(rule: Rule) -> Encoding:
+    """The Z3 encoding of a well-formed rule.
+
+    Raises:
+        Unsupported: an op without specification, or a use its specification does not cover.
+        taso.rules.RuleFormatError: a side does not type-check on the example shapes.
+    """
+    dtypes = {i.type.dtype for i in rule.inputs}
+    if len(dtypes) > 1:
+        raise Unsupported(f"inputs of several dtypes {sorted(dtypes)}")
+    terms = {i.name: z3.Const(f"in:{i.name}", TENSOR) for i in rule.inputs}
+    ranks = {i.name: i.type.rank for i in rule.inputs}
+    inputs = {name: _Value(term, tuple(DIM(term, k) for k in range(ranks[name]))) for name, term in terms.items()}
+    builder = _Builder()
+    for name, value in inputs.items():
+        builder.facts.extend(_value_facts(f"input {name}", value.term, value.dims))
+        builder.facts.extend((f"dim {k} of input {name} is positive", d >= 1) for k, d in enumerate(value.dims))
+    for c in rule.constraints:
+        left, right = (_symbolic(e, terms, ranks) for e in c["eq"])
+        builder.facts.append((f"constraint {c['eq']}", _equal(left, right)))
+    values = {}
+    for side in ("source", "target"):
+        values[side] = _build_side(rule, side, inputs, builder, terms, ranks)
+    goals = []
+    for s, t in rule.outputs:
+        source, target = values["source"][s], values["target"][t]
+        for k, (a, b) in enumerate(zip(source.dims, target.dims)):
+            builder.facts.append((f"mapped outputs {s} and {t} agree in dim {k}", _equal(a, b)))
+        goals.append((s, t, source.term == target.term))
+    return Encoding(tuple(goals), tuple(builder.facts), frozenset(builder.symbols), _example_equalities(rule, inputs),
+                    tuple(builder.definitions), tuple(law for laws in builder.shape_laws.values() for law in laws))
+
+
+def _build_side(rule: Rule, side: str, inputs: Mapping[str, _Value], builder: _Builder, terms, ranks) -> dict[str, _Value]:
+    """Every value of one side, node by node, with shape expressions left symbolic."""
+    symbolic: dict[int, dict[str, Any]] = {}
+    for p in rule.params:
+        if p["side"] == side:
+            symbolic.setdefault(int(p["node"]), {})[p["param"]] = _symbolic(p["value"], terms, ranks)
+    graph = rule.side_graph(side)
+    by_name = {node.name: node for node in graph.nodes}
+    values = dict(inputs)
+    for index, rule_node in enumerate(getattr(rule, side)):
+        node = by_name[f"{side}{index}"]
+        params = {**dict(node.params), **symbolic.get(index, {})}
+        outs = builder.apply(rule_node.op, params, [values[v] for v in node.inputs], f"{side} node {index} ({rule_node.op})")
+        values.update(zip(node.outputs, outs))
+    return values
+
+
+def check_facts(rule: Rule, encoding: Encoding) -> None:
+    """Checks that the ground facts hold on the rule's example shapes, as they must.
+
+    A fact that is false there would come from a specification bug (a symbolic shape rule
+    that disagrees with the registry), and false facts prove anything: this refuses them.
+
+    Raises:
+        Unsupported: the facts contradict the example shapes.
+    """
+    solver = z3.Solver()
+    solver.add(*[fact for _, fact in encoding.facts + encoding.definitions])
+    for i in rule.inputs:
+        term = z3.Const(f"in:{i.name}", TENSOR)
+        solver.add(*[DIM(term, k) == d for k, d in enumerate(i.type.shape)])
+    if solver.check() != z3.sat:
+        raise Unsupported("internal error: the shape facts contradict the example shapes (a specification bug)")
+
+
+def _example_equalities(rule: Rule, inputs: Mapping[str, _Value]) -> tuple[tuple[dict, z3.BoolRef], ...]:
+    """Every equality between input dimensions, and every input dimension's value, on the example shapes."""
+    dims = [(i.name, k, d) for i in rule.inputs for k, d in enumerate(i.type.shape)]
+    stated = {json.dumps(c, sort_keys=True) for c in rule.constraints}
+    out = []
+    for index, (name, k, value) in enumerate(dims):
+        candidates = [({"eq": [{"dim": [name, k]}, {"dim": [other, j]}]}, inputs[name].dims[k] == inputs[other].dims[j])
+                      for other, j, v in dims[index + 1 :] if v == value]
+        candidates.append(({"eq": [{"dim": [name, k]}, value]}, inputs[name].dims[k] == value))
+        out.extend(c for c in candidates if json.dumps(c[0], sort_keys=True) not in stated)
+    return tuple(out)
+
+
+def _equal(a: Any, b: Any) -> z3.BoolRef:
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        a, b = tuple(a) if isinstance(a, tuple) else (a,), tuple(b) if isinstance(b, tuple) else (b,)
+        return z3.And(*[_equal(x, y) for x, y in zip(a, b)]) if len(a) == len(b) else z3.BoolVal(False)
+    result = a == b
+    return z3.BoolVal(result) if isinstance(result, bool) else result

@@ -1,0 +1,140 @@
+"""Proof by refutation: assert the axioms, the ground facts and source ≠ target; expect unsat.
+
+``unsat`` for every mapped output means proved. ``sat`` or ``unknown`` (a timeout, or
+E-matching saturated without a contradiction) means *not proved*, never verified. With
+``explain``, every axiom is a tracked assertion and the unsat core names the axioms the
+proof used.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import z3
+
+from taso.specs import AXIOMS, Axiom
+from taso.specs.z3model import render_axiom
+
+from .encode import Encoding
+
+__all__ = ["Outcome", "prove", "solver_settings"]
+
+# E-matching only: model-based instantiation cannot prove anything E-matching cannot, and
+# on false goals it searches for a model until the timeout instead of giving up. The cap
+# on instances bounds a runaway instantiation more sharply than the timeout does.
+_SOLVER_PARAMS = {"smt.mbqi": False, "smt.ematching": True, "smt.qi.max_instances": 200_000}
+
+
+def solver_settings() -> dict[str, object]:
+    """The Z3 settings the prover uses (recorded in library headers)."""
+    return {"z3": z3.get_version_string(), **_SOLVER_PARAMS}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one proof attempt.
+
+    Attributes:
+        proved: every mapped output was proved.
+        reason: why not (Z3's reason, or which output failed); empty when proved.
+        seconds: wall time spent in Z3.
+        axioms_used: with ``explain``: the names in the unsat cores, in axiom order.
+        assumed: indices of the encoding's assumptions the proof used.
+    """
+
+    proved: bool
+    reason: str
+    seconds: float
+    axioms_used: tuple[str, ...] | None = None
+    assumed: tuple[int, ...] = ()
+
+
+def _solver(encoding: Encoding, axioms: Sequence[Axiom], explain: bool) -> z3.Solver:
+    solver = z3.Solver()
+    for key, value in _SOLVER_PARAMS.items():
+        solver.set(key, value)
+    for axiom in axioms:
+        if explain:
+            solver.assert_and_track(render_axiom(axiom), z3.Bool(f"axiom {axiom.name}"))
+        else:
+            solver.add(render_axiom(axiom))
+    for index, (name, instance) in enumerate(encoding.definitions):
+        if explain:
+            solver.assert_and_track(instance, z3.Bool(f"axiom {name}#{index}"))
+        else:
+            solver.add(instance)
+    for _, fact in encoding.facts:
+        solver.add(fact)
+    solver.add(*encoding.shape_laws)
+    return solver
+
+
+class _Failed(Exception):
+    """A goal was not proved; the message says which and why."""
+
+
+def _prove_goals(solver: z3.Solver, encoding: Encoding, literals: Sequence[z3.BoolRef], deadline: float) -> list[str]:
+    """Proves every goal under the assumption ``literals``; returns the union of the unsat cores.
+
+    Raises:
+        _Failed: a goal is not proved (sat, unknown or out of time).
+    """
+    core: set[str] = set()
+    for source, target, goal in encoding.goals:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            raise _Failed("timeout")
+        solver.set(timeout=max(1, int(left * 1000)))
+        solver.push()
+        solver.add(z3.Not(goal))
+        try:
+            result = solver.check(*literals)
+            if result != z3.unsat:
+                why = solver.reason_unknown() if result == z3.unknown else "Z3 found a model of the axioms where they differ"
+                raise _Failed(f"output {source} = {target} not proved: {'timeout' if why in ('timeout', 'canceled') else why}")
+            core.update(str(b) for b in solver.unsat_core())
+        finally:
+            solver.pop()
+    return sorted(core)
+
+
+def _minimize(solver: z3.Solver, encoding: Encoding, literals: dict[int, z3.BoolRef], needed: set[int], deadline: float) -> set[int]:
+    """Drops assumptions the proof can do without, trying value pins (``dim == 3``) before equalities of two dims."""
+    order = sorted(needed, key=lambda i: (not isinstance(encoding.assumptions[i][0]["eq"][1], int), -i))
+    for index in order:
+        trial = needed - {index}
+        try:
+            _prove_goals(solver, encoding, [literals[i] for i in sorted(trial)], deadline)
+        except _Failed:
+            continue
+        needed = trial
+    return needed
+
+
+def prove(encoding: Encoding, axioms: Sequence[Axiom], timeout_s: float, explain: bool = False, assume: bool = False) -> Outcome:
+    """Tries to prove every goal of ``encoding`` from ``axioms`` within ``timeout_s`` seconds in all.
+
+    With ``assume``, the encoding's assumptions are available too, each behind a literal of
+    its own; the unsat cores say which ones the proof used, and that set is then shrunk to
+    a minimal one (no assumption can be dropped), so a rule gains as few constraints as possible.
+    """
+    start = time.perf_counter()
+    deadline = start + timeout_s
+    solver = _solver(encoding, axioms, explain)
+    literals: dict[int, z3.BoolRef] = {}
+    if assume:
+        for index, (_, formula) in enumerate(encoding.assumptions):
+            literals[index] = z3.Bool(f"assume {index}")
+            solver.add(z3.Implies(literals[index], formula))
+    try:
+        core = _prove_goals(solver, encoding, list(literals.values()), deadline)
+    except _Failed as e:
+        return Outcome(False, str(e), time.perf_counter() - start)
+    assumed = {int(c.removeprefix("assume ")) for c in core if c.startswith("assume ")}
+    if assumed:
+        assumed = _minimize(solver, encoding, literals, assumed, deadline)
+    used = {c.removeprefix("axiom ").split("#")[0] for c in core if c.startswith("axiom ")}
+    names = tuple(a.name for a in AXIOMS if a.name in used) if explain else None
+    return Outcome(True, "", time.perf_counter() - start, names, tuple(sorted(assumed)))

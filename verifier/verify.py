@@ -1,0 +1,174 @@
+"""Verification of rules: the numeric pre-check, then a Z3 proof from the relevant axioms.
+
+Each rule ends with one status (see :func:`verify_rule`), recorded with
+``rule.with_status``. Many rules are verified in parallel processes, each with its own Z3.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from taso.errors import TasoError
+from taso.rules import Rule
+from taso.specs import AXIOMS, Axiom, Unsupported
+from taso.specs.z3model import axiom_rewrites, axiom_symbols, render_axiom
+
+from .encode import check_facts, encode_rule
+from .numeric import counterexample
+from .prove import prove
+
+__all__ = ["Settings", "relevant_axioms", "verify_rule", "verify_rules"]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How rules are verified.
+
+    Attributes:
+        timeout_s: Z3's time budget per rule (all its outputs together).
+        precheck: run the NumPy check first (turn off only to test the prover alone).
+        relevance: give Z3 only the axioms it can ever instantiate on the rule (see
+            :func:`relevant_axioms`), rather than all of them.
+        explain: record the axioms each proof used (the unsat core).
+    """
+
+    timeout_s: float = 10.0
+    precheck: bool = True
+    relevance: bool = True
+    explain: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+_SYMBOLS: dict[str, frozenset[tuple]] = {}
+_REWRITES: dict[str, list[tuple[frozenset[tuple], frozenset[tuple]]]] = {}
+
+
+def _symbols(axiom: Axiom) -> frozenset[tuple]:
+    found = _SYMBOLS.get(axiom.name)
+    if found is None:
+        found = _SYMBOLS[axiom.name] = axiom_symbols(axiom)
+        _REWRITES[axiom.name] = axiom_rewrites(axiom)
+    return found
+
+
+def relevant_axioms(symbols: frozenset[tuple]) -> list[Axiom]:
+    """The axioms E-matching can ever instantiate on a rule that uses these op variants.
+
+    An axiom fires when one of its trigger sides matches, and then creates the other side's
+    op variants, on which more axioms may fire: the closure of that process from the rule's
+    own variants is computed first, and the axioms entirely about reachable variants are
+    returned. Z3 gets nothing it could never use.
+    """
+    reach = set(symbols)
+    changed = True
+    while changed:
+        changed = False
+        for axiom in AXIOMS:
+            _symbols(axiom)
+            for needs, creates in _REWRITES[axiom.name]:
+                if needs <= reach and not creates <= reach:
+                    reach |= creates
+                    changed = True
+    return [a for a in AXIOMS if _symbols(a) <= reach]
+
+
+def _unknown(rule: Rule, reason: str, seconds: float = 0.0) -> Rule:
+    return rule.with_status("unknown", {"reason": reason, "seconds": round(seconds, 4)})
+
+
+def _attempts(symbols: frozenset[tuple], settings: Settings) -> list[tuple[list[Axiom], bool]]:
+    """(axioms, assume) pairs to try in order: the most general proof first."""
+    axioms = relevant_axioms(symbols) if settings.relevance else list(AXIOMS)
+    return [(axioms, False), (axioms, True)]
+
+
+def verify_rule(rule: Rule, settings: Settings = Settings()) -> Rule:
+    """The rule with its status set.
+
+    * "refuted": a side does not type-check, or the NumPy semantics shows the sides differ
+      (the proof records the counterexample);
+    * "proved": Z3 refuted source ≠ target for every mapped output (the proof records the
+      time, the number of axioms given and, with ``settings.explain``, the axioms used). A
+      proof that needed shape equalities the rule did not state (two input dimensions
+      equal, as on the example shapes) adds them to the rule's constraints, which changes
+      its id; the proof records the candidate's id;
+    * "unknown": anything else, with the reason (timeout, unsupported op, not proved).
+    """
+    start = time.perf_counter()
+    try:
+        rule.validate()
+    except TasoError as e:
+        return rule.with_status("refuted", {"reason": f"ill-typed: {e}"})
+    if settings.precheck:
+        found = counterexample(rule)
+        if found is not None:
+            return rule.with_status("refuted", {"reason": "the sides differ on random inputs", "counterexample": found})
+    try:
+        encoding = encode_rule(rule)
+        check_facts(rule, encoding)
+    except Unsupported as e:
+        return _unknown(rule, f"unsupported: {e}", time.perf_counter() - start)
+    reason = "timeout"
+    for axioms, assume in _attempts(encoding.symbols, settings):
+        budget = settings.timeout_s - (time.perf_counter() - start)
+        if budget <= 0:
+            reason = "timeout"
+            break
+        outcome = prove(encoding, axioms, budget, settings.explain, assume)
+        if outcome.proved:
+            return _proved(rule, encoding, outcome, len(axioms), time.perf_counter() - start)
+        reason = outcome.reason
+        if reason.endswith("timeout"):
+            break
+    return _unknown(rule, reason, time.perf_counter() - start)
+
+
+def _proved(rule: Rule, encoding, outcome, given: int, seconds: float) -> Rule:
+    proof: dict[str, Any] = {"prover": "z3", "seconds": round(seconds, 4), "axioms_given": given}
+    if outcome.axioms_used is not None:
+        proof["axioms"] = list(outcome.axioms_used)
+    if outcome.assumed:
+        proof["candidate"] = rule.id
+        proof["constraints_added"] = [encoding.assumptions[i][0] for i in outcome.assumed]
+        rule = replace(rule, constraints=rule.constraints + tuple(proof["constraints_added"]))
+    return rule.with_status("proved", proof)
+
+
+# ---- many rules, in parallel ------------------------------------------------------------------------------
+
+
+def _verify_json(job: tuple[dict, Settings]) -> dict:
+    data, settings = job
+    return verify_rule(Rule.from_json(data), settings).to_json()
+
+
+def verify_rules(rules: Sequence[Rule], settings: Settings = Settings(), jobs: int = 1,
+                 progress: Callable[[Iterable], Iterator] | None = None) -> list[Rule]:
+    """Verifies rules in ``jobs`` processes; returns them in input order, each with its status.
+
+    Args:
+        rules: the candidates.
+        settings: the verification settings.
+        jobs: worker processes (1 verifies in this process).
+        progress: wraps the stream of results (e.g. ``lambda it: tqdm(it, total=n)``).
+    """
+    wrap = progress or (lambda it: it)
+    if jobs <= 1 or len(rules) <= 1:
+        return list(wrap(verify_rule(r, settings) for r in rules))
+    payload = [(r.to_json(), settings) for r in rules]
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods:
+        for axiom in AXIOMS:  # NOTE: rendered once here, inherited by every forked worker
+            render_axiom(axiom)
+            _symbols(axiom)
+    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    chunk = max(1, min(8, len(rules) // (jobs * 8)))
+    with context.Pool(min(jobs, len(rules))) as pool:
+        results = list(wrap(pool.imap(_verify_json, payload, chunksize=chunk)))
+    return [Rule.from_json(data) for data in results]
