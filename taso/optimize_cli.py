@@ -33,6 +33,8 @@ def add_parser(sub) -> None:
     p.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...", help="fix a symbolic input shape (repeatable)")
     p.add_argument("--inputs", metavar="FILE.npz", help="also check the optimized model on these inputs")
     p.add_argument("--report", metavar="FILE.json", help="write the search report as JSON")
+    p.add_argument("--no-confirm", action="store_true",
+                   help="keep the search's result even if the whole model is not measurably faster on ONNX Runtime (ort-cpu cost only)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -86,6 +88,14 @@ def run(args: argparse.Namespace) -> int:
         if bar is not None:
             bar.close()
         cost_model.close()
+    confirmed = None
+    if args.cost == "ort-cpu" and best is not graph and not args.no_confirm:
+        from .optimize import MIN_CONFIRMED_SPEEDUP, end_to_end_speedup
+
+        confirmed = end_to_end_speedup(graph, best, args.threads)
+        if confirmed < MIN_CONFIRMED_SPEEDUP:
+            say(f"taso: the rewrites measured {confirmed:.3f}x end to end on ONNX Runtime (< {MIN_CONFIRMED_SPEEDUP}x): keeping the original graph")
+            best = graph
     started = time.perf_counter()
     optimized = export_onnx(best)
     comparison = compare_models(read_model(args.input), optimized, input_sets, threads=args.threads)
@@ -94,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"taso: error: the optimized model does not match the original on ONNX Runtime: {comparison.describe()}; nothing was written", file=sys.stderr)
         return EXIT_MISMATCH
     save_onnx(best, args.output)
-    print(_format_report(args, graph, best, report, comparison, check_seconds))
+    print(_format_report(args, graph, best, report, comparison, check_seconds, confirmed))
     if args.report:
         with open(args.report, "w", encoding="utf-8") as f:
             json.dump({**report.to_json(), "nodes_before": len(graph), "nodes_after": len(best), "check": comparison.describe(),
@@ -102,15 +112,21 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _format_report(args, before, after, report, comparison, check_seconds: float) -> str:
+def _format_report(args, before, after, report, comparison, check_seconds: float, confirmed: float | None) -> str:
     lines = [
         f"wrote {args.output}",
         f"  cost     {report.initial_cost * 1e3:.3f} ms -> {report.best_cost * 1e3:.3f} ms  (predicted speedup {report.predicted_speedup:.2f}x, {args.cost})",
+    ]
+    if confirmed is not None:
+        lines.append(f"  measured {confirmed:.2f}x end to end on ONNX Runtime ({'kept' if after is not before else 'not enough: the original graph was written'})")
+    lines += [
         f"  nodes    {len(before)} -> {len(after)}",
         f"  search   {report.seconds:.1f} s, {report.expanded} graphs expanded, {report.generated} rewrites tried, stopped: {report.stop_reason.value}",
         f"  check    {comparison.describe()} ({check_seconds:.1f} s)",
     ]
-    if report.applied:
+    if report.applied and after is before:
+        lines.append(f"  rules applied: none kept ({sum(report.applied.values())} rewrites found did not pay end to end)")
+    elif report.applied:
         lines.append("  rules applied:")
         lines += [f"    {count:>3}  {rule}" for rule, count in report.applied.most_common()]
     else:

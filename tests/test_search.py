@@ -117,3 +117,18 @@ def test_random_graphs_optimized_with_the_analytic_cost_stay_equal_on_ort(graph)
     feeds = {k: np.random.default_rng(3).standard_normal(t.shape).astype(np.float32) for k, t in graph.inputs.items()}
     for got, want in zip(run_ort(taso.export_onnx(best), feeds), run_ort(taso.export_onnx(graph), feeds)):
         assert_close(got, want, 1e-4)
+
+
+def test_end_to_end_check_sees_a_slower_graph():
+    from taso.optimize import MIN_CONFIRMED_SPEEDUP, end_to_end_speedup
+
+    graph = _rnn_like(steps=2, hidden=256)
+    # The same values through a needless identity matmul on every step: strictly more work.
+    slow = graph
+    for t in range(2):
+        eye = _n("eye", [], [f"i{t}"], n=256)
+        mm = _n("matmul", [f"x{t}", f"i{t}"], [f"xi{t}"])
+        old = slow.producer(f"h{t}")
+        new = Node(old.op, old.params, (f"xi{t}", "w"), old.outputs, old.name)
+        slow = slow.replace(remove=[old], add=[eye, mm, new])
+    assert end_to_end_speedup(graph, slow) < MIN_CONFIRMED_SPEEDUP
