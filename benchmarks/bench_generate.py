@@ -6,17 +6,43 @@ Two comparisons, each timed in the same run (absolute times on a shared machine 
 * memo: the enumeration alone, with the exact evaluations memoised (as shipped) and with
   every new operator evaluated again (``cache_limit=0``), single process.
 
-Run: python benchmarks/bench_generate.py [--depths 2,3] [--jobs 1,2] [--ops taso] [--memo-depth 2]
+A calibration runs first: the same pure-Python loop in 1 and in N processes. Its ratio is
+the parallel speed-up the machine offers right now (other processes compete for cores), the
+ceiling for the generator's.
+
+Job counts are interleaved over ``--repeat`` rounds and medians compared, so load from
+other processes hits all of them alike.
+
+Run: python benchmarks/bench_generate.py [--depths 2,3] [--jobs 1,2] [--ops taso] [--repeat 1] [--memo-depth 2]
 The depth-3 run over TASO's op set takes minutes per job count.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import statistics
 import time
 
 from taso.generator import Settings, generate, parse_ops
 from taso.generator.enumerate import Enumerator
+
+
+def _spin(n: int) -> float:
+    start, total = time.perf_counter(), 0
+    for i in range(n):
+        total += i
+    return time.perf_counter() - start
+
+
+def _available_speedup(jobs: int, n: int = 10_000_000) -> float:
+    """How much faster ``jobs`` copies of a loop finish in ``jobs`` processes than one after another."""
+    alone = _spin(n)
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        start = time.perf_counter()
+        pool.map(_spin, [n] * jobs)
+        together = time.perf_counter() - start
+    return jobs * alone / together
 
 
 def _walk_all(settings: Settings, cache_limit: int) -> tuple[int, float]:
@@ -39,22 +65,26 @@ def main() -> None:
     parser.add_argument("--depths", default="2,3", help="comma-separated max-ops values (default: 2,3)")
     parser.add_argument("--jobs", default="1,2", help="comma-separated worker counts; ratios are to the first (default: 1,2)")
     parser.add_argument("--ops", default=None, help="op set, as for taso generate --ops (default: TASO's)")
+    parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds per depth; medians are compared (default: 1)")
     parser.add_argument("--memo-depth", type=int, default=2, help="depth of the memo comparison; 0 skips it (default: 2)")
     args = parser.parse_args()
     ops = parse_ops(args.ops)
     jobs = [int(j) for j in args.jobs.split(",")]
 
     print(f"op set: {', '.join(ops)}")
+    print(f"calibration: {max(jobs)} processes run a pure-Python loop {_available_speedup(max(jobs)):.2f}x as fast as one")
     print("| max ops | -j | graphs | candidates | rules | wall s | graphs/s | speed-up |")
     print("|---|---|---|---|---|---|---|---|")
     for depth in (int(d) for d in args.depths.split(",")):
-        base = None
+        walls: dict[int, list[float]] = {j: [] for j in jobs}
+        for _ in range(args.repeat):
+            for j in jobs:
+                start = time.perf_counter()
+                result = generate(Settings(max_ops=depth, ops=ops), jobs=j)
+                walls[j].append(time.perf_counter() - start)
+        base = statistics.median(walls[jobs[0]])
         for j in jobs:
-            start = time.perf_counter()
-            result = generate(Settings(max_ops=depth, ops=ops), jobs=j)
-            wall = time.perf_counter() - start
-            base = base or wall
-            graphs = result.counts["graphs"]
+            wall, graphs = statistics.median(walls[j]), result.counts["graphs"]
             print(f"| {depth} | {j} | {graphs:,} | {result.counts['candidates']:,} | {result.counts['rules']:,} | "
                   f"{wall:.1f} | {graphs / wall:,.0f} | {base / wall:.2f}x |", flush=True)
 

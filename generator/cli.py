@@ -119,11 +119,12 @@ class _ProgressBar:
 def format_summary(result: Result, output: str, seconds: float) -> str:
     """The table of pruning stages printed after a run."""
     by_ops = ", ".join(f"{k} ops: {n:,}" for k, n in enumerate(result.per_depth) if k)
-    width = max(len(f"{c:,}") for c in result.counts.values())
+    width = max([len("count")] + [len(f"{c:,}") for c in result.counts.values()])
     lines = [f"{'stage':<16} {'count':>{width}}  {'seconds':>7}  meaning"]
+    rate = result.counts["graphs"] / max(result.seconds.get("graphs", 0.0), 1e-9)
     for name, meaning in STAGES.items():
         count = result.counts[name]
-        detail = f" ({by_ops})" if name == "graphs" else ""
+        detail = f" ({by_ops}; {rate:,.0f} graphs/s)" if name == "graphs" else ""
         lines.append(f"{name:<16} {count:>{width},}  {result.seconds.get(name, 0.0):7.1f}  {meaning}{detail}")
     lines.append(f"wrote {result.counts['rules']:,} candidate rules to {output} in {seconds:.1f} s")
     return "\n".join(lines)

@@ -48,6 +48,7 @@ __all__ = ["SHAPE_PARAMS", "generalize", "generalize_all", "evaluate_side", "Not
 
 # Parameters that are shapes in disguise, per canonical op name. (conv2d's groups only
 # when above 1: a plain convolution's groups=1 is part of what it computes.)
+# TODO(lead): mark these on the registry's Param declarations and read them from there.
 SHAPE_PARAMS: dict[str, tuple[str, ...]] = {
     "eye": ("n",),
     "conv_identity": ("channels", "kernel"),

@@ -28,7 +28,7 @@ from .emit import build_rule
 from .parallel import Workers, shared_graphs
 from .generalize import generalize_all
 from .pairing import Decoder, FloatCheck, pair_specs
-from .prune import Canonical, drop_instances, is_trivial, shares_subgraph, summarize
+from .prune import Canonical, drop_instances, first_per_form, is_trivial, shares_subgraph, summarize
 from .settings import Settings
 
 __all__ = ["generate", "Result", "STAGES", "Progress"]
@@ -63,26 +63,28 @@ class Progress:
 
 
 class _PairCounter:
-    """Counts candidate pairs among the keys seen so far, recounting at most every ``every`` seconds.
+    """Counts candidate pairs among the keys seen so far, now and then.
 
     A running count per key would cost a dictionary entry per graph; re-sorting the key
-    arrays now and then costs a fraction of a second.
+    arrays costs a fraction of a second, so it is done at most every ``every`` seconds and
+    at most a tenth of the time.
     """
 
     def __init__(self, total: int, every: float = 2.0):
         self._keys: list[np.ndarray] = []
-        self._every, self._last, self.pairs, self._todo = every, 0.0, 0, total
+        self._every, self._next, self.pairs, self._todo = every, 0.0, 0, total
 
     def add(self, keys) -> int:
         """Adds one unit's keys; returns the pairs counted so far (exact after the last unit)."""
         self._keys.append(np.frombuffer(keys, dtype=np.int64))
         self._todo -= 1
-        now = time.perf_counter()
-        if now - self._last >= self._every or self._todo == 0:
+        start = time.perf_counter()
+        if start >= self._next or self._todo == 0:
             self._keys = [np.concatenate(self._keys)]
             _, counts = np.unique(self._keys[0], return_counts=True)
             self.pairs = int((counts * (counts - 1) // 2).sum())
-            self._last = time.perf_counter()
+            now = time.perf_counter()
+            self._next = now + max(self._every, 10 * (now - start))
         return self.pairs
 
 
@@ -98,13 +100,9 @@ class Result:
 
 def _dedupe_renamings(candidates: list, summaries: list, decode: Decoder) -> list[Canonical]:
     """One candidate per canonical form (the first met), ordered by form, from worker summaries."""
-    first: dict[bytes, int] = {}
-    for i, (form, *_) in enumerate(summaries):
-        first.setdefault(form, i)
     kept = []
-    for form in sorted(first):
-        i = first[form]
-        _, rename, swapped, trivial = summaries[i]
+    for i in first_per_form(form for form, *_ in summaries):
+        form, rename, swapped, trivial = summaries[i]
         kept.append(Canonical(form, decode.candidate(*candidates[i]), dict(rename), swapped, trivial))
     return kept
 

@@ -30,7 +30,7 @@ from .graphs import Decoded, Expr
 from .pairing import Candidate, Decoder
 from .parallel import current_context
 
-__all__ = ["Canonical", "canonicalize", "dedupe_renamings", "summarize", "is_trivial", "shares_subgraph", "drop_instances"]
+__all__ = ["Canonical", "canonicalize", "first_per_form", "dedupe_renamings", "summarize", "is_trivial", "shares_subgraph", "drop_instances"]
 
 Form = tuple[tuple[Expr, Expr], ...]
 
@@ -99,13 +99,18 @@ def _digest(form: Form) -> bytes:
     return hashlib.blake2b(repr(form).encode(), digest_size=16).digest()
 
 
+def first_per_form(forms: Iterable[bytes]) -> list[int]:
+    """Positions of the first candidate of each canonical form, ordered by form."""
+    first: dict[bytes, int] = {}
+    for i, form in enumerate(forms):
+        first.setdefault(form, i)
+    return [first[form] for form in sorted(first)]
+
+
 def dedupe_renamings(candidates: Iterable[Candidate]) -> list[Canonical]:
-    """One candidate per canonical form (the first met), ordered by form."""
-    seen: dict[bytes, Canonical] = {}
-    for candidate in candidates:
-        canonical = canonicalize(candidate)
-        seen.setdefault(canonical.form, canonical)
-    return [seen[form] for form in sorted(seen)]
+    """One candidate per canonical form (the first met), ordered by form, in this process."""
+    canonical = [canonicalize(c) for c in candidates]
+    return [canonical[i] for i in first_per_form(c.form for c in canonical)]
 
 
 def summarize(pairs: list[tuple[int, GraphSpec, GraphSpec]]) -> list[tuple[bytes, tuple, bool, bool]]:

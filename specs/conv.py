@@ -148,6 +148,12 @@ def _pooled(rng: np.random.Generator):
     return valuation
 
 
+def _two_images(rng: np.random.Generator):
+    valuation = _pooled(rng)
+    valuation["y"] = valuation["x"]
+    return valuation
+
+
 def _scaled_pool(rng: np.random.Generator):
     valuation = _pooled(rng)
     valuation["s"] = (1,) * int(rng.integers(0, 3))
@@ -185,13 +191,13 @@ axioms = [
           when=(eq(dim(w, 2), dim(v, 2)), eq(dim(w, 3), dim(v, 3)))),
     Axiom("conv2d-concat-channels", add(conv2d(x, w, **WINDOW), conv2d(y, v, **WINDOW)), conv2d(concat(x, y, axis=1), concat(w, v, axis=1), **WINDOW),
           _channels, when=(eq(dim(x, 0), dim(y, 0)), eq(dim(x, 2), dim(y, 2)), eq(dim(x, 3), dim(y, 3)),
-                           eq(dim(w, 0), dim(v, 0)), eq(dim(w, 2), dim(v, 2)), eq(dim(w, 3), dim(v, 3)))),
+                           eq(dim(w, 0), dim(v, 0)), eq(dim(w, 2), dim(v, 2)), eq(dim(w, 3), dim(v, 3)), eq(dim(x, 1), dim(w, 1)))),
     # an enlarged kernel with padding grown by the margin computes the same convolution
     Axiom("conv2d-enlarge", conv2d(x, enlarge(w, kernel=(kh, kw)), **CONV, activation=a),
           conv2d(x, w, strides=(sh, sw), pads=(pt - MARGIN_H, pl - MARGIN_W, pb - MARGIN_H, pr - MARGIN_W), groups=g, activation=a), _enlarged,
           when=(ok(enlarge(w, kernel=(kh, kw))), ge(pt, MARGIN_H), ge(pl, MARGIN_W), ge(pb, MARGIN_H), ge(pr, MARGIN_W))),
     Axiom("enlarge-concat", enlarge(concat(w, v, axis=0), kernel=(kh, kw)), concat(enlarge(w, kernel=(kh, kw)), enlarge(v, kernel=(kh, kw)), axis=0),
-          _enlarged),
+          _enlarged, when=(eq(dim(w, 2), dim(v, 2)), eq(dim(w, 3), dim(v, 3)))),
     Axiom("enlarge-smul", enlarge(scalar_mul(w, s), kernel=(kh, kw)), scalar_mul(enlarge(w, kernel=(kh, kw)), s), _enlarged),
     # pools work per image and per channel, so they distribute over concatenation along those axes
     Axiom("max_pool2d-concat", max_pool2d(concat(x, y, axis=ax), **POOL), concat(max_pool2d(x, **POOL), max_pool2d(y, **POOL), axis=ax), _pooled,
@@ -201,7 +207,9 @@ axioms = [
           when=SAME_IMAGE),
     Axiom("global_avg_pool-concat", global_avg_pool(concat(x, y, axis=ax)), concat(global_avg_pool(x), global_avg_pool(y), axis=ax), _pooled,
           when=SAME_IMAGE),
-    # average pools are linear, so scaling commutes with them
+    # average pools are linear: they distribute over add and commute with scaling
+    Axiom("avg_pool2d-add", avg_pool2d(add(x, y), **POOL, count_include_pad=cip), add(avg_pool2d(x, **POOL, count_include_pad=cip), avg_pool2d(y, **POOL, count_include_pad=cip)),
+          _two_images, when=same_shape(x, y, 4)),
     Axiom("smul-avg_pool2d", scalar_mul(avg_pool2d(x, **POOL, count_include_pad=cip), s), avg_pool2d(scalar_mul(x, s), **POOL, count_include_pad=cip),
           _scaled_pool),
     Axiom("smul-global_avg_pool", scalar_mul(global_avg_pool(x), s), global_avg_pool(scalar_mul(x, s)), _scaled_pool),

@@ -70,6 +70,12 @@ def _column_scale(rng: np.random.Generator):
     return {"x": (n, k), "y": (k, m), "v": (int(rng.choice([1, m])),)}
 
 
+def _inner_scale(rng: np.random.Generator):
+    """x (n, k) times y^T for y (m, k), and a vector v of k (or 1) entries."""
+    n, k, m = shape(rng, 3)
+    return {"x": (n, k), "y": (m, k), "v": (int(rng.choice([1, k])),)}
+
+
 def _right_summands(rng: np.random.Generator):
     """x (n, k) times y, z of one shape (k, m)."""
     n, k, m = shape(rng, 3)
@@ -94,6 +100,9 @@ axioms = [
           when=(le(rank(s), rank(x)), le(rank(s), rank(y)), ge(rank(x), 2))),
     # scaling the columns of the right factor (a row vector broadcast over it) scales the product's columns
     Axiom("matmul-mul-columns", matmul(x, mul(y, v)), mul(matmul(x, y), v), _column_scale, when=(eq(rank(v), 1), eq(rank(y), 2))),
+    # a vector scaling the contracted dimension can move from one factor to the other
+    Axiom("matmul-scaled-inner", matmul(mul(x, v), transpose(y, perm=(1, 0))), matmul(x, transpose(mul(y, v), perm=(1, 0))), _inner_scale,
+          when=(eq(rank(v), 1), eq(rank(x), 2), eq(rank(y), 2), eq(dim(x, 1), dim(y, 1)))),
     # a fused activation is the activation of the plain product
     *[Axiom(f"matmul-{act}", matmul(x, y, activation=act), op(act)(matmul(x, y)), chain("x y", batch=True), unfold=True) for act in ACTIVATIONS[1:]],
     # products distribute over concatenated columns of the right factor and rows of the left one
@@ -103,7 +112,8 @@ axioms = [
           when=(eq(rank(x), 2), eq(rank(z), 2))),
     # a sum of two products is one product of concatenated factors
     Axiom("matmul-concat-inner", add(matmul(x, y), matmul(z, w)), matmul(concat(x, z, axis=1), concat(y, w, axis=0)), _blocks,
-          when=(eq(rank(x), 2), eq(rank(z), 2), eq(rank(y), 2), eq(rank(w), 2), eq(dim(x, 0), dim(z, 0)), eq(dim(y, 1), dim(w, 1)))),
+          when=(eq(rank(x), 2), eq(rank(z), 2), eq(rank(y), 2), eq(rank(w), 2), eq(dim(x, 0), dim(z, 0)), eq(dim(y, 1), dim(w, 1)),
+                eq(dim(x, 1), dim(y, 0)))),
     # (x y)^T = y^T x^T
     Axiom("transpose-matmul", transpose(matmul(x, y), perm=(1, 0)), matmul(transpose(y, perm=(1, 0)), transpose(x, perm=(1, 0))), chain("x y")),
 ]

@@ -122,11 +122,13 @@ def _full_rank(valuation, rank_):
 
 
 def _broadcast_blocks(rng: np.random.Generator):
-    """x | z and y | w concatenated along ax, with y and w broadcasting against x and z off the axis."""
+    """x | z along ax and y | w along bx, y and w broadcasting against x and z (maybe of lower rank)."""
     valuation = _concatenable("x z")(rng)
     axis = valuation["ax"]
+    drop = int(rng.integers(0, axis + 1))
     for big, small in (("x", "y"), ("z", "w")):
-        valuation[small] = tuple(d if k == axis or rng.random() < 0.6 else 1 for k, d in enumerate(valuation[big]))
+        valuation[small] = tuple(d if k == axis or rng.random() < 0.6 else 1 for k, d in enumerate(valuation[big]))[drop:]
+    valuation["bx"] = axis - drop
     return valuation
 
 
@@ -266,10 +268,10 @@ def _concat_axioms() -> list[Axiom]:
         *[Axiom(f"{name}-concat-{r}d", concat(op(name)(x, y), op(name)(z, w), axis=ax), op(name)(concat(x, z, axis=ax), concat(y, w, axis=ax)),
                 lambda rng, r=r: (lambda v: v | {"y": v["x"], "w": v["z"]})(_concatenable("x z", (r,))(rng)),
                 when=same_shape(x, y, r) + same_shape(z, w, r)) for name in ("add", "mul") for r in (1, 2, 3, 4)],
-        # ... and with broadcasting, when the two concatenations have the same seam
-        *[Axiom(f"{name}-concat-seams", op(name)(concat(x, z, axis=ax), concat(y, w, axis=ax)), concat(op(name)(x, y), op(name)(z, w), axis=ax),
-                _broadcast_blocks, when=(ok(concat(x, z, axis=ax)), ok(concat(y, w, axis=ax)), ge(ax, 0), eq(rank(x), rank(y)),
-                                         eq(dim(x, ax), dim(y, ax)), eq(dim(z, ax), dim(w, ax)))) for name in ("add", "mul")],
+        # ... and with broadcasting, when the two concatenations have the same seam (on aligned axes)
+        *[Axiom(f"{name}-concat-seams", op(name)(concat(x, z, axis=ax), concat(y, w, axis=bx)), concat(op(name)(x, y), op(name)(z, w), axis=ax),
+                _broadcast_blocks, when=(ok(concat(x, z, axis=ax)), ok(concat(y, w, axis=bx)), ge(ax, 0), ge(bx, 0), eq(rank(x) - ax, rank(y) - bx),
+                                         eq(dim(x, ax), dim(y, bx)), eq(dim(z, ax), dim(w, bx)))) for name in ("add", "mul")],
         # a broadcast operand that does not extend along the concat axis applies to each part
         *[Axiom(f"{name}-concat-broadcast", op(name)(concat(x, z, axis=ax), y), concat(op(name)(x, y), op(name)(z, y), axis=ax), _trailing_operand,
                 when=(ok(concat(x, z, axis=ax)), ge(ax, 0), lt(ax, rank(x) - rank(y)))) for name in ("add", "mul")],

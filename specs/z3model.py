@@ -22,7 +22,7 @@ from .base import Axiom, OpSpec
 from .terms import App, Arith, Cmp, Dim, Expr, IndexOf, IntVar, Lit, Ok, Rank, Select, TensorVar, apps
 
 __all__ = ["TENSOR", "DIM", "RANK", "OK", "function", "apply", "symbol", "render_axiom", "render_term", "render_expr", "render_cond",
-           "axiom_symbols", "axiom_rewrites"]
+           "axiom_symbols", "axiom_rewrites", "closure_laws"]
 
 TENSOR = z3.DeclareSort("Tensor")
 DIM = z3.Function("dim", TENSOR, z3.IntSort(), z3.IntSort())
@@ -55,6 +55,28 @@ def function(spec: OpSpec, full_params: Mapping[str, Any], nargs: int, index: in
         f = z3.Function(name, *sorts, *([TENSOR] * nargs), TENSOR)
         _FUNCTIONS[key] = f
     return f
+
+
+_CLOSURE: dict[tuple, z3.BoolRef] = {}
+
+
+def closure_laws(symbols: frozenset[tuple]) -> list[z3.BoolRef]:
+    """For every Z3 function of these op variants: ``ok(f(..., x, ...)) -> ok(x)`` (BOTTOM propagates).
+
+    Only functions already created (by rendering axioms or encoding rules) are covered.
+    """
+    laws = []
+    for (name, variant, index), f in list(_FUNCTIONS.items()):
+        if (name, *variant) not in symbols:
+            continue
+        law = _CLOSURE.get((name, variant, index))
+        if law is None:
+            args = [z3.Const(f"v{i}", f.domain(i)) for i in range(f.arity())]
+            tensors = [a for a in args if a.sort() == TENSOR]
+            term = f(*args)
+            law = _CLOSURE[(name, variant, index)] = z3.ForAll(args, z3.Implies(OK(term), z3.And(*[OK(t) for t in tensors])), patterns=[term])
+        laws.append(law)
+    return laws
 
 
 def _scalar(value: Any, sort: str) -> z3.ExprRef:
@@ -158,9 +180,15 @@ def _symbols_of(*nodes) -> frozenset[tuple]:
     return frozenset(symbol(a.op, {k: v for k, v in a.params}, len(a.args)) for a in apps(*nodes))
 
 
+_AXIOM_SYMBOLS: dict[str, frozenset[tuple]] = {}
+
+
 def axiom_symbols(axiom: Axiom) -> frozenset[tuple]:
-    """The op variants an axiom mentions (for relevance filtering)."""
-    return _symbols_of(axiom.lhs, axiom.rhs, *axiom.when)
+    """The op variants an axiom mentions (for relevance filtering; cached per process)."""
+    found = _AXIOM_SYMBOLS.get(axiom.name)
+    if found is None:
+        found = _AXIOM_SYMBOLS[axiom.name] = _symbols_of(axiom.lhs, axiom.rhs, *axiom.when)
+    return found
 
 
 def axiom_rewrites(axiom: Axiom) -> list[tuple[frozenset[tuple], frozenset[tuple]]]:

@@ -65,6 +65,16 @@ def test_validation_catches_an_axiom_whose_sides_differ_in_definedness():
     assert not validate_axiom(unguarded, trials=10).ok
 
 
+def test_validation_catches_concatenations_whose_sizes_add_up_but_not_their_parts():
+    # NOTE: this axiom once lacked the guard dim(x, 1) == dim(y, 0); the mutation test caught
+    # the prover using it, and exchanging two tensors' shapes is the perturbation that finds it.
+    from dataclasses import replace
+
+    inner = axiom("matmul-concat-inner")
+    weakened = replace(inner, name="matmul-concat-inner-weak", when=inner.when[:-1])
+    assert not validate_axiom(weakened, trials=60, perturbed=6).ok
+
+
 @pytest.mark.parametrize("ax", AXIOMS, ids=lambda a: a.name)
 def test_symbolic_shape_rules_agree_with_the_registry(ax):
     problems = check_shape_rules(ax, trials=4)

@@ -9,6 +9,7 @@ verification *with the NumPy pre-check turned off*, so the Z3 prover itself is t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Iterator
 
@@ -161,29 +162,56 @@ def _well_typed(rule: Rule) -> bool:
     return True
 
 
-def test_no_wrong_mutant_of_a_proved_rule_is_proved_by_z3(capsys):
-    tried = ill_typed = equivalent = rejected = 0
+def _mutation_run(rules) -> tuple[dict[str, int], list[str]]:
+    """Verifies every mutant of ``rules`` with the prover alone; counts them, lists wrong ones proved."""
+    counts = {"tried": 0, "ill_typed": 0, "equivalent": 0, "rejected": 0}
     proved_wrong = []
-    for rule in EXAMPLES:
+    for rule in rules:
         for label, mutant in mutants(rule):
-            tried += 1
+            counts["tried"] += 1
             if not _well_typed(mutant):
-                ill_typed += 1
+                counts["ill_typed"] += 1
                 assert verify_rule(mutant, PROVER_ONLY).status == "refuted"
                 continue
             if counterexample(mutant, trials=3, seed=7) is None:
-                equivalent += 1  # the NumPy semantics cannot tell it from the original: it may be proved
+                counts["equivalent"] += 1  # the NumPy semantics cannot tell it from the original: it may be proved
                 continue
-            verified = verify_rule(mutant, Settings(timeout_s=2.0, precheck=False))
-            if verified.status == "proved":
-                proved_wrong.append(f"{rule.name}: {label}: {mutant}")
+            if verify_rule(mutant, Settings(timeout_s=2.0, precheck=False)).status == "proved":
+                proved_wrong.append(f"{rule.name or rule.id}: {label}: {mutant}")
             else:
-                rejected += 1
+                counts["rejected"] += 1
+    return counts, proved_wrong
+
+
+def _report(what: str, counts: dict[str, int], proved_wrong: list[str], capsys) -> None:
     with capsys.disabled():
-        print(f"\nmutation test: {tried} mutants of {len(EXAMPLES)} rules: {ill_typed} ill-typed (refuted), "
-              f"{equivalent} numerically equivalent (skipped), {rejected} wrong and rejected by Z3 alone, {len(proved_wrong)} wrong but proved")
+        print(f"\nmutation test on {what}: {counts['tried']} mutants: {counts['ill_typed']} ill-typed (refuted), "
+              f"{counts['equivalent']} numerically equivalent (skipped), {counts['rejected']} wrong and rejected by Z3 alone, "
+              f"{len(proved_wrong)} wrong but proved")
+
+
+def test_no_wrong_mutant_of_a_proved_rule_is_proved_by_z3(capsys):
+    counts, proved_wrong = _mutation_run(EXAMPLES)
+    _report(f"{len(EXAMPLES)} hand-written rules", counts, proved_wrong, capsys)
     assert not proved_wrong, "the prover proved wrong rules:\n" + "\n".join(proved_wrong)
-    assert rejected >= 40, "too few wrong, well-typed mutants to trust the test"
+    assert counts["rejected"] >= 40, "too few wrong, well-typed mutants to trust the test"
+
+
+@functools.cache
+def _generated(max_ops: int, ops: tuple[str, ...]):
+    pipeline = pytest.importorskip("taso.generator.pipeline")
+    settings = pytest.importorskip("taso.generator.settings")
+    return pipeline.generate(settings.Settings(max_ops=max_ops, ops=ops)).library.rules
+
+
+GENERATED_OPS = ("matmul", "conv2d", "add", "mul", "scalar_mul", "transpose", "relu", "concat", "split", "enlarge", "eye")
+
+
+def test_no_wrong_mutant_of_a_generated_rule_is_proved_by_z3(capsys):
+    rules = _generated(2, GENERATED_OPS)[::6]
+    counts, proved_wrong = _mutation_run(rules)
+    _report(f"{len(rules)} generated rules", counts, proved_wrong, capsys)
+    assert not proved_wrong, "the prover proved wrong rules:\n" + "\n".join(proved_wrong)
 
 
 # ---- the command line ---------------------------------------------------------------------------------------
@@ -249,13 +277,10 @@ def test_library_file_roundtrips_through_json(candidates, tmp_path):
 # ---- generated candidates --------------------------------------------------------------------------------
 
 
-def test_generated_depth_2_candidates_are_all_proved_or_refuted_never_unknown(tmp_path, capsys):
-    pipeline = pytest.importorskip("taso.generator.pipeline")
-    settings = pytest.importorskip("taso.generator.settings")
-    ops = ("matmul", "conv2d", "add", "mul", "scalar_mul", "transpose", "relu", "concat", "split", "enlarge", "eye")
-    candidates = pipeline.generate(settings.Settings(max_ops=2, ops=ops)).library
-    results = verify_rules(candidates.rules, Settings(timeout_s=10.0), jobs=1)
+def test_generated_depth_2_candidates_are_all_proved_never_unknown(capsys):
+    results = verify_rules(_generated(2, GENERATED_OPS), Settings(timeout_s=10.0), jobs=1)
     unknown = [f"{r.id}: {r.proof['reason']}: {r}" for r in results if r.status == "unknown"]
     with capsys.disabled():
         print(f"\ngenerated depth-2 candidates: {len(results)}, proved {sum(r.status == 'proved' for r in results)}, unknown {len(unknown)}")
     assert len(results) >= 20 and not unknown, "\n".join(unknown)
+    assert all(r.status == "proved" for r in results)

@@ -49,25 +49,39 @@ def _stable_seed(name: str, seed: int) -> int:
 
 
 def perturbations(valuation: Mapping[str, Any], rng: np.random.Generator, count: int) -> Iterator[dict[str, Any]]:
-    """Valuations near ``valuation``: one tensor ill-typed (None), reshaped, or one integer nudged."""
+    """Valuations near ``valuation``, each one change away.
+
+    The changes: a tensor made ill-typed (None), a dimension nudged, a leading dimension
+    dropped or added, two dimensions of one tensor swapped, the shapes of two tensors (or
+    the values of two integers) exchanged, an integer nudged. Exchanges reach the
+    ill-typed valuations whose sizes still add up (``concat(z, x)`` against ``concat(y, w)``).
+    """
     names = sorted(valuation)
     for _ in range(count):
         name = names[int(rng.integers(0, len(names)))]
         value = valuation[name]
         changed = dict(valuation)
-        if isinstance(value, tuple):
-            kind = int(rng.integers(0, 4))
-            if kind == 0:
-                changed[name] = None
-            elif kind == 1 and value:
-                k = int(rng.integers(0, len(value)))
-                changed[name] = value[:k] + (max(1, value[k] + int(rng.choice((-1, 1)))),) + value[k + 1 :]
-            elif kind == 2 and value:
-                changed[name] = value[1:]
-            else:
-                changed[name] = (int(rng.integers(1, 3)),) + value
-        else:
+        kind = int(rng.integers(0, 6))
+        same_kind = [n for n in names if n != name and isinstance(valuation[n], tuple) == isinstance(value, tuple)]
+        if kind == 5 and same_kind:
+            other = same_kind[int(rng.integers(0, len(same_kind)))]
+            changed[name], changed[other] = valuation[other], value
+        elif not isinstance(value, tuple):
             changed[name] = value + int(rng.choice((-2, -1, 1, 2)))
+        elif kind == 0:
+            changed[name] = None
+        elif kind == 1 and value:
+            k = int(rng.integers(0, len(value)))
+            changed[name] = value[:k] + (max(1, value[k] + int(rng.choice((-1, 1)))),) + value[k + 1 :]
+        elif kind == 2 and value:
+            changed[name] = value[1:]
+        elif kind == 4 and len(value) > 1:
+            i, j = (int(v) for v in rng.choice(len(value), 2, replace=False))
+            swapped = list(value)
+            swapped[i], swapped[j] = swapped[j], swapped[i]
+            changed[name] = tuple(swapped)
+        else:
+            changed[name] = (int(rng.integers(1, 3)),) + value
         yield changed
 
 

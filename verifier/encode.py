@@ -8,10 +8,13 @@ rule's shape expressions, such as the sizes of a split) stay *symbolic*: ``{"dim
 applied to, not just its example shapes.
 
 The ground facts are what holds for every tensor the rule can match: every value of both
-sides is well typed (``ok``), has the rank of its example and the dimensions its op's
-symbolic shape rule gives, and the op's typing requirements hold. Input dimensions are
-positive (the model's tensors are non-empty), the rule's shape constraints hold, and mapped
+sides is well typed (``ok``); inputs have the ranks of their examples and positive
+dimensions (the model's tensors are non-empty); the rule's shape constraints hold; mapped
 outputs have equal shapes (the rewrite engine checks all of this when it applies a rule).
+Everything else about shapes follows from the *shape laws*: one quantified law per op
+application pattern of the rule, built from its spec's symbolic shape rule, which gives
+the rank and dimensions of every well-typed application of that pattern, including the
+ones Z3 creates while rewriting. Axiom guards about shapes are decided from them.
 """
 
 from __future__ import annotations
@@ -21,16 +24,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import z3
-
 import numpy as np
+import z3
 
 from taso.rules import Rule
 from taso.specs import UNFOLDINGS, Axiom, Unsupported, spec_of
 from taso.specs.terms import App, Dim, IntVar, Lit, TensorVar
 from taso.specs.z3model import DIM, OK, RANK, TENSOR, apply, render_cond, symbol
 
-__all__ = ["Encoding", "encode_rule", "check_facts"]
+__all__ = ["Encoding", "encode_rule"]
 
 
 @dataclass(frozen=True)
@@ -49,8 +51,9 @@ class Encoding:
             (axiom name, formula); the prover tracks them like the axioms they come from.
         shape_laws: for each op application in the rule (parameters and input ranks), a
             quantified law giving the rank and dims of *every* such application, the ones
-            Z3 creates while rewriting included: ``ok(f(x)) and rank(x) = r -> ok(x) and
-            dim(f(x), k) = ...``. Axiom guards about new terms can then be decided.
+            Z3 creates while rewriting included: ``ok(f(x)) and rank(x) = r -> dim(f(x), k)
+            = ...``. With :func:`~taso.specs.z3model.closure_laws` (arguments of well-typed
+            terms are well typed), axiom guards about new terms can then be decided.
     """
 
     goals: tuple[tuple[str, str, z3.BoolRef], ...]
@@ -63,17 +66,17 @@ class Encoding:
 
 @dataclass(frozen=True)
 class _Value:
-    """A value's Z3 term and its dimensions (ints or Z3 integers)."""
+    """A value's Z3 term and its rank."""
 
     term: z3.ExprRef
-    dims: tuple[Any, ...]
+    rank: int
 
 
 class _Builder:
     """Builds the Z3 terms of op applications with their ground facts, unfolding definitions.
 
-    Every application gets the facts of :func:`_value_facts` and its spec's typing
-    requirements. An application that matches the left side of a *definitional* axiom
+    Every application is well typed (a fact) and brings the shape laws of its pattern.
+    An application that matches the left side of a *definitional* axiom
     (``conv2d(x, w, b, activation=relu) = relu(conv2d(x, w, b))``, ``conv2d(x, w, b) =
     add(conv2d(x, w), reshape(b, ...))``) also gets that axiom's ground instance, with the
     facts of the right side's new subterms, all under the axiom's guards: the prover then
@@ -84,24 +87,23 @@ class _Builder:
         self.facts: list[tuple[str, z3.BoolRef]] = []
         self.definitions: list[tuple[str, z3.BoolRef]] = []
         self.symbols: set[tuple] = set()
-        self.shape_laws: dict[tuple, list[z3.BoolRef]] = {}
+        self.shape_laws: dict[int, z3.BoolRef] = {}
 
     def apply(self, op: str, params: Mapping[str, Any], args: list[_Value], label: str) -> list[_Value]:
         """The outputs of ``op`` on ``args``; records their facts (and unfoldings) in ``self.facts``."""
         spec = spec_of(op)
         params = spec.complete(params)
+        ranks = tuple(a.rank for a in args)
         if spec.normalize is not None:
-            params = spec.normalize(params, [len(a.dims) for a in args])
-        out_dims, requirements = spec.shape([list(a.dims) for a in args], params)
+            params = spec.normalize(params, list(ranks))
+        out_ranks = [len(d) for d in spec.shape([[1] * r for r in ranks], params)[0]]
         self.symbols.add(symbol(op, params, len(args)))
-        self.facts.extend((f"typing of {label}", _formula(r)) for r in requirements)
-        outs = [_Value(apply(op, params, [a.term for a in args], k), tuple(d)) for k, d in enumerate(out_dims)]
-        ranks = tuple(len(a.dims) for a in args)
-        key = (op, repr(sorted(params.items())), ranks)
-        if args and key not in self.shape_laws:
-            self.shape_laws[key] = _shape_laws(op, params, ranks)
-        for k, out in enumerate(outs):
-            self.facts.extend(_value_facts(f"{label}[{k}]" if len(outs) > 1 else label, out.term, out.dims))
+        outs = [_Value(apply(op, params, [a.term for a in args], k), r) for k, r in enumerate(out_ranks)]
+        if args:
+            self.shape_laws.update((id(law), law) for law in _shape_laws(op, params, ranks))
+        else:
+            self.facts.extend((f"shape of {label}", fact) for fact in _constant_shape(op, params, outs[0].term))
+        self.facts.extend((f"{label}[{k}] is well typed", OK(out.term)) for k, out in enumerate(outs))
         if len(outs) == 1:
             for axiom in UNFOLDINGS.get(op, ()):
                 self._unfold(axiom, params, args, outs[0], label)
@@ -129,18 +131,47 @@ class _Builder:
         return self.apply(term.op, params, args, f"{term.op} in {label}")[term.index]
 
 
+_LAWS: dict[tuple, list[z3.BoolRef]] = {}
+
+
 def _shape_laws(op: str, params: Mapping[str, Any], ranks: tuple[int, ...]) -> list[z3.BoolRef]:
-    """The quantified shape law of one op application pattern (see ``Encoding.shape_laws``)."""
+    """The quantified shape laws of one op application pattern (see ``Encoding.shape_laws``).
+
+    Symbolic parameters (shape expressions) become quantified integers too: a pattern may
+    not contain arithmetic, and the law holds for every value anyway. That also makes the
+    laws independent of the rule, so they are built once per process.
+    """
     xs = [z3.Const(f"x{i}", TENSOR) for i in range(len(ranks))]
+    bound: list[z3.ExprRef] = []
+
+    def generalize(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return tuple(generalize(v) for v in value)
+        if isinstance(value, z3.ExprRef) and not z3.is_int_value(value):
+            bound.append(z3.Int(f"p{len(bound)}"))
+            return bound[-1]
+        return value
+
+    params = {k: generalize(v) for k, v in params.items()}
+    key = (op, repr(sorted(params.items())), ranks)
+    if key in _LAWS:
+        return _LAWS[key]
     out_dims, requirements = spec_of(op).shape([[DIM(x, j) for j in range(r)] for x, r in zip(xs, ranks)], params)
     typing = [r for r in requirements if not isinstance(r, (bool, np.bool_))]
     laws = []
     for k, dims in enumerate(out_dims):
         term = apply(op, params, xs, k)
         premise = z3.And(OK(term), *[RANK(x) == r for x, r in zip(xs, ranks)])
-        conclusion = z3.And(*[OK(x) for x in xs], RANK(term) == len(dims), *[DIM(term, j) == d for j, d in enumerate(dims)], *typing)
-        laws.append(z3.ForAll(xs, z3.Implies(premise, conclusion), patterns=[term]))
+        conclusion = z3.And(RANK(term) == len(dims), *[DIM(term, j) == d for j, d in enumerate(dims)], *typing)
+        laws.append(z3.ForAll(xs + bound, z3.Implies(premise, conclusion), patterns=[term]))
+    _LAWS[key] = laws
     return laws
+
+
+def _constant_shape(op: str, params: Mapping[str, Any], term: z3.ExprRef) -> list[z3.BoolRef]:
+    """The rank and dimensions of an op without inputs (a constant): ground facts, no law needed."""
+    (dims,), _ = spec_of(op).shape([], params)
+    return [RANK(term) == len(dims), *[DIM(term, j) == d for j, d in enumerate(dims)]]
 
 
 def _bind(lhs: App, params: Mapping[str, Any], args: list[_Value]) -> dict[str, Any] | None:
@@ -170,7 +201,7 @@ def _param_value(value: Any, env: Mapping[str, Any]) -> Any:
     if isinstance(value, IntVar):
         return env[value.name]
     if isinstance(value, Dim) and isinstance(value.tensor, TensorVar) and isinstance(value.axis, Lit):
-        return env[value.tensor.name].dims[value.axis.value]
+        return DIM(env[value.tensor.name].term, value.axis.value)
     if isinstance(value, str):
         return value
     raise Unsupported(f"a definitional axiom uses the parameter expression {value}")
@@ -180,17 +211,10 @@ def _z3_int(value: Any) -> z3.ExprRef:
     return value if isinstance(value, z3.ExprRef) else z3.IntVal(int(value))
 
 
-def _formula(value: Any) -> z3.BoolRef:
-    if isinstance(value, (bool, np.bool_)):
-        if not value:
-            raise Unsupported("internal error: a typing requirement is false on a well-typed rule (a specification bug)")
-        return z3.BoolVal(True)
-    return value
-
-
-def _value_facts(label: str, term: z3.ExprRef, dims: tuple[Any, ...]) -> list[tuple[str, z3.BoolRef]]:
-    facts = [(f"{label} is well typed", OK(term)), (f"rank of {label}", RANK(term) == len(dims))]
-    return facts + [(f"dim {k} of {label}", DIM(term, k) == d) for k, d in enumerate(dims)]
+def _input_facts(name: str, value: _Value) -> list[tuple[str, z3.BoolRef]]:
+    dims = [DIM(value.term, k) for k in range(value.rank)]
+    return [(f"input {name} is well typed", OK(value.term)), (f"rank of input {name}", RANK(value.term) == value.rank),
+            *((f"dim {k} of input {name} is positive", d >= 1) for k, d in enumerate(dims))]
 
 
 def _symbolic(expr: Any, inputs: Mapping[str, z3.ExprRef], ranks: Mapping[str, int]) -> Any:
@@ -215,11 +239,10 @@ def encode_rule(rule: Rule) -> Encoding:
         raise Unsupported(f"inputs of several dtypes {sorted(dtypes)}")
     terms = {i.name: z3.Const(f"in:{i.name}", TENSOR) for i in rule.inputs}
     ranks = {i.name: i.type.rank for i in rule.inputs}
-    inputs = {name: _Value(term, tuple(DIM(term, k) for k in range(ranks[name]))) for name, term in terms.items()}
+    inputs = {name: _Value(term, ranks[name]) for name, term in terms.items()}
     builder = _Builder()
     for name, value in inputs.items():
-        builder.facts.extend(_value_facts(f"input {name}", value.term, value.dims))
-        builder.facts.extend((f"dim {k} of input {name} is positive", d >= 1) for k, d in enumerate(value.dims))
+        builder.facts.extend(_input_facts(name, value))
     for c in rule.constraints:
         left, right = (_symbolic(e, terms, ranks) for e in c["eq"])
         builder.facts.append((f"constraint {c['eq']}", _equal(left, right)))
@@ -229,11 +252,12 @@ def encode_rule(rule: Rule) -> Encoding:
     goals = []
     for s, t in rule.outputs:
         source, target = values["source"][s], values["target"][t]
-        for k, (a, b) in enumerate(zip(source.dims, target.dims)):
-            builder.facts.append((f"mapped outputs {s} and {t} agree in dim {k}", _equal(a, b)))
+        builder.facts.append((f"mapped outputs {s} and {t} have one rank", RANK(source.term) == RANK(target.term)))
+        for k in range(source.rank):
+            builder.facts.append((f"mapped outputs {s} and {t} agree in dim {k}", DIM(source.term, k) == DIM(target.term, k)))
         goals.append((s, t, source.term == target.term))
     return Encoding(tuple(goals), tuple(builder.facts), frozenset(builder.symbols), _example_equalities(rule, inputs),
-                    tuple(builder.definitions), tuple(law for laws in builder.shape_laws.values() for law in laws))
+                    tuple(builder.definitions), tuple(builder.shape_laws.values()))
 
 
 def _build_side(rule: Rule, side: str, inputs: Mapping[str, _Value], builder: _Builder, terms, ranks) -> dict[str, _Value]:
@@ -247,28 +271,29 @@ def _build_side(rule: Rule, side: str, inputs: Mapping[str, _Value], builder: _B
     values = dict(inputs)
     for index, rule_node in enumerate(getattr(rule, side)):
         node = by_name[f"{side}{index}"]
+        _check_shape_rule(rule_node.op, node.params, [graph.type(v).shape for v in node.inputs], [graph.type(v).shape for v in node.outputs])
         params = {**dict(node.params), **symbolic.get(index, {})}
         outs = builder.apply(rule_node.op, params, [values[v] for v in node.inputs], f"{side} node {index} ({rule_node.op})")
         values.update(zip(node.outputs, outs))
     return values
 
 
-def check_facts(rule: Rule, encoding: Encoding) -> None:
-    """Checks that the ground facts hold on the rule's example shapes, as they must.
+def _check_shape_rule(op: str, params: Mapping[str, Any], inputs: list[tuple[int, ...]], outputs: list[tuple[int, ...]]) -> None:
+    """Checks the spec's symbolic shape rule against the registry's types on this node's example shapes.
 
-    A fact that is false there would come from a specification bug (a symbolic shape rule
-    that disagrees with the registry), and false facts prove anything: this refuses them.
+    The shape laws hand that rule to Z3 as a fact about every application, so a rule that
+    disagreed with the registry could make the facts contradictory and prove anything.
 
     Raises:
-        Unsupported: the facts contradict the example shapes.
+        Unsupported: they disagree (a specification bug).
     """
-    solver = z3.Solver()
-    solver.add(*[fact for _, fact in encoding.facts + encoding.definitions])
-    for i in rule.inputs:
-        term = z3.Const(f"in:{i.name}", TENSOR)
-        solver.add(*[DIM(term, k) == d for k, d in enumerate(i.type.shape)])
-    if solver.check() != z3.sat:
-        raise Unsupported("internal error: the shape facts contradict the example shapes (a specification bug)")
+    spec = spec_of(op)
+    params = dict(params)
+    if spec.normalize is not None:
+        params = spec.normalize(params, [len(s) for s in inputs])
+    dims, requirements = spec.shape([list(s) for s in inputs], params)
+    if [tuple(int(d) for d in out) for out in dims] != [tuple(s) for s in outputs] or not all(bool(r) for r in requirements):
+        raise Unsupported(f"internal error: the shape rule of {op} disagrees with the registry on {inputs} (a specification bug)")
 
 
 def _example_equalities(rule: Rule, inputs: Mapping[str, _Value]) -> tuple[tuple[dict, z3.BoolRef], ...]:
@@ -277,9 +302,10 @@ def _example_equalities(rule: Rule, inputs: Mapping[str, _Value]) -> tuple[tuple
     stated = {json.dumps(c, sort_keys=True) for c in rule.constraints}
     out = []
     for index, (name, k, value) in enumerate(dims):
-        candidates = [({"eq": [{"dim": [name, k]}, {"dim": [other, j]}]}, inputs[name].dims[k] == inputs[other].dims[j])
+        here = DIM(inputs[name].term, k)
+        candidates = [({"eq": [{"dim": [name, k]}, {"dim": [other, j]}]}, here == DIM(inputs[other].term, j))
                       for other, j, v in dims[index + 1 :] if v == value]
-        candidates.append(({"eq": [{"dim": [name, k]}, value]}, inputs[name].dims[k] == value))
+        candidates.append(({"eq": [{"dim": [name, k]}, value]}, here == value))
         out.extend(c for c in candidates if json.dumps(c[0], sort_keys=True) not in stated)
     return tuple(out)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import z3
 
 from taso.specs import AXIOMS, Axiom
-from taso.specs.z3model import render_axiom
+from taso.specs.z3model import axiom_symbols, closure_laws, render_axiom
 
 from .encode import Encoding
 
@@ -68,6 +68,8 @@ def _solver(encoding: Encoding, axioms: Sequence[Axiom], explain: bool) -> z3.So
     for _, fact in encoding.facts:
         solver.add(fact)
     solver.add(*encoding.shape_laws)
+    symbols = set(encoding.symbols).union(*(axiom_symbols(a) for a in axioms))
+    solver.add(*closure_laws(frozenset(symbols)))
     return solver
 
 

@@ -12,12 +12,14 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+import z3
+
 from taso.errors import TasoError
 from taso.rules import Rule
 from taso.specs import AXIOMS, Axiom, Unsupported
 from taso.specs.z3model import axiom_rewrites, axiom_symbols, render_axiom
 
-from .encode import check_facts, encode_rule
+from .encode import encode_rule
 from .numeric import counterexample
 from .prove import prove
 
@@ -111,21 +113,23 @@ def verify_rule(rule: Rule, settings: Settings = Settings()) -> Rule:
             return rule.with_status("refuted", {"reason": "the sides differ on random inputs", "counterexample": found})
     try:
         encoding = encode_rule(rule)
-        check_facts(rule, encoding)
+        reason = "timeout"
+        for axioms, assume in _attempts(encoding.symbols, settings):
+            budget = settings.timeout_s - (time.perf_counter() - start)
+            if budget <= 0:
+                reason = "timeout"
+                break
+            outcome = prove(encoding, axioms, budget, settings.explain, assume)
+            if outcome.proved:
+                return _proved(rule, encoding, outcome, len(axioms), time.perf_counter() - start)
+            reason = outcome.reason
+            if reason.endswith("timeout"):
+                break
     except Unsupported as e:
-        return _unknown(rule, f"unsupported: {e}", time.perf_counter() - start)
-    reason = "timeout"
-    for axioms, assume in _attempts(encoding.symbols, settings):
-        budget = settings.timeout_s - (time.perf_counter() - start)
-        if budget <= 0:
-            reason = "timeout"
-            break
-        outcome = prove(encoding, axioms, budget, settings.explain, assume)
-        if outcome.proved:
-            return _proved(rule, encoding, outcome, len(axioms), time.perf_counter() - start)
-        reason = outcome.reason
-        if reason.endswith("timeout"):
-            break
+        reason = f"unsupported: {e}"
+    except z3.Z3Exception as e:
+        # NOTE: a bug in an encoding must cost one rule, never the run; it is never a proof.
+        reason = f"internal error: Z3 {e}"
     return _unknown(rule, reason, time.perf_counter() - start)
 
 
