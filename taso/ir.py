@@ -409,7 +409,7 @@ class Graph:
         first_use = min((position[id(user)] for o in created for user, _ in self.uses(o) if id(user) not in removed), default=len(position))
         if last_input < first_use:
             return last_input
-        self._reject_cycle(added, created, removed, first_use)
+        self._reject_cycle(added, created)
         return None
 
     def depends_on(self, values: Iterable[str], targets: set[str]) -> bool:
@@ -439,27 +439,10 @@ class Graph:
                     stack.append(p[0])
         return False
 
-    def _reject_cycle(self, added: Sequence[Node], created: set[str], removed: set[int], first_use: int) -> None:
-        """Raises GraphError when an added node reads a value that depends on what the added nodes create.
-
-        Only kept nodes at or after the first consumer of a created value can depend on one,
-        so the walk up from the added nodes' inputs stays local.
-        """
-        position = self._positions
-        stack = [p[0] for n in added for v in n.inputs if v not in created
-                 for p in (self._producers.get(v),) if p is not None and id(p[0]) not in removed and position[id(p[0])] >= first_use]
-        seen: set[int] = set()
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            for v in node.inputs:
-                if v in created:
-                    raise GraphError(f"the rewrite would create a cycle through {node.op.name} node {node.name!r}")
-                p = self._producers.get(v)
-                if p is not None and id(p[0]) not in removed and position[id(p[0])] >= first_use:
-                    stack.append(p[0])
+    def _reject_cycle(self, added: Sequence[Node], created: set[str]) -> None:
+        """Raises GraphError when an added node reads a value computed from what the added nodes create."""
+        if self.depends_on([v for n in added for v in n.inputs if v not in created], created):
+            raise GraphError("the rewrite would create a cycle")
 
     def search_key(self) -> int:
         """A cheap identity for the search's seen-set: the sum of node signatures plus the outputs.
