@@ -275,8 +275,8 @@ def _generalized(rule: Rule, groups: list[list[Var]], fixed: list[Var], values: 
         params.append({"side": side, "node": index, "param": param, "value": value})
     general = replace(rule, params=tuple(params), constraints=tuple(constraints))
     general.validate()
-    for offset in (1, 8):
-        _check_at_new_shapes(general, groups, values, rng, offset)
+    for reverse in (False, True):
+        _check_at_new_shapes(general, groups, values, rng, reverse)
     return general
 
 
@@ -295,23 +295,29 @@ def generalize_all(items: list[tuple[Rule, int]]) -> list[Rule | None]:
     return out
 
 
-def _check_at_new_shapes(rule: Rule, groups: list[list[Var]], values: dict[Var, int], rng: np.random.Generator, offset: int) -> None:
+def _check_at_new_shapes(rule: Rule, groups: list[list[Var]], values: dict[Var, int], rng: np.random.Generator, reverse: bool) -> None:
     """Runs both sides at shapes where every group of input dimensions takes its own new size.
 
-    Sizes count up from ``offset`` above every example size, keeping each group's parity.
+    The new sizes are the smallest above every example size, one per group with the
+    group's parity; ``reverse`` deals them out in the opposite order, so that two checks
+    see different sizes for every group at little cost.
     """
-    taken = set(values.values())
-    start = max(taken) + offset - 1
+    dims_of = [[v for v in group if v[0] == "in"] for group in groups]
+    dims_of = [dims for dims in dims_of if dims]
+    above = max(values.values())
+    following = {parity: above + 1 + (above + 1 - parity) % 2 for parity in (0, 1)}  # the next free size of each parity
+    fresh: dict[int, list[int]] = {0: [], 1: []}
+    for dims in dims_of:
+        parity = values[dims[0]] % 2
+        fresh[parity].append(following[parity])
+        following[parity] += 2
+    if reverse:
+        fresh = {p: sizes[::-1] for p, sizes in fresh.items()}
     shapes = {i.name: list(i.type.shape) for i in rule.inputs}
-    for group in groups:
-        dims = [v for v in group if v[0] == "in"]
-        if not dims:
-            continue
-        size = max(start, max(taken)) + 1
-        size += (size - values[dims[0]]) % 2  # keep the parity
-        taken.add(size)
+    for dims in dims_of:
+        new = fresh[values[dims[0]] % 2].pop(0)
         for v in dims:
-            shapes[v[1]][v[2]] = size
+            shapes[v[1]][v[2]] = new
     shapes = {k: tuple(v) for k, v in shapes.items()}
     if not rule.constraints_hold(shapes):
         raise NotGeneral(f"rule {rule.id}: its constraints reject the shapes it was generalised to")

@@ -284,7 +284,9 @@ _BUILDERS: dict[str, Callable[[InputPool, Sequence[str]], list[_Spec]]] = {
 
 GENERATOR_OPS: tuple[str, ...] = tuple(_BUILDERS)
 TASO_OPS: tuple[str, ...] = tuple(n for n in GENERATOR_OPS if n not in ("sigmoid", "tanh"))
-DEFAULT_OPS: tuple[str, ...] = TASO_OPS
+# NOTE: the default goes beyond TASO with sigmoid and tanh next to relu, as real models
+# need (and as the shipped library was generated); `--ops taso` gives TASO's own set.
+DEFAULT_OPS: tuple[str, ...] = GENERATOR_OPS
 # Named op sets for --ops.
 PRESETS: dict[str, tuple[str, ...]] = {"taso": TASO_OPS, "all": GENERATOR_OPS}
 
@@ -292,7 +294,7 @@ PRESETS: dict[str, tuple[str, ...]] = {"taso": TASO_OPS, "all": GENERATOR_OPS}
 def parse_ops(text: str | Iterable[str] | None) -> tuple[str, ...]:
     """The op set named by ``--ops``: comma-separated canonical names or presets, in canonical order.
 
-    ``None`` gives :data:`DEFAULT_OPS` (TASO's set). Presets (:data:`PRESETS`) expand in
+    ``None`` gives :data:`DEFAULT_OPS` (TASO's set plus sigmoid and tanh). Presets (:data:`PRESETS`) expand in
     place: ``taso`` is TASO's set, ``all`` adds sigmoid and tanh; ``taso,sigmoid`` works.
 
     Raises:
