@@ -28,7 +28,7 @@ specs = [
 
 matmul, conv2d, avg_pool2d, transpose, add, mul = op("matmul"), op("conv2d"), op("avg_pool2d"), op("transpose"), op("add"), op("mul")
 eye, conv_identity, pool_kernel, fill = op("eye"), op("conv_identity"), op("pool_kernel"), op("fill")
-(x,) = tensors("x")
+x, v = tensors("x v")
 n, c, g, kh, kw, sh, sw, pt, pl, pb, pr = ints("n c g kh kw sh sw pt pl pb pr")
 d = ints("d0 d1 d2 d3")
 
@@ -41,6 +41,12 @@ def _matrix(side: int) -> Sampler:
         return {"x": x_shape, "n": x_shape[-side]}
 
     return sample
+
+
+def _diagonal(rng: np.random.Generator):
+    """A matrix x (n, m) and a vector v of n entries."""
+    n_, m = shape(rng, 2)
+    return {"x": (n_, m), "n": n_, "v": (n_,)}
 
 
 def _vector_or_matrix(rng: np.random.Generator):
@@ -73,6 +79,9 @@ axioms = [
     Axiom("matmul-eye-right", matmul(x, eye(n=n)), x, _vector_or_matrix, when=(ge(rank(x), 1), eq(dim(x, rank(x) - 1), n))),
     Axiom("matmul-eye-left", matmul(eye(n=n), x), x, _matrix(2), when=(ge(rank(x), 2), eq(dim(x, rank(x) - 2), n))),
     Axiom("transpose-eye", transpose(eye(n=n), perm=(1, 0)), eye(n=n), _matrix(1)),
+    # a vector times the identity is a diagonal matrix, and a product with it scales the rows
+    Axiom("matmul-diagonal", matmul(mul(v, eye(n=n)), x), transpose(mul(transpose(x, perm=(1, 0)), v), perm=(1, 0)), _diagonal,
+          when=(eq(rank(v), 1), eq(rank(x), 2), eq(dim(x, 0), n), eq(dim(v, 0), n))),
     # the identity kernel under SAME padding and unit strides is neutral
     Axiom("conv2d-identity", conv2d(x, conv_identity(channels=c, kernel=(kh, kw)), strides=(1, 1), pads=(pt, pl, pb, pr)), x, _identity_conv,
           when=(eq(rank(x), 4), eq(dim(x, 1), c), *ODD_KERNEL, *SAME_PADDING)),

@@ -126,8 +126,9 @@ def _broadcast_blocks(rng: np.random.Generator):
     valuation = _concatenable("x z")(rng)
     axis = valuation["ax"]
     drop = int(rng.integers(0, axis + 1))
+    keep = [k == axis or rng.random() < 0.6 for k in range(len(valuation["x"]))]
     for big, small in (("x", "y"), ("z", "w")):
-        valuation[small] = tuple(d if k == axis or rng.random() < 0.6 else 1 for k, d in enumerate(valuation[big]))[drop:]
+        valuation[small] = tuple(d if kept else 1 for d, kept in zip(valuation[big], keep))[drop:]
     valuation["bx"] = axis - drop
     return valuation
 

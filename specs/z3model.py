@@ -191,11 +191,17 @@ def axiom_symbols(axiom: Axiom) -> frozenset[tuple]:
     return found
 
 
+_AXIOM_REWRITES: dict[str, list[tuple[frozenset[tuple], frozenset[tuple]]]] = {}
+
+
 def axiom_rewrites(axiom: Axiom) -> list[tuple[frozenset[tuple], frozenset[tuple]]]:
-    """(symbols a trigger needs, symbols an instance creates) for each side that triggers instantiation."""
-    every = set(axiom.variables)
-    sides = ((axiom.lhs, axiom.rhs), (axiom.rhs, axiom.lhs)) if axiom.trigger == "both" else ((axiom.lhs, axiom.rhs),)
-    return [(_symbols_of(side), _symbols_of(other, *axiom.when)) for side, other in sides if _pattern_ready(side, every)]
+    """(symbols a trigger needs, symbols an instance creates) for each side that triggers instantiation (cached)."""
+    found = _AXIOM_REWRITES.get(axiom.name)
+    if found is None:
+        every = set(axiom.variables)
+        sides = ((axiom.lhs, axiom.rhs), (axiom.rhs, axiom.lhs)) if axiom.trigger == "both" else ((axiom.lhs, axiom.rhs),)
+        found = _AXIOM_REWRITES[axiom.name] = [(_symbols_of(side), _symbols_of(other, *axiom.when)) for side, other in sides if _pattern_ready(side, every)]
+    return found
 
 
 _RENDERED: dict[str, z3.BoolRef] = {}

@@ -75,15 +75,17 @@ class _Value:
 class _Builder:
     """Builds the Z3 terms of op applications with their ground facts, unfolding definitions.
 
-    Every application is well typed (a fact) and brings the shape laws of its pattern.
-    An application that matches the left side of a *definitional* axiom
-    (``conv2d(x, w, b, activation=relu) = relu(conv2d(x, w, b))``, ``conv2d(x, w, b) =
-    add(conv2d(x, w), reshape(b, ...))``) also gets that axiom's ground instance, with the
-    facts of the right side's new subterms, all under the axiom's guards: the prover then
-    sees fused activations and biases as the plain ops they stand for, shapes included.
+    Every application of the rule is well typed (a fact; ``well_typed``) and brings the
+    shape laws of its pattern. An application that matches the left side of a
+    *definitional* axiom (``conv2d(x, w, b, activation=relu) = relu(conv2d(x, w, b))``,
+    ``conv2d(x, w, b) = add(conv2d(x, w), reshape(b, ...))``) also gets that axiom's ground
+    instance, under its guards: the prover then sees fused activations and biases as the
+    plain ops they stand for. The instance's new subterms are well typed when the
+    application is (by congruence and the closure laws), so nothing more is asserted.
     """
 
-    def __init__(self):
+    def __init__(self, well_typed: bool = True):
+        self.well_typed = well_typed
         self.facts: list[tuple[str, z3.BoolRef]] = []
         self.definitions: list[tuple[str, z3.BoolRef]] = []
         self.symbols: set[tuple] = set()
@@ -103,7 +105,8 @@ class _Builder:
             self.shape_laws.update((id(law), law) for law in _shape_laws(op, params, ranks))
         else:
             self.facts.extend((f"shape of {label}", fact) for fact in _constant_shape(op, params, outs[0].term))
-        self.facts.extend((f"{label}[{k}] is well typed", OK(out.term)) for k, out in enumerate(outs))
+        if self.well_typed:
+            self.facts.extend((f"{label}[{k}] is well typed", OK(out.term)) for k, out in enumerate(outs))
         if len(outs) == 1:
             for axiom in UNFOLDINGS.get(op, ()):
                 self._unfold(axiom, params, args, outs[0], label)
@@ -113,12 +116,13 @@ class _Builder:
         env = _bind(axiom.lhs, params, args)
         if env is None:
             return
-        inner = _Builder()
+        inner = _Builder(well_typed=False)
         rhs = inner.build(axiom.rhs, env, f"{label} unfolded by {axiom.name}")
         names = {k: (v.term if isinstance(v, _Value) else _z3_int(v)) for k, v in env.items()}
         guard = [render_cond(c, names) for c in axiom.when]
-        self.definitions.append((axiom.name, z3.Implies(z3.And(*guard), z3.And(out.term == rhs.term, *[f for _, f in inner.facts]))))
+        self.definitions.append((axiom.name, z3.Implies(z3.And(*guard), out.term == rhs.term)))
         self.definitions.extend(inner.definitions)
+        self.facts.extend(inner.facts)
         self.symbols |= inner.symbols
         self.shape_laws.update(inner.shape_laws)
 
@@ -169,9 +173,9 @@ def _shape_laws(op: str, params: Mapping[str, Any], ranks: tuple[int, ...]) -> l
 
 
 def _constant_shape(op: str, params: Mapping[str, Any], term: z3.ExprRef) -> list[z3.BoolRef]:
-    """The rank and dimensions of an op without inputs (a constant): ground facts, no law needed."""
+    """The rank and dimensions of an op without inputs (a constant), when well typed: no law needed."""
     (dims,), _ = spec_of(op).shape([], params)
-    return [RANK(term) == len(dims), *[DIM(term, j) == d for j, d in enumerate(dims)]]
+    return [z3.Implies(OK(term), z3.And(RANK(term) == len(dims), *[DIM(term, j) == d for j, d in enumerate(dims)]))]
 
 
 def _bind(lhs: App, params: Mapping[str, Any], args: list[_Value]) -> dict[str, Any] | None:

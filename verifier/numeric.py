@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from taso.execute import run_values
+from taso.ir import Graph
 from taso.rules import Rule
 
 __all__ = ["counterexample"]
@@ -18,6 +18,14 @@ __all__ = ["counterexample"]
 
 def _feeds(rule: Rule, rng: np.random.Generator) -> dict[str, np.ndarray]:
     return {i.name: rng.standard_normal(i.type.shape).astype(i.type.dtype) for i in rule.inputs}
+
+
+def _run(graph: Graph, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every value of a (tiny) rule side, node by node with the reference semantics."""
+    env = dict(feeds)
+    for node in graph.topological_order():
+        env.update(zip(node.outputs, node.op.evaluate([env[v] for v in node.inputs], node.params)))
+    return env
 
 
 def _close(a: np.ndarray, b: np.ndarray, rtol: float) -> bool:
@@ -42,8 +50,7 @@ def counterexample(rule: Rule, trials: int = 2, seed: int = 0, rtol: float = 1e-
     source, target = rule.side_graph("source"), rule.side_graph("target")
     for trial in range(trials):
         feeds = _feeds(rule, np.random.default_rng(seed + trial))
-        got = run_values(source, feeds, keep={s for s, _ in rule.outputs})
-        want = run_values(target, feeds, keep={t for _, t in rule.outputs})
+        got, want = _run(source, feeds), _run(target, feeds)
         for s, t in rule.outputs:
             a, b = np.asarray(got[s], np.float64), np.asarray(want[t], np.float64)
             if not _close(a, b, rtol):

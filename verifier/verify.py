@@ -6,6 +6,7 @@ Each rule ends with one status (see :func:`verify_rule`), recorded with
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -47,19 +48,8 @@ class Settings:
         return asdict(self)
 
 
-_SYMBOLS: dict[str, frozenset[tuple]] = {}
-_REWRITES: dict[str, list[tuple[frozenset[tuple], frozenset[tuple]]]] = {}
-
-
-def _symbols(axiom: Axiom) -> frozenset[tuple]:
-    found = _SYMBOLS.get(axiom.name)
-    if found is None:
-        found = _SYMBOLS[axiom.name] = axiom_symbols(axiom)
-        _REWRITES[axiom.name] = axiom_rewrites(axiom)
-    return found
-
-
-def relevant_axioms(symbols: frozenset[tuple]) -> list[Axiom]:
+@functools.lru_cache(maxsize=4096)
+def relevant_axioms(symbols: frozenset[tuple]) -> tuple[Axiom, ...]:
     """The axioms E-matching can ever instantiate on a rule that uses these op variants.
 
     An axiom fires when one of its trigger sides matches, and then creates the other side's
@@ -72,12 +62,11 @@ def relevant_axioms(symbols: frozenset[tuple]) -> list[Axiom]:
     while changed:
         changed = False
         for axiom in AXIOMS:
-            _symbols(axiom)
-            for needs, creates in _REWRITES[axiom.name]:
+            for needs, creates in axiom_rewrites(axiom):
                 if needs <= reach and not creates <= reach:
                     reach |= creates
                     changed = True
-    return [a for a in AXIOMS if _symbols(a) <= reach]
+    return tuple(a for a in AXIOMS if axiom_symbols(a) <= reach)
 
 
 def _unknown(rule: Rule, reason: str, seconds: float = 0.0) -> Rule:
@@ -86,7 +75,7 @@ def _unknown(rule: Rule, reason: str, seconds: float = 0.0) -> Rule:
 
 def _attempts(symbols: frozenset[tuple], settings: Settings) -> list[tuple[list[Axiom], bool]]:
     """(axioms, assume) pairs to try in order: the most general proof first."""
-    axioms = relevant_axioms(symbols) if settings.relevance else list(AXIOMS)
+    axioms = list(relevant_axioms(symbols)) if settings.relevance else list(AXIOMS)
     return [(axioms, False), (axioms, True)]
 
 
@@ -170,7 +159,7 @@ def verify_rules(rules: Sequence[Rule], settings: Settings = Settings(), jobs: i
     if "fork" in methods:
         for axiom in AXIOMS:  # NOTE: rendered once here, inherited by every forked worker
             render_axiom(axiom)
-            _symbols(axiom)
+            axiom_rewrites(axiom)
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     chunk = max(1, min(8, len(rules) // (jobs * 8)))
     with context.Pool(min(jobs, len(rules))) as pool:
