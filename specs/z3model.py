@@ -13,6 +13,7 @@ rewrites in both directions where it can and never instantiates on unrelated ter
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ import z3
 from .base import Axiom, OpSpec
 from .terms import App, Arith, Cmp, Dim, Expr, IndexOf, IntVar, Lit, Ok, Rank, Select, TensorVar, apps
 
-__all__ = ["TENSOR", "DIM", "RANK", "OK", "function", "apply", "symbol", "render_axiom", "render_term", "render_expr", "render_cond",
+__all__ = ["TENSOR", "DIM", "RANK", "OK", "app", "function", "apply", "symbol", "render_axiom", "render_term", "render_expr", "render_cond",
            "axiom_symbols", "axiom_rewrites", "closure_laws"]
 
 TENSOR = z3.DeclareSort("Tensor")
@@ -79,10 +80,26 @@ def closure_laws(symbols: frozenset[tuple]) -> list[z3.BoolRef]:
     return laws
 
 
+@functools.lru_cache(maxsize=1024)
+def _numeral(value: int | float, sort: str) -> z3.ExprRef:
+    return z3.RealVal(value) if sort == "real" else z3.IntVal(int(value))
+
+
 def _scalar(value: Any, sort: str) -> z3.ExprRef:
     if isinstance(value, z3.ExprRef):
         return value
-    return z3.RealVal(value) if sort == "real" else z3.IntVal(int(value))
+    return _numeral(value, sort)
+
+
+def app(f: z3.FuncDeclRef, *args: z3.ExprRef) -> z3.ExprRef:
+    """``f(*args)`` for arguments already of the right sorts, without z3py's per-call coercions.
+
+    NOTE: building terms is most of the encoder's time; ``f(*args)`` converts and checks
+    every argument in Python, this goes straight to the C API.
+    """
+    ctx = f.ctx
+    array = (z3.Ast * len(args))(*[a.as_ast() for a in args])
+    return z3._to_expr_ref(z3.Z3_mk_app(ctx.ref(), f.ast, len(args), array), ctx)
 
 
 def apply(op: str, params: Mapping[str, Any], args: Sequence[z3.ExprRef], index: int = 0) -> z3.ExprRef:
@@ -95,7 +112,7 @@ def apply(op: str, params: Mapping[str, Any], args: Sequence[z3.ExprRef], index:
     full = spec.complete(params)
     f = function(spec, full, len(args), index)
     values = [_scalar(v, s) for v, s in zip(spec.slot_values(full), spec.slot_sorts(full))]
-    return f(*values, *args)
+    return app(f, *values, *args)
 
 
 # ---- rendering terms, expressions and guards --------------------------------------------------------
