@@ -192,6 +192,10 @@ axioms = [
     Axiom("conv2d-concat-channels", add(conv2d(x, w, **WINDOW), conv2d(y, v, **WINDOW)), conv2d(concat(x, y, axis=1), concat(w, v, axis=1), **WINDOW),
           _channels, when=(eq(dim(x, 0), dim(y, 0)), eq(dim(x, 2), dim(y, 2)), eq(dim(x, 3), dim(y, 3)),
                            eq(dim(w, 0), dim(v, 0)), eq(dim(w, 2), dim(v, 2)), eq(dim(w, 3), dim(v, 3)), eq(dim(x, 1), dim(w, 1)))),
+    # two convolutions side by side are one grouped convolution over the stacked inputs and kernels
+    Axiom("conv2d-concat-groups", conv2d(concat(x, y, axis=1), concat(w, v, axis=0), **WINDOW, groups=2, activation=a),
+          concat(conv2d(x, w, **WINDOW, activation=a), conv2d(y, v, **WINDOW, activation=a), axis=1), _convs("x", "y", "w", "v", groups=(1,)),
+          when=same_shape(x, y, 4) + same_shape(w, v, 4)),
     # an enlarged kernel with padding grown by the margin computes the same convolution
     Axiom("conv2d-enlarge", conv2d(x, enlarge(w, kernel=(kh, kw)), **CONV, activation=a),
           conv2d(x, w, strides=(sh, sw), pads=(pt - MARGIN_H, pl - MARGIN_W, pb - MARGIN_H, pr - MARGIN_W), groups=g, activation=a), _enlarged,

@@ -18,11 +18,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import z3
+from z3.z3 import _to_expr_ref
 
 from .base import Axiom, OpSpec
 from .terms import App, Arith, Cmp, Dim, Expr, IndexOf, IntVar, Lit, Ok, Rank, Select, TensorVar, apps
 
-__all__ = ["TENSOR", "DIM", "RANK", "OK", "app", "function", "apply", "symbol", "render_axiom", "render_term", "render_expr", "render_cond",
+__all__ = ["TENSOR", "DIM", "RANK", "OK", "app", "dim_of", "function", "apply", "symbol", "render_axiom", "render_term", "render_expr", "render_cond",
            "axiom_symbols", "axiom_rewrites", "closure_laws"]
 
 TENSOR = z3.DeclareSort("Tensor")
@@ -91,6 +92,11 @@ def _scalar(value: Any, sort: str) -> z3.ExprRef:
     return _numeral(value, sort)
 
 
+def dim_of(term: z3.ExprRef, axis: int) -> z3.ExprRef:
+    """``dim(term, axis)`` for a Python int axis (fast path of ``DIM(term, axis)``)."""
+    return app(DIM, term, _numeral(axis, "int"))
+
+
 def app(f: z3.FuncDeclRef, *args: z3.ExprRef) -> z3.ExprRef:
     """``f(*args)`` for arguments already of the right sorts, without z3py's per-call coercions.
 
@@ -99,7 +105,7 @@ def app(f: z3.FuncDeclRef, *args: z3.ExprRef) -> z3.ExprRef:
     """
     ctx = f.ctx
     array = (z3.Ast * len(args))(*[a.as_ast() for a in args])
-    return z3._to_expr_ref(z3.Z3_mk_app(ctx.ref(), f.ast, len(args), array), ctx)
+    return _to_expr_ref(z3.Z3_mk_app(ctx.ref(), f.ast, len(args), array), ctx)
 
 
 def apply(op: str, params: Mapping[str, Any], args: Sequence[z3.ExprRef], index: int = 0) -> z3.ExprRef:

@@ -12,6 +12,17 @@ Soundness rests on one property, tested for every axiom: it holds in the NumPy m
 ill-typed applications are a bottom value (see :mod:`taso.specs.terms`).
 """
 
-from .verify import Settings, relevant_axioms, verify_rule, verify_rules
+from __future__ import annotations
 
-__all__ = ["Settings", "verify_rule", "verify_rules", "relevant_axioms"]
+__all__ = ["Settings", "verify_rule", "verify_rules", "relevant_axioms", "DEFAULT_TIMEOUT_S"]
+
+DEFAULT_TIMEOUT_S = 10.0  # Z3's default budget per rule, in seconds
+
+
+def __getattr__(name: str):
+    # NOTE: lazy, so that `taso --help` (which registers `taso verify`) does not load Z3.
+    if name in ("Settings", "verify_rule", "verify_rules", "relevant_axioms"):
+        from . import verify
+
+        return getattr(verify, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

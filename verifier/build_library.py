@@ -1,6 +1,6 @@
 """Rebuilds the library shipped in the package: ``taso generate`` + ``taso verify``.
 
-    python -m taso.verifier.build_library [-j 2] [--timeout 10] [--candidates FILE] [-o PATH]
+    python -m taso.verifier.build_library [-j 2] [--timeout 10] [--candidates FILE] [--save-candidates FILE] [-o PATH]
 
 Generation runs with the generator's default settings (the header of the library records
 them), verification with the verifier's; the proved rules are written to
@@ -23,6 +23,7 @@ from taso.cli import main as taso_main
 from taso.errors import TasoError
 from taso.rules import Library
 
+from . import DEFAULT_TIMEOUT_S
 from .report import library_header, progress_bar, summary
 from .verify import Settings, verify_rules
 
@@ -44,7 +45,8 @@ def _generate(path: str, jobs: int) -> float:
     return time.perf_counter() - start
 
 
-def build(output: str, jobs: int = 2, timeout_s: float = Settings.timeout_s, candidates: str | None = None) -> Library:
+def build(output: str, jobs: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S, candidates: str | None = None,
+          save_candidates: str | None = None) -> Library:
     """Generates (unless ``candidates`` is given), verifies, writes ``output``; prints timings.
 
     Raises:
@@ -52,7 +54,7 @@ def build(output: str, jobs: int = 2, timeout_s: float = Settings.timeout_s, can
     """
     with tempfile.TemporaryDirectory() as tmp:
         if candidates is None:
-            candidates = os.path.join(tmp, "candidates.json")
+            candidates = save_candidates or os.path.join(tmp, "candidates.json")
             print(f"generate: {_generate(candidates, jobs):.1f} s", flush=True)
         pool = Library.load(candidates)
         settings = Settings(timeout_s=timeout_s, explain=True)
@@ -71,12 +73,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m taso.verifier.build_library", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-j", "--jobs", type=int, default=2, help="worker processes for generation and verification (default 2)")
-    parser.add_argument("--timeout", type=float, default=Settings.timeout_s, help="Z3 seconds per rule")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="Z3 seconds per rule")
     parser.add_argument("--candidates", help="verify this candidates file instead of generating one")
+    parser.add_argument("--save-candidates", metavar="FILE", help="keep the generated candidates in FILE")
     parser.add_argument("-o", "--output", default=DEFAULT_OUTPUT, help="where to write the library (default: the package's)")
     args = parser.parse_args(argv)
     try:
-        build(args.output, args.jobs, args.timeout, args.candidates)
+        build(args.output, args.jobs, args.timeout, args.candidates, args.save_candidates)
     except TasoError as e:
         print(f"build_library: error: {e}", file=sys.stderr)
         return e.exit_code

@@ -14,10 +14,8 @@ import os
 import time
 
 from taso.errors import TasoError
-from taso.rules import Library
 
-from .report import explain, library_header, progress_bar, summary
-from .verify import Settings, verify_rule, verify_rules
+from . import DEFAULT_TIMEOUT_S
 
 __all__ = ["add_parser", "run"]
 
@@ -29,9 +27,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("candidates", help="a rule file (taso generate's output)")
     parser.add_argument("-o", "--output", help="where to write the library of proved rules (required unless --explain)")
     parser.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1)")
-    parser.add_argument("--timeout", type=float, default=Settings.timeout_s, metavar="S", help="Z3 seconds per rule (default %(default)s)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S", help="Z3 seconds per rule (default %(default)s)")
     parser.add_argument("--explain", metavar="RULE_ID", help="prove one rule (id or name) and print the axioms its proof used")
-    parser.add_argument("--record-axioms", action="store_true", help="record in each proof the axioms it used (slower)")
+    parser.add_argument("--record-axioms", action="store_true", help="record in each proof the axioms it used (its unsat core)")
     parser.add_argument("--no-precheck", action="store_true", help="skip the NumPy pre-check (to test the prover alone)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no list of unproved rules")
     parser.set_defaults(func=run)
@@ -53,6 +51,11 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         TasoError: a missing or malformed candidates file, an unwritable output, an unknown rule id.
     """
+    from taso.rules import Library
+
+    from .report import explain, library_header, progress_bar, summary
+    from .verify import Settings, verify_rule, verify_rules
+
     if args.jobs < 1:
         raise TasoError(f"-j/--jobs must be at least 1, got {args.jobs}")
     if args.timeout <= 0:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,7 @@ import z3
 from taso.rules import Rule
 from taso.specs import UNFOLDINGS, Axiom, Unsupported, spec_of
 from taso.specs.terms import App, Dim, IntVar, Lit, TensorVar
-from taso.specs.z3model import DIM, OK, RANK, TENSOR, apply, render_cond, symbol
+from taso.specs.z3model import DIM, OK, RANK, TENSOR, app, apply, dim_of, render_cond, symbol
 
 __all__ = ["Encoding", "encode_rule"]
 
@@ -59,9 +60,14 @@ class Encoding:
     goals: tuple[tuple[str, str, z3.BoolRef], ...]
     facts: tuple[tuple[str, z3.BoolRef], ...]
     symbols: frozenset[tuple]
-    assumptions: tuple[tuple[dict, z3.BoolRef], ...] = ()
     definitions: tuple[tuple[str, z3.BoolRef], ...] = ()
     shape_laws: tuple[z3.BoolRef, ...] = ()
+    rule: Rule | None = None
+
+    @cached_property
+    def assumptions(self) -> tuple[tuple[dict, z3.BoolRef], ...]:
+        # NOTE: computed on first use: most proofs never need them.
+        return _example_equalities(self.rule) if self.rule is not None else ()
 
 
 @dataclass(frozen=True)
@@ -106,7 +112,7 @@ class _Builder:
         else:
             self.facts.extend((f"shape of {label}", fact) for fact in _constant_shape(op, params, outs[0].term))
         if self.well_typed:
-            self.facts.extend((f"{label}[{k}] is well typed", OK(out.term)) for k, out in enumerate(outs))
+            self.facts.extend((f"{label}[{k}] is well typed", app(OK, out.term)) for k, out in enumerate(outs))
         if len(outs) == 1:
             for axiom in UNFOLDINGS.get(op, ()):
                 self._unfold(axiom, params, args, outs[0], label)
@@ -205,7 +211,7 @@ def _param_value(value: Any, env: Mapping[str, Any]) -> Any:
     if isinstance(value, IntVar):
         return env[value.name]
     if isinstance(value, Dim) and isinstance(value.tensor, TensorVar) and isinstance(value.axis, Lit):
-        return DIM(env[value.tensor.name].term, value.axis.value)
+        return dim_of(env[value.tensor.name].term, value.axis.value)
     if isinstance(value, str):
         return value
     raise Unsupported(f"a definitional axiom uses the parameter expression {value}")
@@ -215,9 +221,13 @@ def _z3_int(value: Any) -> z3.ExprRef:
     return value if isinstance(value, z3.ExprRef) else z3.IntVal(int(value))
 
 
+def _input_term(name: str) -> z3.ExprRef:
+    return z3.Const(f"in:{name}", TENSOR)
+
+
 def _input_facts(name: str, value: _Value) -> list[tuple[str, z3.BoolRef]]:
-    dims = [DIM(value.term, k) for k in range(value.rank)]
-    return [(f"input {name} is well typed", OK(value.term)), (f"rank of input {name}", RANK(value.term) == value.rank),
+    dims = [dim_of(value.term, k) for k in range(value.rank)]
+    return [(f"input {name} is well typed", app(OK, value.term)), (f"rank of input {name}", app(RANK, value.term) == value.rank),
             *((f"dim {k} of input {name} is positive", d >= 1) for k, d in enumerate(dims))]
 
 
@@ -227,7 +237,7 @@ def _symbolic(expr: Any, inputs: Mapping[str, z3.ExprRef], ranks: Mapping[str, i
         return tuple(_symbolic(e, inputs, ranks) for e in expr)
     if isinstance(expr, Mapping) and set(expr) == {"dim"}:
         name, axis = expr["dim"]
-        return DIM(inputs[name], int(axis) % ranks[name])
+        return dim_of(inputs[name], int(axis) % ranks[name])
     return expr
 
 
@@ -241,7 +251,7 @@ def encode_rule(rule: Rule) -> Encoding:
     dtypes = {i.type.dtype for i in rule.inputs}
     if len(dtypes) > 1:
         raise Unsupported(f"inputs of several dtypes {sorted(dtypes)}")
-    terms = {i.name: z3.Const(f"in:{i.name}", TENSOR) for i in rule.inputs}
+    terms = {i.name: _input_term(i.name) for i in rule.inputs}
     ranks = {i.name: i.type.rank for i in rule.inputs}
     inputs = {name: _Value(term, ranks[name]) for name, term in terms.items()}
     builder = _Builder()
@@ -256,12 +266,12 @@ def encode_rule(rule: Rule) -> Encoding:
     goals = []
     for s, t in rule.outputs:
         source, target = values["source"][s], values["target"][t]
-        builder.facts.append((f"mapped outputs {s} and {t} have one rank", RANK(source.term) == RANK(target.term)))
+        builder.facts.append((f"mapped outputs {s} and {t} have one rank", app(RANK, source.term) == app(RANK, target.term)))
         for k in range(source.rank):
-            builder.facts.append((f"mapped outputs {s} and {t} agree in dim {k}", DIM(source.term, k) == DIM(target.term, k)))
+            builder.facts.append((f"mapped outputs {s} and {t} agree in dim {k}", dim_of(source.term, k) == dim_of(target.term, k)))
         goals.append((s, t, source.term == target.term))
-    return Encoding(tuple(goals), tuple(builder.facts), frozenset(builder.symbols), _example_equalities(rule, inputs),
-                    tuple(builder.definitions), tuple(builder.shape_laws.values()))
+    return Encoding(tuple(goals), tuple(builder.facts), frozenset(builder.symbols), tuple(builder.definitions),
+                    tuple(builder.shape_laws.values()), rule)
 
 
 def _build_side(rule: Rule, side: str, inputs: Mapping[str, _Value], builder: _Builder, terms, ranks) -> dict[str, _Value]:
@@ -300,14 +310,15 @@ def _check_shape_rule(op: str, params: Mapping[str, Any], inputs: list[tuple[int
         raise Unsupported(f"internal error: the shape rule of {op} disagrees with the registry on {inputs} (a specification bug)")
 
 
-def _example_equalities(rule: Rule, inputs: Mapping[str, _Value]) -> tuple[tuple[dict, z3.BoolRef], ...]:
+def _example_equalities(rule: Rule) -> tuple[tuple[dict, z3.BoolRef], ...]:
     """Every equality between input dimensions, and every input dimension's value, on the example shapes."""
+    inputs = {i.name: _Value(_input_term(i.name), i.type.rank) for i in rule.inputs}
     dims = [(i.name, k, d) for i in rule.inputs for k, d in enumerate(i.type.shape)]
     stated = {json.dumps(c, sort_keys=True) for c in rule.constraints}
     out = []
     for index, (name, k, value) in enumerate(dims):
-        here = DIM(inputs[name].term, k)
-        candidates = [({"eq": [{"dim": [name, k]}, {"dim": [other, j]}]}, here == DIM(inputs[other].term, j))
+        here = dim_of(inputs[name].term, k)
+        candidates = [({"eq": [{"dim": [name, k]}, {"dim": [other, j]}]}, here == dim_of(inputs[other].term, j))
                       for other, j, v in dims[index + 1 :] if v == value]
         candidates.append(({"eq": [{"dim": [name, k]}, value]}, here == value))
         out.extend(c for c in candidates if json.dumps(c[0], sort_keys=True) not in stated)

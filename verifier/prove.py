@@ -68,6 +68,10 @@ def _solver(encoding: Encoding, axioms: Sequence[Axiom], explain: bool) -> z3.So
     for _, fact in encoding.facts:
         solver.add(fact)
     solver.add(*encoding.shape_laws)
+    # NOTE: each goal's negation hides behind a literal assumed only while proving it: no push/pop,
+    # which would cost a copy of the whole quantifier state per goal.
+    for index, (_, _, goal) in enumerate(encoding.goals):
+        solver.add(z3.Implies(_goal_literal(index), z3.Not(goal)))
     symbols = set(encoding.symbols).union(*(axiom_symbols(a) for a in axioms))
     solver.add(*closure_laws(frozenset(symbols)))
     return solver
@@ -84,22 +88,21 @@ def _prove_goals(solver: z3.Solver, encoding: Encoding, literals: Sequence[z3.Bo
         _Failed: a goal is not proved (sat, unknown or out of time).
     """
     core: set[str] = set()
-    for source, target, goal in encoding.goals:
+    for index, (source, target, _) in enumerate(encoding.goals):
         left = deadline - time.perf_counter()
         if left <= 0:
             raise _Failed("timeout")
         solver.set(timeout=max(1, int(left * 1000)))
-        solver.push()
-        solver.add(z3.Not(goal))
-        try:
-            result = solver.check(*literals)
-            if result != z3.unsat:
-                why = solver.reason_unknown() if result == z3.unknown else "Z3 found a model of the axioms where they differ"
-                raise _Failed(f"output {source} = {target} not proved: {'timeout' if why in ('timeout', 'canceled') else why}")
-            core.update(str(b) for b in solver.unsat_core())
-        finally:
-            solver.pop()
+        result = solver.check(_goal_literal(index), *literals)
+        if result != z3.unsat:
+            why = solver.reason_unknown() if result == z3.unknown else "Z3 found a model of the axioms where they differ"
+            raise _Failed(f"output {source} = {target} not proved: {'timeout' if why in ('timeout', 'canceled') else why}")
+        core.update(str(b) for b in solver.unsat_core())
     return sorted(core)
+
+
+def _goal_literal(index: int) -> z3.BoolRef:
+    return z3.Bool(f"goal {index}")
 
 
 def _minimize(solver: z3.Solver, encoding: Encoding, literals: dict[int, z3.BoolRef], needed: set[int], deadline: float) -> set[int]:

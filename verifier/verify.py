@@ -20,6 +20,7 @@ from taso.rules import Rule
 from taso.specs import AXIOMS, Axiom, Unsupported
 from taso.specs.z3model import axiom_rewrites, axiom_symbols, render_axiom
 
+from . import DEFAULT_TIMEOUT_S
 from .encode import encode_rule
 from .numeric import counterexample
 from .prove import prove
@@ -39,7 +40,7 @@ class Settings:
         explain: record the axioms each proof used (the unsat core).
     """
 
-    timeout_s: float = 10.0
+    timeout_s: float = DEFAULT_TIMEOUT_S
     precheck: bool = True
     relevance: bool = True
     explain: bool = False
