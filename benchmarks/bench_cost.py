@@ -4,10 +4,10 @@
 
 Times the distinct convolutions, ReLUs and poolings of a zoo model twice on ONNX Runtime
 (1 thread): on the machine as it is, then while ``--hogs`` processes spin on the CPU. For each
-node it prints how far the loaded timing strays from the quiet one, for the raw median
-(``time_session``) and for the median rescaled by the reference kernel timed alongside it
-(``time_paired``, what the ``ort-cpu`` cost model caches). The closer to 1.00x, the less a
-cost cached under one load misleads a search run under another.
+node it prints how far the loaded timing strays from the quiet one, for the raw wall-clock
+median (``time_session``) and for the profiled kernel time rescaled by the reference kernel
+run beside it (``OrtCpuCost.time_model``, what the ``ort-cpu`` cost model caches). The
+closer to 1.00x, the less a cost cached under one load misleads a search run under another.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import onnxruntime as ort
 
 from taso.cost import _random_array
-from taso.cost_ort import OrtCpuCost, session_options, time_paired, time_session
+from taso.cost_ort import OrtCpuCost, session_options, time_session
 from taso.ir import Graph, GraphMeta
 from taso.models import build
 from taso.onnx import export_onnx, load_onnx
@@ -31,7 +31,7 @@ def _spin() -> None:
         pass
 
 
-def _sessions(model: str, limit: int) -> list[tuple[str, ort.InferenceSession, dict]]:
+def _sessions(model: str, limit: int) -> list[tuple[str, bytes, dict]]:
     import numpy as np
 
     graph = load_onnx(build(model))
@@ -44,20 +44,19 @@ def _sessions(model: str, limit: int) -> list[tuple[str, ort.InferenceSession, d
         inputs = {v: graph.type(v) for v in node.inputs if v not in consts}
         weights = {v: _random_array(graph.type(v), rng) for v in node.inputs if v in consts}
         single = Graph(inputs, weights, [node], list(node.outputs), meta=GraphMeta(opset=17, output_names=tuple(node.outputs)))
-        session = ort.InferenceSession(export_onnx(single, check=False).SerializeToString(), session_options(1), providers=["CPUExecutionProvider"])
-        out.append((f"{node.op.name} {str(graph.type(node.inputs[0]))}", session, {v: _random_array(t, rng) for v, t in inputs.items()}))
+        out.append((f"{node.op.name} {str(graph.type(node.inputs[0]))}", export_onnx(single, check=False).SerializeToString(),
+                    {v: _random_array(t, rng) for v, t in inputs.items()}))
         if len(out) == limit:
             break
     return out
 
 
-def _measure(sessions, reference) -> list[tuple[float, float]]:
-    """(raw seconds, seconds relative to the reference) per session."""
+def _measure(models, cost: OrtCpuCost) -> list[tuple[float, float]]:
+    """(raw wall-clock seconds, load-normalized kernel seconds) per model."""
     rows = []
-    for _, session, feeds in sessions:
-        raw = time_session(session, feeds, min_total=0.1)
-        paired, ref = time_paired(session, feeds, *reference, min_total=0.1)
-        rows.append((raw, paired / ref))
+    for _, model, feeds in models:
+        session = ort.InferenceSession(model, session_options(1), providers=["CPUExecutionProvider"])
+        rows.append((time_session(session, feeds, min_total=0.1), cost.time_model(model, feeds)))
     return rows
 
 
@@ -68,13 +67,14 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=8, help="distinct nodes timed (default 8)")
     args = parser.parse_args()
     sessions = _sessions(args.model, args.nodes)
-    reference = OrtCpuCost(threads=1)._reference_kernel()
-    quiet = _measure(sessions, reference)
+    cost = OrtCpuCost(threads=1)
+    cost._calibrate()
+    quiet = _measure(sessions, cost)
     hogs = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.hogs)]
     for hog in hogs:
         hog.start()
     try:
-        loaded = _measure(sessions, reference)
+        loaded = _measure(sessions, cost)
     finally:
         for hog in hogs:
             hog.terminate()

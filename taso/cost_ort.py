@@ -1,34 +1,39 @@
 """Operator costs measured on ONNX Runtime (CPU), with the deployment's session options.
 
 Each node is exported alone (its constant inputs as initializers, so ONNX Runtime may
-pre-pack weights and fuse a fused activation exactly as it does in the full model), run
-with warm-up, and timed by the median of repeated runs. The fixed cost of calling a
-session from Python is measured once and subtracted; the per-node dispatch cost inside a
-graph is measured once and added, so costs of many small nodes add up like they do in a
-real model.
+pre-pack weights and fuse a fused activation exactly as it does in the full model) and run
+repeatedly with ONNX Runtime's profiler on: its kernel times are measured inside the
+session, so a microsecond-sized operator is not buried under the ~15 us of calling a
+session from Python (subtracting that overhead from wall-clock timings gave a 512-wide Add
+19 us and a 1024-wide Sigmoid 0.3 us, and NasRNN's search chased those numbers). The cost of
+a trivial node inside a running graph is measured once and added per node.
 
-Costs cached over days on a shared machine were measured under different loads, and a
-search that compares a node timed on a quiet machine with one timed on a busy one chases
-noise (a 1.5x "gain" on VGG-19 from fusing ReLUs, measured 0.96x end to end). So every
-timing runs interleaved with a fixed reference kernel, and the cache stores it rescaled to
-the reference's speed when the table was started: costs are comparable whatever the load
-was when each one was taken.
+Costs cached over days on a shared machine were taken under different loads, and a search
+that compares a node timed on a quiet machine with one timed on a busy one chases noise (a
+1.5x "gain" on VGG-19 from fusing ReLUs, measured 0.96x end to end). So every run also
+executes a fixed reference kernel beside the node, and the cache stores the node's time
+rescaled to the reference's speed when the table was started: costs stay comparable
+whatever the load was when each one was taken.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import platform
 import statistics
+import tempfile
 import time
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from .cost import CostCache, CostModel, _random_array
 from .ir import Graph, GraphMeta, Node
 
-__all__ = ["OrtCpuCost", "cpu_name", "session_options"]
+__all__ = ["OrtCpuCost", "cpu_name", "profile_kernels", "session_options", "time_session"]
 
 
 def cpu_name() -> str:
@@ -65,25 +70,6 @@ def time_session(session: ort.InferenceSession, feeds: dict, min_total: float = 
     return statistics.median(times)
 
 
-def time_paired(session: ort.InferenceSession, feeds: dict, reference: ort.InferenceSession, reference_feeds: dict,
-                min_total: float = 0.02, max_runs: int = 200) -> tuple[float, float]:
-    """Median seconds of one run of ``session`` and of ``reference``, timed alternately.
-
-    Each round runs the reference about as long as the session ran, so both medians see the
-    same machine load.
-    """
-    for _ in range(3):
-        session.run(None, feeds)
-        reference.run(None, reference_feeds)
-    repeats = max(1, min(64, round(_timed_run(session, feeds) / max(_timed_run(reference, reference_feeds), 1e-9))))
-    times: list[float] = []
-    reference_times: list[float] = []
-    while (sum(times) < min_total or len(times) < 7) and len(times) < max_runs:
-        times.append(_timed_run(session, feeds))
-        reference_times.append(sum(_timed_run(reference, reference_feeds) for _ in range(repeats)) / repeats)
-    return statistics.median(times), statistics.median(reference_times)
-
-
 def _timed_run(session: ort.InferenceSession, feeds: dict) -> float:
     start = time.perf_counter()
     session.run(None, feeds)
@@ -104,13 +90,12 @@ class OrtCpuCost(CostModel):
         super().__init__()
         self.threads = threads
         self.cache = cache or CostCache()
-        self._fingerprint = f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}|ENABLE_ALL|load-normalized"
+        self._fingerprint = f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}|ENABLE_ALL|profiled"
         self._table = self.cache.table(self._fingerprint)
         self._rng = np.random.default_rng(0)
-        self._call_overhead: float | None = None
-        self._dispatch: float | None = None
-        self._reference: tuple[ort.InferenceSession, dict] | None = None
-        self._unit: float | None = None  # the reference's seconds when this table was started
+        self._unit: float | None = None  # the reference kernel's seconds when this table was started
+        self._floor = 0.0  # what the profiler reports for a kernel that does nothing
+        self._dispatch = 0.0  # what a trivial node costs inside a running graph
         self.measured = 0
 
     @property
@@ -118,40 +103,28 @@ class OrtCpuCost(CostModel):
         return self._fingerprint
 
     def _calibrate(self) -> None:
-        """The reference's speed (the table's unit), session call overhead (subtracted) and in-graph dispatch cost (added)."""
-        if self._call_overhead is not None:
+        """The table's unit (the reference kernel's speed), the profiler's floor, and the in-graph cost of a trivial node."""
+        if self._unit is not None:
             return
-        keys = ("calibration|unit", "calibration|call", "calibration|dispatch")
+        keys = ("calibration|unit", "calibration|floor", "calibration|dispatch")
         if all(k in self._table for k in keys):
-            self._unit, self._call_overhead, self._dispatch = (self._table[k] for k in keys)
+            self._unit, self._floor, self._dispatch = (self._table[k] for k in keys)
             return
-
-        def chain(n: int) -> tuple[float, float]:
-            names = ["x"] + [f"r{i}" for i in range(n)]
-            nodes = [helper.make_node("Neg", [names[i]], [names[i + 1]]) for i in range(n)]
-            g = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])], [helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, [1])])
-            session = ort.InferenceSession(_model_bytes(g), session_options(self.threads, optimize=False), providers=["CPUExecutionProvider"])
-            return time_paired(session, {"x": np.ones(1, np.float32)}, *self._reference_kernel(), min_total=0.05)
-
-        (one, unit_one), (many, unit_many) = chain(1), chain(65)
-        self._unit = statistics.median([unit_one, unit_many])
-        one, many = one * self._unit / unit_one, many * self._unit / unit_many
+        negations = _negations(1)
+        _, reference = profile_kernels(negations, {"x": np.ones(1, np.float32)}, self.threads)
+        self._unit = _robust_mean(reference)
+        self._floor = self.time_model(negations, {"x": np.ones(1, np.float32)})
+        # NOTE: wall clock, not the profiler: a node's in-graph cost outside its kernel is what we add back.
+        one, many = (time_session(ort.InferenceSession(_negations(n), session_options(self.threads, optimize=False), providers=["CPUExecutionProvider"]),
+                                  {"x": np.ones(1, np.float32)}, min_total=0.05) for n in (1, 65))
         self._dispatch = max((many - one) / 64, 0.0)
-        self._call_overhead = max(one - self._dispatch, 0.0)
-        for key, value in zip(keys, (self._unit, self._call_overhead, self._dispatch)):
+        for key, value in zip(keys, (self._unit, self._floor, self._dispatch)):
             self.cache.record(self._fingerprint, key, value)
 
-    def _reference_kernel(self) -> tuple[ort.InferenceSession, dict]:
-        """A fixed MatMul (128x256 by a 256x256 weight, ~0.3 ms on one core): the yardstick every timing is paired with."""
-        if self._reference is None:
-            rng = np.random.default_rng(0)
-            weight = helper.make_tensor("w", TensorProto.FLOAT, [256, 256], rng.standard_normal((256, 256)).astype(np.float32).ravel())
-            g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "reference",
-                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [128, 256])],
-                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [128, 256])], [weight])
-            session = ort.InferenceSession(_model_bytes(g), session_options(self.threads), providers=["CPUExecutionProvider"])
-            self._reference = (session, {"x": rng.standard_normal((128, 256)).astype(np.float32)})
-        return self._reference
+    def time_model(self, model: bytes, feeds: dict) -> float:
+        """Kernel seconds of one run of ``model``, rescaled to the reference's speed when the table was started."""
+        kernels, reference = profile_kernels(model, feeds, self.threads)
+        return _robust_mean([k / r for k, r in zip(kernels, reference)]) * self._unit
 
     def measure(self, node: Node, graph: Graph, key: str, consts) -> float:
         cached = self._table.get(key)
@@ -166,10 +139,8 @@ class OrtCpuCost(CostModel):
                        meta=GraphMeta(opset=max(graph.meta.opset, 13), output_names=tuple(node.outputs)))
         from .onnx import export_onnx
 
-        model = export_onnx(single, check=False)
-        session = ort.InferenceSession(model.SerializeToString(), session_options(self.threads), providers=["CPUExecutionProvider"])
-        elapsed, reference = time_paired(session, {v: arrays[v] for v in inputs}, *self._reference_kernel())
-        seconds = max(elapsed * self._unit / reference - self._call_overhead, 0.0) + self._dispatch
+        model = export_onnx(single, check=False).SerializeToString()
+        seconds = max(self.time_model(model, {v: arrays[v] for v in inputs}) - self._floor, 0.0) + self._dispatch
         self.cache.record(self._fingerprint, key, seconds)
         self.measured += 1
         return seconds
@@ -178,8 +149,86 @@ class OrtCpuCost(CostModel):
         self.cache.save()
 
 
-def _model_bytes(graph) -> bytes:
+REFERENCE = "__taso_reference"
+
+
+def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 0.02, min_runs: int = 20,
+                    max_runs: int = 400) -> tuple[list[float], list[float]]:
+    """Per run: seconds in the model's kernels, and in a reference MatMul run beside them.
+
+    ONNX Runtime's profiler times each kernel inside the session, so no Python call overhead
+    has to be subtracted from microsecond-sized operators; the reference kernel (a 128x256 by
+    256x256 MatMul added as an independent node) runs in the same session run, under the same
+    machine load, and each run's kernel time is later divided by its reference time.
+    """
+    proto = onnx.load_model_from_string(model)
+    _add_reference(proto.graph)
+    rng = np.random.default_rng(0)
+    feeds = {**feeds, f"{REFERENCE}_x": rng.standard_normal((128, 256)).astype(np.float32)}
+    options = session_options(threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        options.enable_profiling = True
+        options.profile_file_prefix = os.path.join(tmp, "profile")
+        session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        total, runs = 0.0, 0
+        for _ in range(3):
+            session.run(None, feeds)
+        while (total < min_total or runs < min_runs) and runs < max_runs:
+            total += _timed_run(session, feeds)
+            runs += 1
+        with open(session.end_profiling(), encoding="utf-8") as f:
+            events = json.load(f)
+    return _kernel_times(events, skip=3)
+
+
+def _kernel_times(events: list[dict], skip: int) -> tuple[list[float], list[float]]:
+    """Sums the profiled kernel times of each session run (after ``skip`` warm-up runs)."""
+    windows = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"][skip:]
+    kernels = sorted((e["ts"], e["dur"], e["name"].startswith(REFERENCE)) for e in events
+                     if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"))
+    out_kernels, out_reference = [], []
+    index = 0
+    for start, end in windows:
+        work = reference = 0.0
+        while index < len(kernels) and kernels[index][0] < start:
+            index += 1
+        while index < len(kernels) and kernels[index][0] <= end:
+            _, dur, is_reference = kernels[index]
+            if is_reference:
+                reference += dur
+            else:
+                work += dur
+            index += 1
+        if reference > 0:
+            out_kernels.append(work * 1e-6)
+            out_reference.append(reference * 1e-6)
+    if not out_reference:
+        raise RuntimeError("ONNX Runtime's profile holds no timed runs")
+    return out_kernels, out_reference
+
+
+def _robust_mean(values: list[float]) -> float:
+    """The mean of the middle half: robust to outliers like a median, finer than the profiler's microsecond ticks."""
+    ordered = sorted(values)
+    quarter = len(ordered) // 4
+    middle = ordered[quarter : len(ordered) - quarter] or ordered
+    return sum(middle) / len(middle)
+
+
+def _add_reference(graph: onnx.GraphProto) -> None:
+    rng = np.random.default_rng(1)
+    graph.initializer.append(helper.make_tensor(f"{REFERENCE}_w", TensorProto.FLOAT, [256, 256], rng.standard_normal(65536).astype(np.float32)))
+    graph.input.append(helper.make_tensor_value_info(f"{REFERENCE}_x", TensorProto.FLOAT, [128, 256]))
+    graph.output.append(helper.make_tensor_value_info(f"{REFERENCE}_y", TensorProto.FLOAT, [128, 256]))
+    graph.node.append(helper.make_node("MatMul", [f"{REFERENCE}_x", f"{REFERENCE}_w"], [f"{REFERENCE}_y"], name=REFERENCE))
+
+
+def _negations(n: int) -> bytes:
+    """A chain of ``n`` Neg nodes on one float: nodes that cost nothing but being run."""
+    names = ["x"] + [f"r{i}" for i in range(n)]
+    nodes = [helper.make_node("Neg", [names[i]], [names[i + 1]]) for i in range(n)]
+    graph = helper.make_graph(nodes, "negations", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, [1])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
-

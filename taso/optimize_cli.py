@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         from tqdm import tqdm
 
-        bar = tqdm(total=args.budget, desc="search", unit="graph", file=sys.stderr, leave=False)
+        bar = tqdm(total=args.budget, desc="search", unit="graph", file=sys.stderr, leave=False, disable=None)  # off when stderr is not a terminal
 
     def progress(expanded: int, best: float) -> None:
         bar.update(1)

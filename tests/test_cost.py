@@ -58,3 +58,30 @@ def test_a_damaged_cache_is_ignored(tmp_path):
     path = tmp_path / "costs.json"
     path.write_text("{broken")
     assert CostCache(str(path)).summary() == {}
+
+
+def test_profiled_kernel_times_are_split_per_run_and_skip_warm_up():
+    from taso.cost_ort import REFERENCE, _kernel_times
+
+    def run(ts):
+        return {"cat": "Session", "name": "model_run", "ts": ts, "dur": 50}
+
+    def kernel(name, ts, dur):
+        return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur}
+
+    events = [run(0), kernel("Add_0", 1, 99), kernel(REFERENCE, 2, 99),  # warm-up, skipped
+              run(100), kernel("Conv_0", 101, 7), kernel("Relu_1", 110, 3), kernel(REFERENCE, 120, 20),
+              run(200), kernel(REFERENCE, 201, 40), kernel("Conv_0", 230, 9)]
+    kernels, reference = _kernel_times(events, skip=1)
+    assert np.allclose(kernels, [10e-6, 9e-6], rtol=1e-9, atol=0) and np.allclose(reference, [20e-6, 40e-6], rtol=1e-9, atol=0)
+
+
+def test_measured_costs_order_tiny_and_large_operators_sensibly(tmp_path, monkeypatch):
+    # Microsecond operators must not drown in the cost of calling a session from Python.
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    add, mm = ops.get("add"), ops.get("matmul")
+    g = Graph({"x": TensorType((1, 512)), "y": TensorType((1, 512))}, {"w": np.ones((512, 1024), np.float32)},
+              [Node(add, add.make_params(), ("x", "y"), ("s",), "add"), Node(mm, mm.make_params(), ("s", "w"), ("m",), "mm")], ["m"])
+    model = OrtCpuCost(threads=1)
+    add_cost, mm_cost = (model.node_cost(n, g) for n in g.nodes)
+    assert 0 < add_cost < 10e-6 and add_cost * 5 < mm_cost
