@@ -152,14 +152,16 @@ class OrtCpuCost(CostModel):
 REFERENCE = "__taso_reference"
 
 
-def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 0.02, min_runs: int = 20,
+def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 0.02, min_runs: int = 7,
                     max_runs: int = 400) -> tuple[list[float], list[float]]:
     """Per run: seconds in the model's kernels, and in a reference MatMul run beside them.
 
     ONNX Runtime's profiler times each kernel inside the session, so no Python call overhead
     has to be subtracted from microsecond-sized operators; the reference kernel (a 128x256 by
     256x256 MatMul added as an independent node) runs in the same session run, under the same
-    machine load, and each run's kernel time is later divided by its reference time.
+    machine load, and each run's kernel time is later divided by its reference time. Runs
+    go on until ``min_total`` seconds have passed: a few for a big kernel, hundreds for a
+    microsecond one, whose profiled times come in whole microseconds.
     """
     proto = onnx.load_model_from_string(model)
     _add_reference(proto.graph)

@@ -121,25 +121,29 @@ def _option(graph: Graph, plan: Plan, match, cost_model: CostModel) -> _Option:
     return _Option(_rule_label(crule.rule), frozenset(id(n) for n in plan.removed), interior, plan.removed, plan.added, plan.outputs, plan.types, delta)
 
 
-def _all_options(graph: Graph, compiled: Sequence[CompiledRule], cost_model: CostModel) -> list[_Option]:
+def _all_options(graph: Graph, compiled: Sequence[CompiledRule], cost_model: CostModel, deadline: float = float("inf")) -> list[_Option]:
+    """Every rewrite of ``graph``, priced; those not reached by ``deadline`` are left out."""
     options = []
     for crule in compiled:
         if crule.may_match(graph):
             for match in find_matches(graph, crule):
+                if time.perf_counter() > deadline:
+                    return options  # pricing new nodes measures them: a cold cost cache must not overrun the time limit
                 plan = plan_match(graph, match)
                 if plan is not None:
                     options.append(_option(graph, plan, match, cost_model))
     return options
 
 
-def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], by_op, compiled, cost_model: CostModel) -> list[_Option]:
+def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], by_op, compiled, cost_model: CostModel,
+                       deadline: float = float("inf")) -> list[_Option]:
     """The child's rewrites: the parent's that the applied rewrite left intact, plus those through its new nodes.
 
     NOTE: a match that only the removal of an outside consumer made valid is not found here
     (it involves no new node); the search loses that option, never soundness.
     """
     if plan.outputs is not None:
-        return _all_options(graph, compiled, cost_model)  # the outputs moved: rematch everything
+        return _all_options(graph, compiled, cost_model, deadline)  # the outputs moved: rematch everything
     removed = {id(n) for n in plan.removed}
     read = {v for n in plan.added for v in n.inputs}
     options = [o for o in parent_options if not (o.node_ids & removed) and not (o.interior & read)]
@@ -147,11 +151,12 @@ def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], 
     for node in plan.added:
         for crule, index in by_op.get(node.op.name, ()):
             for match in find_matches(graph, crule, seed=(index, node)):
-                key = (_rule_label(crule.rule), frozenset(id(n) for n in match.nodes))
+                if time.perf_counter() > deadline:
+                    return options
                 new_plan = plan_match(graph, match)
                 if new_plan is None:
                     continue
-                key = (key[0], frozenset(id(n) for n in new_plan.removed))
+                key = (_rule_label(crule.rule), frozenset(id(n) for n in new_plan.removed))
                 if key in seen:
                     continue
                 seen.add(key)
@@ -209,9 +214,9 @@ def search(
         t0 = time.perf_counter()
         parent_options = options_of.get(id(entry.parent)) if isinstance(entry, Plan) and config.incremental else None
         if parent_options is None:
-            options = _all_options(current, compiled, cost_model)
+            options = _all_options(current, compiled, cost_model, start + config.time_limit)
         else:
-            options = _inherited_options(current, entry, parent_options, by_op, compiled, cost_model)
+            options = _inherited_options(current, entry, parent_options, by_op, compiled, cost_model, start + config.time_limit)
         options_of[id(current)] = options
         report.seconds_rewriting += time.perf_counter() - t0
         for option in options:

@@ -80,6 +80,27 @@ def test_search_respects_its_time_limit():
     assert time.perf_counter() - started < 5.0
 
 
+class _SlowToMeasure(_WeightBound):
+    """A cold cost cache on a slow machine: each node the rewrites create takes a while to measure."""
+
+    def __init__(self):
+        super().__init__()
+        self.slow = 0
+
+    def node_cost(self, node, graph, consts=None):
+        if node.op.name in ("concat", "split"):
+            self.slow += 1
+            time.sleep(0.3)
+        return super().node_cost(node, graph, consts)
+
+
+def test_a_cold_cost_cache_does_not_overrun_the_time_limit():
+    # Measuring happens while one expansion prices its options: the limit must hold there too.
+    model = _SlowToMeasure()
+    search(_rnn_like(8), all_rules(), model, SearchConfig(budget=10**6, time_limit=0.2, alpha=1.5))
+    assert model.slow <= 2  # one rule's rewrite (a concat and a split), then the deadline stops the pricing
+
+
 def test_search_saturates_when_nothing_applies():
     graph = Graph({"x": TensorType((2, 2))}, {}, [_n("relu", ["x"], ["y"])], ["y"])
     best, report = search(graph, all_rules(), AnalyticCost())
