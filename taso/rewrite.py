@@ -41,6 +41,7 @@ class CompiledRule:
     def __init__(self, rule: Rule):
         self.rule = rule
         self.rule_id = rule.id
+        self.label = rule.name or self.rule_id  # how reports name the rule
         self.variables = frozenset(i.name for i in rule.inputs)
         shape_params: dict[int, set[str]] = {}
         for p in rule.params:

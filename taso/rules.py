@@ -34,6 +34,7 @@ import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from .errors import TasoError
@@ -145,9 +146,9 @@ class Rule:
         }
         return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
-    @property
+    @cached_property
     def id(self) -> str:
-        """A stable id: a digest of the structural content."""
+        """A stable id: a digest of the structural content (computed once: the search names rules often)."""
         return "r-" + hashlib.blake2b(self.canonical().encode(), digest_size=5).hexdigest()
 
     @property

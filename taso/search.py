@@ -96,8 +96,25 @@ class SearchReport:
         }
 
 
-def _rule_label(rule: Rule) -> str:
-    return rule.name or rule.id
+class _SeedIndex:
+    """Pattern nodes by what a graph node must have to play them: its op, and its exact params when the pattern fixes them.
+
+    The search seeds matching at every node a rewrite adds; looking patterns up by
+    (op, params) skips the thousands whose params cannot fit before a match is even started.
+    """
+
+    def __init__(self, compiled: Sequence[CompiledRule]):
+        self.exact: dict[tuple[str, object], list[tuple[CompiledRule, int]]] = {}
+        self.any_params: dict[str, list[tuple[CompiledRule, int]]] = {}
+        for crule in compiled:
+            for p in crule.nodes:
+                if p.literal is not None:
+                    self.exact.setdefault((p.op_name, p.literal), []).append((crule, p.index))
+                else:
+                    self.any_params.setdefault(p.op_name, []).append((crule, p.index))
+
+    def patterns_for(self, node) -> list[tuple[CompiledRule, int]]:
+        return self.exact.get((node.op.name, node.params), []) + self.any_params.get(node.op.name, [])
 
 
 @dataclass(frozen=True)
@@ -118,7 +135,7 @@ def _option(graph: Graph, plan: Plan, match, cost_model: CostModel) -> _Option:
     crule = match.rule
     interior = frozenset(match.values[v] for v in crule.interior if v not in crule.mapped)
     delta = cost_model.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan)
-    return _Option(_rule_label(crule.rule), frozenset(id(n) for n in plan.removed), interior, plan.removed, plan.added, plan.outputs, plan.types, delta)
+    return _Option(crule.label, frozenset(id(n) for n in plan.removed), interior, plan.removed, plan.added, plan.outputs, plan.types, delta)
 
 
 def _all_options(graph: Graph, compiled: Sequence[CompiledRule], cost_model: CostModel, deadline: float = float("inf")) -> list[_Option]:
@@ -135,7 +152,7 @@ def _all_options(graph: Graph, compiled: Sequence[CompiledRule], cost_model: Cos
     return options
 
 
-def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], by_op, compiled, cost_model: CostModel,
+def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], seeds: _SeedIndex, compiled, cost_model: CostModel,
                        deadline: float = float("inf")) -> list[_Option]:
     """The child's rewrites: the parent's that the applied rewrite left intact, plus those through its new nodes.
 
@@ -149,14 +166,14 @@ def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], 
     options = [o for o in parent_options if not (o.node_ids & removed) and not (o.interior & read)]
     seen = {(o.label, o.node_ids) for o in options}
     for node in plan.added:
-        for crule, index in by_op.get(node.op.name, ()):
+        for crule, index in seeds.patterns_for(node):
             for match in find_matches(graph, crule, seed=(index, node)):
                 if time.perf_counter() > deadline:
                     return options
                 new_plan = plan_match(graph, match)
                 if new_plan is None:
                     continue
-                key = (_rule_label(crule.rule), frozenset(id(n) for n in new_plan.removed))
+                key = (crule.label, frozenset(id(n) for n in new_plan.removed))
                 if key in seen:
                     continue
                 seen.add(key)
@@ -184,10 +201,7 @@ def search(
         The best graph found (never costlier than the input) and the search report.
     """
     compiled: Sequence[CompiledRule] = [r if isinstance(r, CompiledRule) else CompiledRule(r) for r in rules]
-    by_op: dict[str, list[tuple[CompiledRule, int]]] = {}
-    for crule in compiled:
-        for p in crule.nodes:
-            by_op.setdefault(p.op_name, []).append((crule, p.index))
+    seeds = _SeedIndex(compiled)
     start = time.perf_counter()
     best, best_cost = graph, cost_model.graph_cost(graph)
     report = SearchReport(StopReason.SATURATED, best_cost, best_cost)
@@ -216,7 +230,7 @@ def search(
         if parent_options is None:
             options = _all_options(current, compiled, cost_model, start + config.time_limit)
         else:
-            options = _inherited_options(current, entry, parent_options, by_op, compiled, cost_model, start + config.time_limit)
+            options = _inherited_options(current, entry, parent_options, seeds, compiled, cost_model, start + config.time_limit)
         options_of[id(current)] = options
         report.seconds_rewriting += time.perf_counter() - t0
         for option in options:
