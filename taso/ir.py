@@ -388,9 +388,8 @@ class Graph:
 
     def search_key_after(self, removed: Iterable[Node], added: Iterable[Node], outputs: Sequence[str] | None = None) -> int:
         """The :meth:`search_key` of ``self.replace(removed, added, outputs=outputs)``, without building it."""
-        self.search_key()
-        node_sum = (self.__dict__["_node_sum"] + sum(n.signature for n in added) - sum(n.signature for n in removed)) % _KEY_MODULUS
-        return (node_sum + _outputs_digest(self._outputs if outputs is None else outputs)) % _KEY_MODULUS
+        node_sum = (self._signature_sum() + sum(n.signature for n in added) - sum(n.signature for n in removed)) % _KEY_MODULUS
+        return (node_sum + (self._outputs_key() if outputs is None else _outputs_digest(outputs))) % _KEY_MODULUS
 
     def insertion_point(self, removed: set[int], added: Sequence[Node]) -> int | None:
         """Where added nodes can go in this graph's order so that it stays topological.
@@ -415,29 +414,36 @@ class Graph:
     def depends_on(self, values: Iterable[str], targets: set[str]) -> bool:
         """Whether any of ``values`` is computed (transitively) from any of ``targets``.
 
-        The walk only visits producers after the earliest producer of a target in the
-        topological order, so it stays local to the region between them.
+        One AND of two bit sets per value (see :attr:`_ancestors`): the search asks this for
+        every multi-node match, and a walk between two distant nodes of a big graph cost
+        ~0.1 ms each time.
         """
-        position = self._positions
-        starts = [self._producers[t][0] for t in targets if t in self._producers]
-        if not starts:
+        position, ancestors = self._positions, self._ancestors
+        target_bits = 0
+        for t in targets:
+            p = self._producers.get(t)
+            if p is not None:
+                target_bits |= 1 << position[id(p[0])]
+        if not target_bits:
             return False
-        first = min(position[id(n)] for n in starts)
-        stack = [p[0] for v in values for p in (self._producers.get(v),) if p is not None and position[id(p[0])] >= first]
-        seen: set[int] = set()
-        while stack:
-            node = stack.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            for v in node.outputs:
-                if v in targets:
-                    return True
+        for v in values:
+            p = self._producers.get(v)
+            if p is not None and ancestors[position[id(p[0])]] & target_bits:
+                return True
+        return False
+
+    @cached_property
+    def _ancestors(self) -> list[int]:
+        """Per node (by topological position): the bit set of the positions it is computed from, itself included."""
+        position, bits = self._positions, []
+        for i, node in enumerate(self.topological_order()):
+            mask = 1 << i
             for v in node.inputs:
                 p = self._producers.get(v)
-                if p is not None and position[id(p[0])] >= first:
-                    stack.append(p[0])
-        return False
+                if p is not None:
+                    mask |= bits[position[id(p[0])]]
+            bits.append(mask)
+        return bits
 
     def _reject_cycle(self, added: Sequence[Node], created: set[str]) -> None:
         """Raises GraphError when an added node reads a value computed from what the added nodes create."""
@@ -451,9 +457,18 @@ class Graph:
         deterministically, so the same graph reached by two paths gets the same key, and a
         rewrite updates the key from its parent's in time proportional to the rewrite.
         """
+        return (self._signature_sum() + self._outputs_key()) % _KEY_MODULUS
+
+    def _signature_sum(self) -> int:
         if "_node_sum" not in self.__dict__:
             self.__dict__["_node_sum"] = sum(n.signature for n in self._nodes) % _KEY_MODULUS
-        return (self.__dict__["_node_sum"] + _outputs_digest(self._outputs)) % _KEY_MODULUS
+        return self.__dict__["_node_sum"]
+
+    def _outputs_key(self) -> int:
+        # NOTE: cached: the search asks for it once per priced rewrite (millions on a big model).
+        if "_okey" not in self.__dict__:
+            self.__dict__["_okey"] = _outputs_digest(self._outputs)
+        return self.__dict__["_okey"]
 
     def with_outputs(self, outputs: Sequence[str]) -> Graph:
         """Returns the same graph returning other values (for example an intermediate)."""
