@@ -31,6 +31,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 from .cost import CostCache, CostModel, _random_array
+from .errors import TasoError
 from .ir import Graph, GraphMeta, Node
 
 __all__ = ["OrtCpuCost", "cpu_name", "profile_kernels", "session_options", "time_session"]
@@ -205,7 +206,8 @@ def _kernel_times(events: list[dict], skip: int) -> tuple[list[float], list[floa
             out_kernels.append(work * 1e-6)
             out_reference.append(reference * 1e-6)
     if not out_reference:
-        raise RuntimeError("ONNX Runtime's profile holds no timed runs")
+        raise TasoError(f"the ort-cpu cost model found no timed runs in ONNX Runtime {ort.__version__}'s profile "
+                        "(its profile format may have changed); use --cost analytic")
     return out_kernels, out_reference
 
 

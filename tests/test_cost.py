@@ -85,3 +85,13 @@ def test_measured_costs_order_tiny_and_large_operators_sensibly(tmp_path, monkey
     model = OrtCpuCost(threads=1)
     add_cost, mm_cost = (model.node_cost(n, g) for n in g.nodes)
     assert 0 < add_cost < 10e-6 and add_cost * 5 < mm_cost
+
+
+def test_a_profile_without_runs_is_a_clear_error():
+    import pytest
+
+    from taso.cost_ort import _kernel_times
+    from taso.errors import TasoError
+
+    with pytest.raises(TasoError, match="--cost analytic"):
+        _kernel_times([{"cat": "Node", "name": "Add_kernel_time", "ts": 0, "dur": 3}], skip=0)
