@@ -73,23 +73,13 @@ def _load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto]:
 
 def bench_model(name: str, model: onnx.ModelProto, threads: int, args) -> BenchRow:
     """Optimizes one model for one thread count and times the three variants side by side."""
-    from .cost import make_cost_model
     from .onnx import export_onnx, load_onnx
-    from .optimize import load_rules
-    from .search import SearchConfig, search
+    from .optimize import load_rules, optimize_with_report
     from .validate import compare_models, random_inputs
 
     graph = load_onnx(model)
-    cost_model = make_cost_model(args.cost, threads=threads)
-    try:
-        best, report = search(graph, load_rules(args.library), cost_model, SearchConfig(args.alpha, args.budget, args.time_limit))
-    finally:
-        cost_model.close()
-    if args.cost == "ort-cpu" and best is not graph:  # what `taso optimize` keeps
-        from .optimize import MIN_CONFIRMED_SPEEDUP, end_to_end_speedup
-
-        if end_to_end_speedup(graph, best, threads) < MIN_CONFIRMED_SPEEDUP:
-            best = graph
+    # What `taso optimize` would write, end-to-end confirmation included.
+    best, report = optimize_with_report(graph, args.alpha, args.budget, args.time_limit, args.cost, load_rules(args.library), threads)
     optimized = export_onnx(best)
     feeds = random_inputs(graph.inputs)
     comparison = compare_models(model, optimized, [feeds], threads)

@@ -111,10 +111,9 @@ class OrtCpuCost(CostModel):
         if all(k in self._table for k in keys):
             self._unit, self._floor, self._dispatch = (self._table[k] for k in keys)
             return
-        negations = _negations(1)
-        _, reference = profile_kernels(negations, {"x": np.ones(1, np.float32)}, self.threads)
+        kernels, reference = profile_kernels(_negations(1), {"x": np.ones(1, np.float32)}, self.threads)
         self._unit = _robust_mean(reference)
-        self._floor = self.time_model(negations, {"x": np.ones(1, np.float32)})
+        self._floor = self._normalized(kernels, reference)
         # NOTE: wall clock, not the profiler: a node's in-graph cost outside its kernel is what we add back.
         one, many = (time_session(ort.InferenceSession(_negations(n), session_options(self.threads, optimize=False), providers=["CPUExecutionProvider"]),
                                   {"x": np.ones(1, np.float32)}, min_total=0.05) for n in (1, 65))
@@ -124,7 +123,10 @@ class OrtCpuCost(CostModel):
 
     def time_model(self, model: bytes, feeds: dict) -> float:
         """Kernel seconds of one run of ``model``, rescaled to the reference's speed when the table was started."""
-        kernels, reference = profile_kernels(model, feeds, self.threads)
+        return self._normalized(*profile_kernels(model, feeds, self.threads))
+
+    def _normalized(self, kernels: list[float], reference: list[float]) -> float:
+        """Per-run kernel seconds over the reference's, in the table's unit."""
         return _robust_mean([k / r for k, r in zip(kernels, reference)]) * self._unit
 
     def measure(self, node: Node, graph: Graph, key: str, consts) -> float:

@@ -89,13 +89,12 @@ def run(args: argparse.Namespace) -> int:
             bar.close()
         cost_model.close()
     confirmed = None
-    if args.cost == "ort-cpu" and best is not graph and not args.no_confirm:
-        from .optimize import MIN_CONFIRMED_SPEEDUP, end_to_end_speedup
+    if args.cost == "ort-cpu" and not args.no_confirm:
+        from .optimize import MIN_CONFIRMED_SPEEDUP, confirm_end_to_end
 
-        confirmed = end_to_end_speedup(graph, best, args.threads)
-        if confirmed < MIN_CONFIRMED_SPEEDUP:
+        best, confirmed = confirm_end_to_end(graph, best, args.threads)
+        if confirmed is not None and best is graph:
             say(f"taso: the rewrites measured {confirmed:.3f}x end to end on ONNX Runtime (< {MIN_CONFIRMED_SPEEDUP}x): keeping the original graph")
-            best = graph
     started = time.perf_counter()
     optimized = export_onnx(best)
     comparison = compare_models(read_model(args.input), optimized, input_sets, threads=args.threads)
