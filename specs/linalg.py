@@ -89,8 +89,10 @@ def _left_summands(rng: np.random.Generator):
 
 
 axioms = [
-    # matmul is associative (the middle factor must be a matrix: a vector there changes which dims contract)
-    Axiom("matmul-assoc", matmul(matmul(x, y), z), matmul(x, matmul(y, z)), chain("x y z", batch=True), when=(ge(rank(y), 2),)),
+    # matmul is associative for matrices (batched or not). A vector factor changes which dims contract
+    # and where batch dims land: x (1,), y (1,1,3), z (1,3,3) gives (1,1,3) on the left and (1,3) on the right.
+    Axiom("matmul-assoc", matmul(matmul(x, y), z), matmul(x, matmul(y, z)), chain("x y z", batch=True),
+          when=(ge(rank(x), 2), ge(rank(y), 2), ge(rank(z), 2))),
     # matmul is linear in each argument
     Axiom("matmul-add-right", matmul(x, add(y, z)), add(matmul(x, y), matmul(x, z)), _right_summands, when=same_shape(y, z, 2)),
     Axiom("matmul-add-left", matmul(add(x, y), z), add(matmul(x, z), matmul(y, z)), _left_summands, when=same_shape(x, y, 2)),
@@ -114,6 +116,7 @@ axioms = [
     Axiom("matmul-concat-inner", add(matmul(x, y), matmul(z, w)), matmul(concat(x, z, axis=1), concat(y, w, axis=0)), _blocks,
           when=(eq(rank(x), 2), eq(rank(z), 2), eq(rank(y), 2), eq(rank(w), 2), eq(dim(x, 0), dim(z, 0)), eq(dim(y, 1), dim(w, 1)),
                 eq(dim(x, 1), dim(y, 0)))),
-    # (x y)^T = y^T x^T
-    Axiom("transpose-matmul", transpose(matmul(x, y), perm=(1, 0)), matmul(transpose(y, perm=(1, 0)), transpose(x, perm=(1, 0))), chain("x y")),
+    # (x y)^T = y^T x^T for matrices (with x (3,) and y (3,3,2) only the left side is well typed)
+    Axiom("transpose-matmul", transpose(matmul(x, y), perm=(1, 0)), matmul(transpose(y, perm=(1, 0)), transpose(x, perm=(1, 0))), chain("x y"),
+          when=(eq(rank(x), 2), eq(rank(y), 2))),
 ]

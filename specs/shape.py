@@ -269,9 +269,11 @@ def _concat_axioms() -> list[Axiom]:
         *[Axiom(f"{name}-concat-{r}d", concat(op(name)(x, y), op(name)(z, w), axis=ax), op(name)(concat(x, z, axis=ax), concat(y, w, axis=ax)),
                 lambda rng, r=r: (lambda v: v | {"y": v["x"], "w": v["z"]})(_concatenable("x z", (r,))(rng)),
                 when=same_shape(x, y, r) + same_shape(z, w, r)) for name in ("add", "mul") for r in (1, 2, 3, 4)],
-        # ... and with broadcasting, when the two concatenations have the same seam (on aligned axes)
+        # ... and with broadcasting, when the two concatenations have the same seam (on aligned axes); the
+        # result's axis is the higher-rank operand's, so that one comes first (commutativity covers the mirror)
         *[Axiom(f"{name}-concat-seams", op(name)(concat(x, z, axis=ax), concat(y, w, axis=bx)), concat(op(name)(x, y), op(name)(z, w), axis=ax),
                 _broadcast_blocks, when=(ok(concat(x, z, axis=ax)), ok(concat(y, w, axis=bx)), ge(ax, 0), ge(bx, 0), eq(rank(x) - ax, rank(y) - bx),
+                                         ge(rank(x), rank(y)),
                                          eq(dim(x, ax), dim(y, bx)), eq(dim(z, ax), dim(w, bx)))) for name in ("add", "mul")],
         # a broadcast operand that does not extend along the concat axis applies to each part
         *[Axiom(f"{name}-concat-broadcast", op(name)(concat(x, z, axis=ax), y), concat(op(name)(x, y), op(name)(z, y), axis=ax), _trailing_operand,
