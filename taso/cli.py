@@ -66,6 +66,15 @@ def _cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_import_taso(args: argparse.Namespace) -> int:
+    from taso.verifier.taso_import import run_import
+
+    result = run_import(args.file, args.output, parse_input_shapes(args.input_shape), args.generic_shapes)
+    print(result.summary())
+    print(f"wrote {len(result.library)} candidate rules to {args.output} (prove them with: taso verify {args.output} -o LIBRARY.json)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
 
@@ -80,6 +89,14 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_input_shape_option(info)
     info.set_defaults(func=_cmd_info)
+
+    taso_import = sub.add_parser("import-taso", help="import TASO's published substitutions (graph_subst.pb) as candidate rules")
+    taso_import.add_argument("file", help="TASO's rule collection (protobuf RuleCollection), e.g. graph_subst.pb")
+    taso_import.add_argument("-o", "--output", required=True, help="the rule file to write (candidates: prove them with taso verify)")
+    taso_import.add_argument("--generic-shapes", action="store_true",
+                             help="example shapes where every dimension the types leave free has its own size (not TASO's pool)")
+    _add_input_shape_option(taso_import)
+    taso_import.set_defaults(func=_cmd_import_taso)
 
     # Each stage package contributes its own sub-command through a `cli` module.
     import importlib

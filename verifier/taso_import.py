@@ -349,7 +349,7 @@ def _boundaries(name: str, params: Mapping[str, Any], inputs: list[Boundaries], 
     if name in ("relu", "sigmoid", "tanh", "scalar_mul", "enlarge", "max_pool2d", "avg_pool2d"):
         b = list(inputs[0])
         if name.endswith("pool2d"):
-            b[1:] = none[1:]  # TASO's pools keep the batch boundary only
+            b[2:] = none[2:]  # NOTE: TASO's pools keep only the batch boundary; per-channel pooling keeps that one too
         return tuple(b[:rank])
     return tuple(none)
 
@@ -417,7 +417,7 @@ def _input_ids(rule: TasoRule) -> list[int]:
                 if ts_id != 0:
                     raise Unconvertible(f"reads output {ts_id} of input {op_id}")
                 seen.append(op_id)
-    return seen
+    return sorted(seen, reverse=True)  # TASO's pool order (-1 first), as taso's generator orders its inputs
 
 
 def _input_name(op_id: int) -> str:
@@ -502,12 +502,16 @@ def to_rule(rule: TasoRule, index: int = 0, shapes: Mapping[str, Sequence[int]] 
     ids = _input_ids(rule)
     given = _given_shapes(shapes or {}, ids)
     pool = {i: INPUT_POOL[i][2] for i in ids if i in INPUT_POOL}
+    first: Unconvertible | None = None
     try:
         built = _build(rule, pool, index) if len(pool) == len(ids) else None
-    except Unconvertible:
-        built = None
+    except Unconvertible as e:
+        built, first = None, e
     if built is None:
-        built = _search_shapes(rule, ids, {i: s for i, s in given.items() if i not in pool}, index)
+        try:
+            built = _search_shapes(rule, ids, {i: s for i, s in given.items() if i not in pool}, index)
+        except Unconvertible as e:
+            raise first or e from None
     general = _with_shape_expressions(built)
     if generic:
         general = _at_shapes(general, _generic_shapes(general))
@@ -727,3 +731,17 @@ def export_rules(rules: Sequence[Rule]) -> tuple[bytes, list[tuple[str, str]]]:
         except Unconvertible as e:
             skipped.append((rule.id, str(e)))
     return encode(kept), skipped
+
+
+def run_import(path: str | os.PathLike, output: str | os.PathLike, shapes: Mapping[str, Sequence[int]] | None = None,
+               generic: bool = False) -> ImportResult:
+    """``taso import-taso``: reads TASO's collection, writes the importable rules as candidates.
+
+    Raises:
+        TasoError: an unreadable or malformed input file, no importable rule, an unwritable output.
+    """
+    result = import_rules(read_file(path), shapes, generic, source=os.path.basename(os.fspath(path)))
+    if not result.library.rules:
+        raise TasoImportError(f"{os.fspath(path)}: none of its {result.total} rules can be imported ({result.skipped[0][1]}, ...)")
+    result.library.save(output)
+    return result
