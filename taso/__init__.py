@@ -4,13 +4,23 @@ Public API::
 
     graph = taso.load_onnx("model.onnx", input_shapes={"x": (1, 3, 224, 224)})
     outputs = graph.run({"x": x})          # NumPy reference executor
-    taso.save_onnx(graph, "out.onnx")      # or taso.export_onnx(graph) -> onnx.ModelProto
+    faster = taso.optimize(graph)          # search, output check and end-to-end timing on ONNX Runtime
+    taso.save_onnx(faster, "out.onnx")     # checks an optimized graph against its original first
 """
 
 from .errors import TasoError
 from .ir import Graph, Node, Params, TensorType, check
-from .onnx import export_onnx, load_onnx, save_onnx
+from .onnx import export_onnx, load_onnx
+
+# The submodule taso.optimize is imported first, so that the public function below is what
+# `taso.optimize` names afterwards (a later `import taso.optimize` finds the module in
+# sys.modules and does not rebind the attribute).
+from . import optimize as _optimize_module  # noqa: E402  isort: skip
+from .optimize import OutputMismatchError, save_onnx  # noqa: E402
+
+optimize = _optimize_module.optimize
 
 __version__ = "0.1.0"
 
-__all__ = ["Graph", "Node", "Params", "TensorType", "check", "load_onnx", "export_onnx", "save_onnx", "TasoError", "__version__"]
+__all__ = ["Graph", "Node", "Params", "TensorType", "check", "load_onnx", "export_onnx", "save_onnx", "optimize",
+           "OutputMismatchError", "TasoError", "__version__"]

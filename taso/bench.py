@@ -14,7 +14,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 
@@ -43,10 +42,13 @@ class BenchRow:
     rules_applied: dict
 
 
-def _session(model_bytes: bytes, threads: int, optimize: bool) -> ort.InferenceSession:
+def _session(model: bytes | str, threads: int, optimize: bool) -> ort.InferenceSession:
     from .cost_ort import session_options
 
-    return ort.InferenceSession(model_bytes, session_options(threads, optimize), providers=["CPUExecutionProvider"])
+    try:
+        return ort.InferenceSession(model, session_options(threads, optimize), providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+        raise TasoError(f"ONNX Runtime cannot load the model: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
 
 
 def _interleaved_medians(sessions: dict[str, ort.InferenceSession], feeds: dict, rounds: int) -> dict[str, float]:
@@ -59,42 +61,42 @@ def _interleaved_medians(sessions: dict[str, ort.InferenceSession], feeds: dict,
     return {k: statistics.median(v) for k, v in samples.items()}
 
 
-def _load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto]:
+def _load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto, str | None]:
+    """The label, the model and its file (None for a zoo model built in memory)."""
     if os.path.exists(name) or name.endswith(".onnx"):
         from .onnx import read_model
 
-        return os.path.basename(name), read_model(name)
+        return os.path.basename(name), read_model(name), name
     from . import models
 
     if name not in models.names():
         raise TasoError(f"{name!r} is neither an .onnx file nor a zoo model ({', '.join(models.names())})")
-    return name, models.build(name, batch=batch)
+    return name, models.build(name, batch=batch), None
 
 
-def bench_model(name: str, model: onnx.ModelProto, threads: int, args) -> BenchRow:
-    """Optimizes one model for one thread count and times the three variants side by side."""
-    from .onnx import export_onnx, load_onnx
-    from .optimize import load_rules, optimize_with_report
-    from .validate import compare_models, random_inputs
+def bench_model(name: str, model: onnx.ModelProto, threads: int, args, path: str | None = None) -> BenchRow:
+    """Optimizes one model for one thread count exactly as `taso optimize` would, and times the three variants side by side."""
+    from .onnx import load_onnx
+    from .optimize import ModelSource, load_rules, optimize_model
+    from .search import SearchConfig
+    from .validate import random_inputs
 
-    graph = load_onnx(model)
-    # What `taso optimize` would write, end-to-end confirmation included.
-    best, report = optimize_with_report(graph, args.alpha, args.budget, args.time_limit, args.cost, load_rules(args.library), threads)
-    optimized = export_onnx(best)
-    feeds = random_inputs(graph.inputs)
-    comparison = compare_models(model, optimized, [feeds], threads)
-    if not comparison.ok:
-        raise TasoError(f"{name}: the optimized model does not match the original ({comparison.describe()}); not benchmarked")
-    original_bytes, optimized_bytes = model.SerializeToString(), optimized.SerializeToString()
+    source = ModelSource(load_onnx(model), model, path)
+    outcome = optimize_model(source, load_rules(args.library), args.cost, SearchConfig(args.alpha, args.budget, args.time_limit), threads)
+    report = outcome.report
+    original = source.timing_source()
+    optimized = original if outcome.model is None else outcome.model.SerializeToString()
+    feeds = random_inputs(source.graph.inputs)
     sessions = {
-        "original_noopt": _session(original_bytes, threads, optimize=False),
-        "original_ortall": _session(original_bytes, threads, optimize=True),
-        "taso_ortall": _session(optimized_bytes, threads, optimize=True),
+        "original_noopt": _session(original, threads, optimize=False),
+        "original_ortall": _session(original, threads, optimize=True),
+        "taso_ortall": _session(optimized, threads, optimize=True),
     }
     medians = _interleaved_medians(sessions, feeds, args.rounds)
     ms = {k: v * 1e3 for k, v in medians.items()}
-    return BenchRow(name, "ort-cpu", threads, len(graph), len(best), round(report.seconds, 2), round(report.predicted_speedup, 3), ms,
-                    medians["original_ortall"] / medians["taso_ortall"], medians["original_noopt"] / medians["taso_ortall"], dict(report.applied))
+    return BenchRow(name, "ort-cpu", threads, len(source.graph), len(outcome.graph), round(report.seconds, 2), round(report.predicted_speedup, 3), ms,
+                    medians["original_ortall"] / medians["taso_ortall"], medians["original_noopt"] / medians["taso_ortall"],
+                    dict(report.applied) if outcome.kept == "optimized" else {})
 
 
 def bench_model_gpu(name: str, model: onnx.ModelProto, args) -> BenchRow:
@@ -221,7 +223,8 @@ def run(args: argparse.Namespace) -> int:
         threads = []
     if not threads or any(t < 1 for t in threads):
         raise TasoError(f"--threads {args.threads!r}: expected comma-separated positive integers, e.g. 1,2")
-    os.makedirs(args.out, exist_ok=True)
+    _check_settings(args)
+    _make_out_dir(args.out)
     if args.runtime == "cupy":
         from .gpu import gpu_fingerprint, require_cupy
 
@@ -230,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
         hardware = f"{cpu_name()}, onnxruntime {ort.__version__}"
     rows = []
     for name in args.models:
-        label, model = _load_model(name, args.batch)
+        label, model, path = _load_model(name, args.batch)
         if args.runtime == "cupy":
             row = bench_model_gpu(label, model, args)
             rows.append(row)
@@ -238,7 +241,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         for t in threads:
             started = time.perf_counter()
-            row = bench_model(label, model, t, args)
+            row = bench_model(label, model, t, args, path)
             rows.append(row)
             print(f"{label:<16} threads={t}  ORT all {row.ms['original_ortall']:.3f} ms  taso {row.ms['taso_ortall']:.3f} ms  "
                   f"{row.speedup_vs_ortall:.2f}x  ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
@@ -251,8 +254,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_settings(args: argparse.Namespace) -> None:
+    """Settings the timing or the search cannot honour are refused before any model is built."""
+    from .optimize import validate_search_settings
+
+    if args.rounds < 1 or args.batch < 1:
+        raise TasoError(f"--rounds and --batch must be at least 1, got {args.rounds} and {args.batch}")
+    validate_search_settings(args.alpha, args.budget, args.time_limit)
+
+
+def _make_out_dir(path: str) -> None:
+    """Creates --out up front: a bench that ran for an hour must not fail at its last step."""
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise TasoError(f"--out {path}: cannot create the directory ({e.strerror or e})") from None
+    if not os.access(path, os.W_OK):
+        raise TasoError(f"--out {path}: not writable")
+
+
 def _atomic_write(path: str, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(path)), prefix=".taso-")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    from .optimize import write_model
+
+    write_model(text.encode("utf-8"), path)

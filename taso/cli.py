@@ -8,12 +8,25 @@ bug and the traceback is the right report.
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from collections.abc import Sequence
 
 from .errors import TasoError
 
-__all__ = ["main", "parse_input_shapes"]
+__all__ = ["main", "parse_input_shapes", "EXIT_USAGE", "EXIT_MISMATCH", "EXIT_BROKEN_PIPE", "EXIT_INTERRUPTED"]
+
+# Exit codes (documented in the README): 0 success; 2 a problem with the user's input (one
+# line on stderr); 3 the optimized model failed its check on ONNX Runtime (nothing written);
+# 130 Ctrl-C; 141 stdout closed early (`taso info MODEL | head -1`), quietly, as SIGPIPE would.
+EXIT_USAGE = 2
+EXIT_MISMATCH = 3
+EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+
+# 2**40 float32 elements are 4 TiB: a shape beyond it is a typo, not a model.
+MAX_INPUT_ELEMENTS = 2**40
 
 
 def parse_input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
@@ -31,6 +44,8 @@ def parse_input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]
             shape = ()
         if not sep or not name or not shape or any(d <= 0 for d in shape):
             raise TasoError(f"--input-shape {item!r}: expected NAME=D0,D1,... with positive integers, e.g. input=1,3,224,224")
+        if math.prod(shape) > MAX_INPUT_ELEMENTS:
+            raise TasoError(f"--input-shape {item!r}: {math.prod(shape):,} elements is more than any machine can hold (at most {MAX_INPUT_ELEMENTS:,})")
         shapes[name] = shape
     return shapes
 
@@ -116,13 +131,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not as a traceback at interpreter exit
+        return code
     except TasoError as e:
         print(f"taso: error: {e}", file=sys.stderr)
         return e.exit_code
+    except MemoryError as e:
+        print(f"taso: error: out of memory{f' ({e})' if str(e) else ''}; is an --input-shape too large?", file=sys.stderr)
+        return EXIT_USAGE
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
     except KeyboardInterrupt:
         print("taso: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+
+
+def _silence_stdout() -> None:
+    """After the reader went away (`| head`), later writes and the exit-time flush must not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout replaced by an object without a file descriptor (tests)
+        pass
 
 
 if __name__ == "__main__":

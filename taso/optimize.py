@@ -1,9 +1,31 @@
-"""The optimizer's Python API: load the proved rules, search, return the best graph."""
+"""The optimizer: load the proved rules, search, check on ONNX Runtime, confirm end to end.
+
+One pipeline (:func:`optimize_model`) serves ``taso optimize``, ``taso bench`` and the Python
+API (:func:`optimize`, :func:`save_onnx`), so none of them can skip the output check or the
+end-to-end guard:
+
+1. search the rewrites the cost model prices lower;
+2. compare the optimized model with the original on ONNX Runtime (a mismatch raises
+   :class:`OutputMismatchError`, exit 3: nothing is written);
+3. with measured costs, time the candidates against the input *as given* (the user's file,
+   same session options, interleaved): the optimized model, and taso's plain re-export of
+   the unchanged graph (its cleaning steps: IR/opset bump, Dropout removal). A candidate is
+   kept only when it is at least MIN_CONFIRMED_SPEEDUP faster than the input; otherwise the
+   output is the input's bytes, unchanged.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+import statistics
+import tempfile
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
 
 from .cost import CostModel, make_cost_model
 from .errors import TasoError
@@ -11,10 +33,29 @@ from .ir import Graph
 from .rules import Library, Rule
 from .search import SearchConfig, SearchReport, search
 
-__all__ = ["DEFAULT_LIBRARY", "load_rules", "optimize", "optimize_with_report"]
+__all__ = ["DEFAULT_LIBRARY", "MIN_CONFIRMED_SPEEDUP", "OutputMismatchError", "ModelSource", "Outcome", "load_rules", "optimize",
+           "optimize_with_report", "optimize_model", "save_onnx", "export_clean", "write_model", "end_to_end_speedup",
+           "confirm_end_to_end", "validate_search_settings"]
 
 DEFAULT_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "library.json")
 
+# The optimized model must beat the input by this factor end to end to be kept.
+MIN_CONFIRMED_SPEEDUP = 1.02
+
+# Above this many bytes of weights a model is written with external data (protobuf's 2 GB limit).
+_EXTERNAL_DATA_THRESHOLD = 1_800_000_000
+
+
+class OutputMismatchError(TasoError):
+    """The optimized model disagrees with the original on ONNX Runtime, or ONNX Runtime cannot run it.
+
+    Nothing is written; the CLI exits 3 (a taso bug or a wrong rule, never the user's fault).
+    """
+
+    exit_code = 3
+
+
+# ---- rules --------------------------------------------------------------------------------
 
 def load_rules(path: str | None = None) -> list[Rule]:
     """The proved rules of a library file (default: the library shipped with taso).
@@ -23,7 +64,8 @@ def load_rules(path: str | None = None) -> list[Rule]:
     unproved candidate never rewrites a model.
 
     Raises:
-        TasoError: a missing or malformed file, or one with no proved rule.
+        TasoError: a missing or malformed file, one with no proved rule, or a rule naming an
+            operator taso does not know.
     """
     path = path or DEFAULT_LIBRARY
     if path == DEFAULT_LIBRARY and not os.path.exists(path):
@@ -32,7 +74,19 @@ def load_rules(path: str | None = None) -> list[Rule]:
     proved = [r for r in library.rules if r.status == "proved"]
     if not proved:
         raise TasoError(f"{path}: holds no proved rule ({len(library.rules)} rules, none proved); run `taso verify` on it first")
+    _require_known_operators(proved, path)
     return both_directions(proved)
+
+
+def _require_known_operators(rules: Sequence[Rule], path: str) -> None:
+    """A rule naming an unknown operator is a bad file (or one from a newer taso), not a crash later in the search."""
+    from .ops import OPS
+
+    for rule in rules:
+        for node in (*rule.source, *rule.target):
+            if node.op not in OPS:
+                raise TasoError(f"{path}: rule {rule.id} uses the unknown operator {node.op!r}; "
+                                "was the library made by a newer taso or edited by hand?")
 
 
 def both_directions(rules: Sequence[Rule]) -> list[Rule]:
@@ -54,6 +108,333 @@ def both_directions(rules: Sequence[Rule]) -> list[Rule]:
     return out
 
 
+def validate_search_settings(alpha: float, budget: int, time_limit: float, threads: int = 1) -> None:
+    """Rejects settings the search cannot honour (NaN compares false to everything, so it must be named).
+
+    Raises:
+        TasoError: alpha not a finite number >= 1, budget or threads < 1, time limit not > 0.
+    """
+    if not (np.isfinite(alpha) and alpha >= 1.0):
+        raise TasoError(f"--alpha must be a finite number >= 1, got {alpha}")
+    if not (time_limit > 0):  # inf is allowed (no limit), nan is not
+        raise TasoError(f"--time-limit must be a positive number of seconds, got {time_limit}")
+    if budget < 1 or threads < 1:
+        raise TasoError(f"--budget and --threads must be at least 1, got {budget} and {threads}")
+
+
+# ---- the model being optimized ------------------------------------------------------------
+
+@dataclass
+class ModelSource:
+    """What the optimized model must match and beat: the input as the user gave it.
+
+    Attributes:
+        graph: the imported graph.
+        model: the reference model the outputs are compared with (the file as read).
+        path: the input file (timed as given, and copied byte for byte when nothing pays),
+            or None for a graph given through the Python API.
+    """
+
+    graph: Graph
+    model: onnx.ModelProto
+    path: str | None = None
+
+    @classmethod
+    def from_file(cls, path: str, input_shapes: Mapping[str, Sequence[int]] | None = None) -> ModelSource:
+        from .onnx import load_onnx, read_model
+
+        model = read_model(path)
+        return cls(load_onnx(model, dict(input_shapes or {})), model, path)
+
+    @classmethod
+    def from_graph(cls, graph: Graph) -> ModelSource:
+        return cls(graph, export_clean(graph))
+
+    def timing_source(self) -> str | bytes:
+        """What ONNX Runtime loads to time the input: the file itself (external data included) or the model's bytes."""
+        return self.path if self.path is not None else self.model.SerializeToString()
+
+    def uses_external_data(self) -> bool:
+        return self.path is not None and any(
+            t.data_location == onnx.TensorProto.EXTERNAL for t in onnx.load(self.path, load_external_data=False).graph.initializer)
+
+
+def export_clean(graph: Graph) -> onnx.ModelProto:
+    """``export_onnx(graph)``, without turning an IR-3 model's weights into overridable inputs.
+
+    IR 3 requires every initializer to be listed as a graph input, and ONNX Runtime treats
+    them as constants there; from IR 4 on, an initializer that is also an input can be
+    overridden at run time, so ONNX Runtime neither folds nor pre-packs it (SqueezeNet ran
+    0.80x). The export raises the IR version with the opset, so those inputs are dropped.
+    """
+    from .onnx import export_onnx
+
+    model = export_onnx(graph)
+    if graph.meta.ir_version < 4 <= model.ir_version:
+        initializers = {t.name for t in model.graph.initializer}
+        kept = [i for i in model.graph.input if i.name not in initializers]
+        del model.graph.input[:]
+        model.graph.input.extend(kept)
+    return model
+
+
+# ---- ONNX Runtime: checks and timing --------------------------------------------------------
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _check_candidate(source: ModelSource, candidate: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]], threads: int):
+    """Compares a candidate with the source on ONNX Runtime; ONNX Runtime failures become one-line errors.
+
+    Raises:
+        TasoError: ONNX Runtime cannot run the input model itself (exit 2).
+        OutputMismatchError: it cannot run the candidate (exit 3).
+    """
+    from .validate import compare_models
+
+    try:
+        return compare_models(source.model, candidate, input_sets, threads=threads)
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+        failure = _ort_failure(source.model, input_sets, threads)
+        if failure is not None:
+            raise TasoError(f"ONNX Runtime cannot run the input model: {failure}") from None
+        raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {_first_line(e)}; nothing was written") from None
+
+
+def _ort_failure(model: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]], threads: int) -> str | None:
+    """Why ONNX Runtime cannot load or run ``model`` on these inputs, or None when it can."""
+    try:
+        session = _session(model.SerializeToString(), threads)
+        names = {i.name for i in session.get_inputs()}
+        for feeds in input_sets:
+            session.run(None, {k: v for k, v in feeds.items() if k in names})
+    except Exception as e:  # noqa: BLE001
+        return _first_line(e)
+    return None
+
+
+def _session(model: str | bytes, threads: int):
+    import onnxruntime as ort
+
+    from .cost_ort import session_options
+
+    return ort.InferenceSession(model, session_options(threads), providers=["CPUExecutionProvider"])
+
+
+def _mean_run_seconds(session, feeds: Mapping[str, np.ndarray], min_seconds: float = 0.005) -> float:
+    """Mean seconds of one run over at least ``min_seconds`` (at least one run)."""
+    runs, start = 0, time.perf_counter()
+    while True:
+        session.run(None, feeds)
+        runs += 1
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            return elapsed / runs
+
+
+def interleaved_times(models: Sequence[str | bytes], feeds: Mapping[str, np.ndarray], threads: int = 1, rounds: int = 7) -> list[float]:
+    """Median seconds per run of each model on ONNX Runtime (ENABLE_ALL), round by round so load hits all alike.
+
+    Raises:
+        TasoError: ONNX Runtime cannot load or run one of them (the message says which, by position).
+    """
+    sessions = []
+    for position, model in enumerate(models):
+        try:
+            session = _session(model, threads)
+            names = {i.name for i in session.get_inputs()}
+            own_feeds = {k: v for k, v in feeds.items() if k in names}
+            for _ in range(2):
+                session.run(None, own_feeds)
+        except Exception as e:  # noqa: BLE001
+            raise _TimingError(position, _first_line(e)) from None
+        sessions.append((session, own_feeds))
+    samples: list[list[float]] = [[] for _ in sessions]
+    for _ in range(rounds):
+        for (session, own_feeds), sink in zip(sessions, samples):
+            sink.append(_mean_run_seconds(session, own_feeds))
+    return [statistics.median(s) for s in samples]
+
+
+class _TimingError(TasoError):
+    def __init__(self, position: int, reason: str):
+        super().__init__(reason)
+        self.position = position
+
+
+def end_to_end_speedup(original: Graph, optimized: Graph, threads: int = 1, rounds: int = 7) -> float:
+    """Measured speedup of ``optimized`` over ``original`` on ONNX Runtime (ENABLE_ALL), runs interleaved.
+
+    The per-node cost model adds node costs; ONNX Runtime fuses across nodes. This is the
+    check that the sum did not lie.
+    """
+    from .validate import random_inputs
+
+    feeds = random_inputs(original.inputs)
+    before, after = interleaved_times([export_clean(g).SerializeToString() for g in (original, optimized)], feeds, threads, rounds)
+    return before / after
+
+
+def confirm_end_to_end(original: Graph, optimized: Graph, threads: int = 1) -> tuple[Graph, float | None]:
+    """``optimized`` if ONNX Runtime runs it at least MIN_CONFIRMED_SPEEDUP faster than ``original``, else ``original``.
+
+    Also returns the measured speedup (None when the search changed nothing).
+    """
+    if optimized is original:
+        return original, None
+    speedup = end_to_end_speedup(original, optimized, threads)
+    return (optimized if speedup >= MIN_CONFIRMED_SPEEDUP else original), speedup
+
+
+# ---- the pipeline -----------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    """What the pipeline decided.
+
+    Attributes:
+        graph: the graph the output holds (the source graph itself when nothing was kept).
+        model: the model to write, or None: write the input unchanged.
+        kept: "optimized", "re-export" (the unchanged graph, cleaned, measured faster) or "input".
+        report: the search's report.
+        comparison: the output check of the kept model (None when the input is kept unchanged
+            and no candidate was checked).
+        speedups: measured end-to-end speedup of each timed candidate over the input.
+        check_seconds: time spent in the output check.
+        notes: what the user should know (a candidate dropped and why).
+    """
+
+    graph: Graph
+    model: onnx.ModelProto | None
+    kept: str
+    report: SearchReport
+    comparison: object | None = None
+    speedups: dict[str, float] = field(default_factory=dict)
+    check_seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+
+def optimize_model(
+    source: ModelSource,
+    rules: Sequence[Rule] | None = None,
+    cost: str | CostModel = "ort-cpu",
+    config: SearchConfig | None = None,
+    threads: int = 1,
+    confirm: bool | None = None,
+    check: bool = True,
+    extra_inputs: Mapping[str, np.ndarray] | None = None,
+    progress: Callable[[int, float], None] | None = None,
+) -> Outcome:
+    """Searches, checks the result on ONNX Runtime and keeps it only when it beats the input as given.
+
+    Args:
+        confirm: time candidates against the input end to end (default: when the cost model
+            is ort-cpu, i.e. the deployment is ONNX Runtime on this CPU).
+        check: compare outputs on ONNX Runtime (two seeded random input sets, plus
+            ``extra_inputs``) before anything is kept.
+
+    Raises:
+        OutputMismatchError: the optimized model disagrees with the input, or ONNX Runtime cannot run it.
+        TasoError: ONNX Runtime cannot run the input model.
+    """
+    from .validate import random_inputs
+
+    model = make_cost_model(cost, threads=threads) if isinstance(cost, str) else cost
+    try:
+        best, report = search(source.graph, load_rules() if rules is None else rules, model, config or SearchConfig(), progress)
+    finally:
+        model.close()
+    confirm = model.name == "ort-cpu" if confirm is None else confirm
+    input_sets = [random_inputs(source.graph.inputs, seed) for seed in (0, 1)] + ([dict(extra_inputs)] if extra_inputs else [])
+    outcome = Outcome(source.graph, None, "input", report)
+    candidates: dict[str, tuple[Graph, onnx.ModelProto]] = {}
+    if best is not source.graph:
+        candidates["optimized"] = (best, export_clean(best))
+        if check:
+            _check_into(outcome, source, candidates["optimized"][1], input_sets, threads)
+    if not confirm:
+        if candidates:
+            outcome.graph, outcome.model, outcome.kept = best, candidates["optimized"][1], "optimized"
+        return outcome
+    if source.path is not None:
+        candidates["re-export"] = (source.graph, export_clean(source.graph))
+    _keep_fastest(outcome, source, candidates, input_sets, threads, check)
+    return outcome
+
+
+def _check_into(outcome: Outcome, source: ModelSource, candidate: onnx.ModelProto, input_sets, threads: int) -> None:
+    started = time.perf_counter()
+    comparison = _check_candidate(source, candidate, input_sets, threads)
+    outcome.check_seconds += time.perf_counter() - started
+    if not comparison.ok:
+        raise OutputMismatchError(f"the optimized model does not match the original on ONNX Runtime: {comparison.describe()}; nothing was written")
+    outcome.comparison = comparison
+
+
+def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, input_sets, threads: int, check: bool) -> None:
+    """Times every candidate against the input as given; keeps the fastest one that beats it by the margin."""
+    if not candidates:
+        return
+    names, times = _time_candidates(outcome, source, candidates, input_sets[0], threads)
+    if not names:
+        return
+    outcome.speedups = {n: times[0] / t for n, t in zip(names, times[1:])}
+    for name in sorted(names, key=lambda n: -outcome.speedups[n]):
+        if outcome.speedups[name] < MIN_CONFIRMED_SPEEDUP:
+            break
+        graph, model = candidates[name]
+        if name == "re-export" and check and not _reexport_matches(outcome, source, model, input_sets, threads):
+            continue
+        outcome.graph, outcome.model, outcome.kept = graph, model, name
+        return
+
+
+def _time_candidates(outcome: Outcome, source: ModelSource, candidates: dict, feeds, threads: int) -> tuple[list[str], list[float]]:
+    """Times the input and the candidates; a re-export ONNX Runtime cannot run is dropped, an optimized model is refused.
+
+    Raises:
+        TasoError: ONNX Runtime cannot run the input model (exit 2).
+        OutputMismatchError: it cannot run the optimized model (exit 3).
+    """
+    names = list(candidates)
+    while True:
+        try:
+            return names, interleaved_times([source.timing_source(), *(candidates[n][1].SerializeToString() for n in names)], feeds, threads)
+        except _TimingError as e:
+            if e.position == 0:
+                raise TasoError(f"ONNX Runtime cannot run the input model: {e}") from None
+            failed = names[e.position - 1]
+            if failed == "optimized":
+                raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {e}; nothing was written") from None
+            outcome.notes.append(f"taso's re-export of the unchanged graph was not kept (ONNX Runtime cannot run it: {e})")
+            names.remove(failed)
+
+
+def _reexport_matches(outcome: Outcome, source: ModelSource, model: onnx.ModelProto, input_sets, threads: int) -> bool:
+    """The cleaned re-export is only an alternative: when it fails its check, the input is written instead."""
+    try:
+        _check_into(outcome, source, model, input_sets, threads)
+    except OutputMismatchError as e:
+        outcome.notes.append(f"taso's re-export of the unchanged graph was not kept ({e})")
+        return False
+    return True
+
+
+# ---- the Python API -----------------------------------------------------------------------------
+
+@dataclass
+class _Provenance:
+    """What an optimized graph remembers: its original, and the exact model that passed the output check."""
+
+    original: Graph
+    checked: bytes | None
+
+
+_PROVENANCE: weakref.WeakKeyDictionary[Graph, _Provenance] = weakref.WeakKeyDictionary()
+
+
 def optimize_with_report(
     graph: Graph,
     alpha: float = 1.05,
@@ -63,21 +444,27 @@ def optimize_with_report(
     rules: Sequence[Rule] | None = None,
     threads: int = 1,
     progress: Callable[[int, float], None] | None = None,
+    check: bool = True,
+    confirm: bool | None = None,
 ) -> tuple[Graph, SearchReport]:
     """Like :func:`optimize`, and also returns the search report."""
-    model = make_cost_model(cost, threads=threads) if isinstance(cost, str) else cost
-    try:
-        best, report = search(graph, load_rules() if rules is None else rules, model, SearchConfig(alpha, budget, time_limit), progress)
-    finally:
-        model.close()
-    if model.name == "ort-cpu":
-        best, _ = confirm_end_to_end(graph, best, threads)
-    return best, report
+    validate_search_settings(alpha, budget, time_limit, threads)
+    outcome = optimize_model(ModelSource.from_graph(graph), rules, cost, SearchConfig(alpha, budget, time_limit), threads, confirm, check,
+                             progress=progress)
+    if outcome.graph is not graph:
+        _PROVENANCE[outcome.graph] = _Provenance(graph, outcome.model.SerializeToString() if check and outcome.model is not None else None)
+    return outcome.graph, outcome.report
 
 
 def optimize(graph: Graph, alpha: float = 1.05, budget: int = SearchConfig.budget, time_limit: float = SearchConfig.time_limit,
-             cost: str | CostModel = "ort-cpu", rules: Sequence[Rule] | None = None, threads: int = 1) -> Graph:
-    """Returns an equivalent graph that the cost model prices lower (or the input itself).
+             cost: str | CostModel = "ort-cpu", rules: Sequence[Rule] | None = None, threads: int = 1, check: bool = True,
+             confirm: bool | None = None) -> Graph:
+    """Returns an equivalent graph that runs faster (or the input graph itself when nothing pays).
+
+    The result went through the same checks as ``taso optimize``: its outputs match the
+    input's on ONNX Runtime (``check``), and with measured costs it was timed against the
+    input end to end (``confirm``). It remembers its original, so :func:`save_onnx` can check
+    it again before writing.
 
     Args:
         graph: the graph to optimize.
@@ -87,53 +474,74 @@ def optimize(graph: Graph, alpha: float = 1.05, budget: int = SearchConfig.budge
         cost: 'ort-cpu' (measured, default), 'analytic', 'cupy', or a CostModel.
         rules: the rules to apply (default: the shipped verified library).
         threads: intra-op threads the model will run with (for measured costs).
+        check: compare the result with the input on ONNX Runtime.
+        confirm: time the result against the input end to end (default: with 'ort-cpu' costs).
+
+    Raises:
+        OutputMismatchError: the optimized graph disagrees with the input on ONNX Runtime.
     """
-    return optimize_with_report(graph, alpha, budget, time_limit, cost, rules, threads)[0]
+    return optimize_with_report(graph, alpha, budget, time_limit, cost, rules, threads, check=check, confirm=confirm)[0]
 
 
-def end_to_end_speedup(original: Graph, optimized: Graph, threads: int = 1, rounds: int = 7) -> float:
-    """Measured speedup of ``optimized`` over ``original`` on ONNX Runtime (ENABLE_ALL), runs interleaved.
+def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None, check: bool = True) -> None:
+    """Writes a graph as ONNX, atomically; a graph returned by :func:`optimize` is first checked against its original.
 
-    The per-node cost model adds node costs; ONNX Runtime fuses across nodes. This is the
-    check that the sum did not lie: the search's result is kept only when the whole model
-    is measurably faster.
+    Raises:
+        OutputMismatchError: the graph's outputs differ from its original's on ONNX Runtime
+            (nothing is written); ``check=False`` skips the comparison.
+        TasoError: the model cannot be exported or the path cannot be written.
     """
-    import statistics
-    import time
-
-    import onnxruntime as ort
-
-    from .cost_ort import session_options
     from .onnx import export_onnx
-    from .validate import random_inputs
 
-    feeds = random_inputs(original.inputs)
-    sessions = [ort.InferenceSession(export_onnx(g, check=False).SerializeToString(), session_options(threads), providers=["CPUExecutionProvider"])
-                for g in (original, optimized)]
-    for session in sessions:
-        for _ in range(2):
-            session.run(None, feeds)
-    samples: list[list[float]] = [[], []]
-    for _ in range(rounds):
-        for session, sink in zip(sessions, samples):
-            start = time.perf_counter()
-            session.run(None, feeds)
-            sink.append(time.perf_counter() - start)
-    return statistics.median(samples[0]) / statistics.median(samples[1])
+    model = export_clean(graph) if opset is None else export_onnx(graph, opset)
+    provenance = _PROVENANCE.get(graph)
+    if check and provenance is not None and provenance.checked != model.SerializeToString():
+        source = ModelSource.from_graph(provenance.original)
+        from .validate import random_inputs
+
+        _check_into(Outcome(graph, None, "", None), source, model, [random_inputs(provenance.original.inputs, seed) for seed in (0, 1)], 1)
+    write_model(model, os.fspath(path))
 
 
-# The optimized model must beat the original by this factor end to end to be kept.
-MIN_CONFIRMED_SPEEDUP = 1.02
+# ---- writing ------------------------------------------------------------------------------------
 
+def write_model(model: onnx.ModelProto | bytes, path: str) -> None:
+    """Writes a model (or a file's bytes) atomically: a temporary file beside ``path``, renamed over it.
 
-def confirm_end_to_end(original: Graph, optimized: Graph, threads: int = 1) -> tuple[Graph, float | None]:
-    """``optimized`` if ONNX Runtime runs it at least MIN_CONFIRMED_SPEEDUP faster than ``original``, else ``original``.
+    The temporary file is removed whatever interrupts the write, Ctrl-C included.
 
-    Also returns the measured speedup (None when the search changed nothing). The per-node
-    costs cannot see ONNX Runtime's cross-node fusions: this is where a promised gain the
-    whole model does not show is refused.
+    Raises:
+        TasoError: the directory is missing or the file cannot be written.
     """
-    if optimized is original:
-        return original, None
-    speedup = end_to_end_speedup(original, optimized, threads)
-    return (optimized if speedup >= MIN_CONFIRMED_SPEEDUP else original), speedup
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise TasoError(f"{path}: directory {directory} does not exist")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".taso-", suffix=".onnx", dir=directory)
+        os.close(fd)
+        _write_to(model, tmp, os.path.basename(path))
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise TasoError(f"{path}: cannot write ({e.strerror or e})") from None
+    finally:
+        if tmp is not None:
+            _remove_quietly(tmp)
+
+
+def _write_to(model: onnx.ModelProto | bytes, tmp: str, final_name: str) -> None:
+    if isinstance(model, bytes):
+        with open(tmp, "wb") as f:
+            f.write(model)
+    elif sum(len(t.raw_data) for t in model.graph.initializer) > _EXTERNAL_DATA_THRESHOLD:
+        onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True, location=final_name + ".data")
+    else:
+        onnx.save_model(model, tmp)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

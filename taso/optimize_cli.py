@@ -6,13 +6,14 @@ import argparse
 import json
 import os
 import sys
-import time
 
 from .errors import TasoError
 
 __all__ = ["add_parser", "run", "EXIT_MISMATCH"]
 
-EXIT_MISMATCH = 3
+from .optimize import OutputMismatchError
+
+EXIT_MISMATCH = OutputMismatchError.exit_code
 
 
 def add_parser(sub) -> None:
@@ -40,90 +41,123 @@ def add_parser(sub) -> None:
 
 
 def _check_paths(args) -> None:
+    """Everything the user can get wrong is refused before the search, not after it."""
+    from .optimize import validate_search_settings
+
     if not os.path.exists(args.input):
         raise TasoError(f"{args.input}: no such file")
     if os.path.exists(args.output) and os.path.samefile(args.input, args.output):
         raise TasoError(f"refusing to overwrite the input model {args.input}; choose another -o")
-    if os.path.isdir(args.output):
-        raise TasoError(f"{args.output}: is a directory; give a file name for the optimized model")
-    directory = os.path.dirname(os.path.abspath(args.output))
+    _check_writable(args.output, "-o")
+    if args.report:
+        if os.path.abspath(args.report) in (os.path.abspath(args.output), os.path.abspath(args.input)):
+            raise TasoError(f"--report {args.report}: is the model file; choose another name for the report")
+        _check_writable(args.report, "--report")
+    validate_search_settings(args.alpha, args.budget, args.time_limit, args.threads)
+
+
+def _check_writable(path: str, option: str) -> None:
+    if os.path.isdir(path):
+        raise TasoError(f"{option} {path}: is a directory; give a file name")
+    directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
-        raise TasoError(f"{args.output}: directory {directory} does not exist")
-    if not os.access(directory, os.W_OK) or (os.path.exists(args.output) and not os.access(args.output, os.W_OK)):
-        raise TasoError(f"{args.output}: not writable")
-    if args.alpha < 1.0 or args.budget < 1 or args.time_limit <= 0 or args.threads < 1:
-        raise TasoError("--alpha must be >= 1, --budget and --threads >= 1, --time-limit > 0")
+        raise TasoError(f"{option} {path}: directory {directory} does not exist")
+    if not os.access(directory, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise TasoError(f"{option} {path}: not writable")
 
 
 def run(args: argparse.Namespace) -> int:
     from .cli import parse_input_shapes
     from .cost import make_cost_model
-    from .onnx import export_onnx, load_onnx, read_model, save_onnx
-    from .optimize import load_rules
-    from .search import SearchConfig, search
-    from .validate import compare_models, load_inputs, random_inputs
+    from .optimize import ModelSource, load_rules, optimize_model, write_model
+    from .search import SearchConfig
+    from .validate import load_inputs
 
     _check_paths(args)
     cost_model = make_cost_model(args.cost, threads=args.threads)  # fail fast: no GPU, unknown model
-    graph = load_onnx(args.input, parse_input_shapes(args.input_shape))
+    source = ModelSource.from_file(args.input, parse_input_shapes(args.input_shape))
     rules = load_rules(args.library)
-    input_sets = [random_inputs(graph.inputs, seed) for seed in (0, 1)]
-    if args.inputs:
-        input_sets.append(load_inputs(args.inputs, graph.inputs))
+    extra = load_inputs(args.inputs, source.graph.inputs) if args.inputs else None
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
-    say(f"taso: {len(graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
-    bar = None
-    if not args.quiet:
-        from tqdm import tqdm
-
-        bar = tqdm(total=args.budget, desc="search", unit="graph", file=sys.stderr, leave=False, disable=None)  # off when stderr is not a terminal
-
-    def progress(expanded: int, best: float) -> None:
-        bar.update(1)
-        bar.set_postfix(best_ms=f"{best * 1e3:.3f}")
-
-    try:
-        best, report = search(graph, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit), progress if bar else None)
-    finally:
-        if bar is not None:
-            bar.close()
-        cost_model.close()
-    confirmed = None
-    if args.cost == "ort-cpu" and not args.no_confirm:
-        from .optimize import MIN_CONFIRMED_SPEEDUP, confirm_end_to_end
-
-        best, confirmed = confirm_end_to_end(graph, best, args.threads)
-        if confirmed is not None and best is graph:
-            say(f"taso: the rewrites measured {confirmed:.3f}x end to end on ONNX Runtime (< {MIN_CONFIRMED_SPEEDUP}x): keeping the original graph")
-    started = time.perf_counter()
-    optimized = export_onnx(best)
-    comparison = compare_models(read_model(args.input), optimized, input_sets, threads=args.threads)
-    check_seconds = time.perf_counter() - started
-    if not comparison.ok:
-        print(f"taso: error: the optimized model does not match the original on ONNX Runtime: {comparison.describe()}; nothing was written", file=sys.stderr)
-        return EXIT_MISMATCH
-    save_onnx(best, args.output)
-    print(_format_report(args, graph, best, report, comparison, check_seconds, confirmed))
+    say(f"taso: {len(source.graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
+    with _progress_bar(args) as progress:
+        outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit), args.threads,
+                                 confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress)
+    for note in outcome.notes:
+        say(f"taso: note: {note}")
+    if outcome.model is None:
+        write_model(_input_as_given(source), args.output)
+    else:
+        write_model(outcome.model, args.output)
+    print(_format_report(args, source.graph, outcome))
     if args.report:
-        with open(args.report, "w", encoding="utf-8") as f:
-            json.dump({**report.to_json(), "nodes_before": len(graph), "nodes_after": len(best), "check": comparison.describe(),
-                       "cost_model": cost_model.fingerprint}, f, indent=2)
+        _write_report(args.report, source.graph, outcome, cost_model.fingerprint)
     return 0
 
 
-def _format_report(args, before, after, report, comparison, check_seconds: float, confirmed: float | None) -> str:
+def _input_as_given(source):
+    """The input's bytes; a model with external data is re-saved whole (its data file would not follow a copy)."""
+    if source.uses_external_data():
+        return source.model
+    with open(source.path, "rb") as f:
+        return f.read()
+
+
+class _progress_bar:
+    """A tqdm bar over the search budget (off with --quiet, or when stderr is not a terminal)."""
+
+    def __init__(self, args):
+        self.args, self.bar = args, None
+
+    def __enter__(self):
+        if self.args.quiet:
+            return None
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=self.args.budget, desc="search", unit="graph", file=sys.stderr, leave=False, disable=None)
+        return self.update
+
+    def update(self, expanded: int, best: float) -> None:
+        self.bar.update(1)
+        self.bar.set_postfix(best_ms=f"{best * 1e3:.3f}")
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _write_report(path: str, before, outcome, cost_fingerprint: str) -> None:
+    from .optimize import write_model
+
+    data = {**outcome.report.to_json(), "nodes_before": len(before), "nodes_after": len(outcome.graph), "kept": outcome.kept,
+            "measured_speedups": outcome.speedups, "check": outcome.comparison.describe() if outcome.comparison else None,
+            "cost_model": cost_fingerprint}
+    write_model(json.dumps(data, indent=2).encode(), path)
+
+
+_KEPT = {
+    "optimized": "the optimized model",
+    "re-export": "taso's re-export of the unchanged graph (measured faster than the input)",
+    "input": "the input model, byte for byte unchanged",
+}
+
+
+def _format_report(args, before, outcome) -> str:
+    report, after = outcome.report, outcome.graph
     lines = [
-        f"wrote {args.output}",
+        f"wrote {args.output}: {_KEPT[outcome.kept]}",
         f"  cost     {report.initial_cost * 1e3:.3f} ms -> {report.best_cost * 1e3:.3f} ms  (predicted speedup {report.predicted_speedup:.2f}x, {args.cost})",
     ]
-    if confirmed is not None:
-        lines.append(f"  measured {confirmed:.2f}x end to end on ONNX Runtime ({'kept' if after is not before else 'not enough: the original graph was written'})")
+    for name, speedup in outcome.speedups.items():
+        lines.append(f"  measured {speedup:.2f}x end to end on ONNX Runtime vs the input file: {name} "
+                     f"({'kept' if outcome.kept == name else 'not kept'})")
     lines += [
         f"  nodes    {len(before)} -> {len(after)}",
         f"  search   {report.seconds:.1f} s, {report.expanded} graphs expanded, {report.generated} rewrites tried, stopped: {report.stop_reason.value}",
-        f"  check    {comparison.describe()} ({check_seconds:.1f} s)",
     ]
-    if report.applied and after is before:
+    if outcome.comparison is not None:
+        lines.append(f"  check    {outcome.comparison.describe()} ({outcome.check_seconds:.1f} s)")
+    if report.applied and outcome.kept != "optimized":
         lines.append(f"  rules applied: none kept ({sum(report.applied.values())} rewrites found did not pay end to end)")
     elif report.applied:
         lines.append("  rules applied:")

@@ -10,6 +10,7 @@ one rule and prints the axioms its proof used.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import time
 
@@ -45,6 +46,15 @@ def _check_writable(path: str) -> None:
         raise TasoError(f"{path}: cannot write (permission denied)")
 
 
+def _refuse_overwriting_input(candidates: str, output: str) -> None:
+    """The candidates are the only copy of a long generation run: the library never replaces them."""
+    same = os.path.abspath(candidates) == os.path.abspath(output)
+    if not same and os.path.exists(candidates) and os.path.exists(output):
+        same = os.path.samefile(candidates, output)
+    if same:
+        raise TasoError(f"refusing to overwrite the candidates file {candidates}; choose another -o")
+
+
 def run(args: argparse.Namespace) -> int:
     """Runs ``taso verify``; returns the exit code (0, or 1 when an explained rule is not proved).
 
@@ -58,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise TasoError(f"-j/--jobs must be at least 1, got {args.jobs}")
-    if args.timeout <= 0:
-        raise TasoError(f"--timeout must be positive, got {args.timeout}")
+    if not (math.isfinite(args.timeout) and args.timeout > 0):  # nan compares false to everything: name it
+        raise TasoError(f"--timeout must be a positive number of seconds, got {args.timeout}")
     candidates = Library.load(args.candidates)
     settings = Settings(timeout_s=args.timeout, precheck=not args.no_precheck, explain=args.record_axioms)
     if args.explain:
@@ -69,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.output:
         raise TasoError("verify: -o/--output is required (the library of proved rules)")
     _check_writable(args.output)
+    _refuse_overwriting_input(args.candidates, args.output)
     start = time.perf_counter()
     results = verify_rules(candidates.rules, settings, args.jobs, progress_bar(len(candidates), args.quiet))
     seconds = time.perf_counter() - start
