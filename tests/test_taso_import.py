@@ -52,7 +52,8 @@ def test_schema_has_tasos_field_numbers_and_labels():
 
 
 def test_tasos_enum_numbers():
-    assert (ti.OP["conv2d"], ti.OP["concat"], ti.OP["split"], ti.OP["matmul"], ti.OP["mul"], ti.OP["constant_pool"]) == (3, 12, 13, 18, 19, 25)
+    ops = (ti.OP["conv2d"], ti.OP["concat"], ti.OP["split"], ti.OP["matmul"], ti.OP["mul"], ti.OP["constant_pool"])
+    assert ops == (3, 12, 13, 18, 19, 25)
     assert (ti.PM["kernel_h"], ti.PM["pad"], ti.PM["acti"], ti.PM["axis"], ti.PM["perm"]) == (4, 8, 9, 11, 12)
 
 
@@ -105,7 +106,8 @@ def test_imported_rules_are_at_tasos_pool_shapes_with_shape_expressions(imported
 
 
 def test_transpose_permutation_and_activations_are_decoded(imported):
-    assert str(_by_name(imported.library, "taso#5")) == "transpose(matmul(w1, w2), perm=(1,0)) ⇒ matmul(transpose(w2, perm=(1,0)), transpose(w1, perm=(1,0)))"
+    transposed = "transpose(matmul(w1, w2), perm=(1,0)) ⇒ matmul(transpose(w2, perm=(1,0)), transpose(w1, perm=(1,0)))"
+    assert str(_by_name(imported.library, "taso#5")) == transposed
     assert "activation=relu" in str(_by_name(imported.library, "taso#4"))
 
 
@@ -204,7 +206,14 @@ def test_cli_input_shape_gives_the_unequal_width_instance(tmp_path, capsys):
     assert "10 proved (0 with added shape constraints), 1 refuted, 0 unknown" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("content, message", [(b"not protobuf at all", "not a TASO rule collection"), (None, "no such file"), (b"", "holds no TASO rules")])
+def test_cli_unknown_input_name_is_an_error(tmp_path, capsys):
+    assert taso_main(["import-taso", SAMPLE_PB, "-o", str(tmp_path / "out.json"), "--input-shape", "k9=4,4,3,3"]) == 2
+    assert "--input-shape k9: no TASO input has that name" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"not protobuf at all", "not a TASO rule collection"), (None, "no such file"), (b"", "holds no TASO rules"),
+])
 def test_cli_bad_file_is_one_line_and_exit_2(tmp_path, capsys, content, message):
     path = tmp_path / "graph_subst.pb"
     if content is not None:

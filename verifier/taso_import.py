@@ -635,8 +635,9 @@ def import_rules(rules: Sequence[TasoRule], shapes: Mapping[str, Sequence[int]] 
     header = {
         "description": "TASO's published substitutions, imported by `taso import-taso` (candidates: verify them with `taso verify`)",
         "format_doc": "docs/rules.md", "taso": __version__,
-        "import": {"source": source, "shapes": "generic" if generic else "taso-pool", "given_shapes": {str(k): list(v) for k, v in (shapes or {}).items()},
-                   "taso_rules": len(rules), "imported": len(imported), "skipped": [{"index": i, "reason": r} for i, r in skipped]},
+        "import": {"source": source, "shapes": "generic" if generic else "taso-pool",
+                   "given_shapes": {str(k): list(v) for k, v in (shapes or {}).items()}, "taso_rules": len(rules),
+                   "imported": len(imported), "skipped": [{"index": i, "reason": r} for i, r in skipped]},
     }
     return ImportResult(Library(imported, header), len(rules), skipped)
 
@@ -684,14 +685,28 @@ def _reverse(node: RuleNode, params: Params, types: list[TensorType]) -> tuple[i
         return OP["matmul"], acti
     if name == "enlarge":
         return OP["enlarge"], [(PM["kernel_h"], params["kernel"][0]), (PM["kernel_w"], params["kernel"][1])]
-    if name in ("conv_identity", "pool_kernel"):
-        return OP["constant_iconv" if name == "conv_identity" else "constant_pool"], [(PM["kernel_h"], params["kernel"][0]), (PM["kernel_w"], params["kernel"][1])]
-    if name == "fill" and params["value"] == 1.0:
-        return OP["constant_one"], []
-    simple = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "add": "ew_add", "mul": "ew_mul", "scalar_mul": "mul", "eye": "constant_imm"}
+    if name in ("eye", "conv_identity", "pool_kernel", "fill"):
+        return _reverse_constant(name, params)
+    simple = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "add": "ew_add", "mul": "ew_mul", "scalar_mul": "mul"}
     if name in simple:
         return OP[simple[name]], []
     raise Unconvertible(f"taso operator {name} has no TASO counterpart")
+
+
+def _reverse_constant(name: str, params: Params) -> tuple[int, list[tuple[int, int]]]:
+    """TASO's constants carry no sizes: they have its pool's, which the rule's example must then have."""
+    if name == "eye":
+        if params["n"] != _EYE_N:
+            raise Unconvertible(f"eye of size {params['n']}: TASO's identity matrix is {_EYE_N}x{_EYE_N}")
+        return OP["constant_imm"], []
+    if name == "fill":
+        if params["value"] != 1.0 or tuple(params["shape"]) != _ONES_SHAPE:
+            raise Unconvertible(f"fill of {params['value']} with shape {tuple(params['shape'])}: TASO's only is all-ones of shape {_ONES_SHAPE}")
+        return OP["constant_one"], []
+    if params["channels"] != _KERNEL_CHANNELS:
+        raise Unconvertible(f"{name} of {params['channels']} channels: TASO's has {_KERNEL_CHANNELS}")
+    kind = OP["constant_iconv" if name == "conv_identity" else "constant_pool"]
+    return kind, [(PM["kernel_h"], params["kernel"][0]), (PM["kernel_w"], params["kernel"][1])]
 
 
 def from_rule(rule: Rule) -> TasoRule:
@@ -740,6 +755,10 @@ def run_import(path: str | os.PathLike, output: str | os.PathLike, shapes: Mappi
     Raises:
         TasoError: an unreadable or malformed input file, no importable rule, an unwritable output.
     """
+    known = {name for name, _, _ in INPUT_POOL.values()}
+    for name in shapes or {}:
+        if name not in known and not str(name).lstrip("-").isdigit() and not (str(name)[:1] == "v" and str(name)[1:].isdigit()):
+            raise TasoImportError(f"--input-shape {name}: no TASO input has that name (TASO's pool: {', '.join(sorted(known))}; or a TASO opId)")
     result = import_rules(read_file(path), shapes, generic, source=os.path.basename(os.fspath(path)))
     if not result.library.rules:
         raise TasoImportError(f"{os.fspath(path)}: none of its {result.total} rules can be imported ({result.skipped[0][1]}, ...)")

@@ -25,7 +25,8 @@ def ref(op: int, ts: int = 0) -> tuple[int, int]:
 
 
 def conv(x, w, kernel=(3, 3), acti=0) -> TasoOp:
-    params = ((PM["kernel_h"], kernel[0]), (PM["kernel_w"], kernel[1]), (PM["stride_h"], 1), (PM["stride_w"], 1), (PM["pad"], SAME), (PM["acti"], acti))
+    params = ((PM["kernel_h"], kernel[0]), (PM["kernel_w"], kernel[1]), (PM["stride_h"], 1), (PM["stride_w"], 1),
+              (PM["pad"], SAME), (PM["acti"], acti))
     return TasoOp(OP["conv2d"], (x, w), params)
 
 
@@ -61,7 +62,8 @@ SAMPLE = [
     TasoRule((conv(inp(I1), inp(K1)), op("relu", ref(0))), (conv(inp(I1), inp(K1), acti=RELU),), ((1, 0, 0, 0),)),
     # 5: the transpose of a product is the product of the transposes, swapped
     TasoRule((matmul(inp(W1), inp(W2)), op("transpose", ref(0), numdim=2, perm=2, outshuffle=1)),
-             (op("transpose", inp(W2), numdim=2, perm=2, outshuffle=0), op("transpose", inp(W1), numdim=2, perm=2, outshuffle=0), matmul(ref(0), ref(1))),
+             (op("transpose", inp(W2), numdim=2, perm=2, outshuffle=0), op("transpose", inp(W1), numdim=2, perm=2, outshuffle=0),
+              matmul(ref(0), ref(1))),
              ((1, 0, 2, 0),)),
     # 6: scaling commutes with matmul
     TasoRule((matmul(inp(X1), inp(W1)), op("mul", ref(0), inp(C1))), (op("mul", inp(W1), inp(C1)), matmul(inp(X1), ref(0))), ((1, 0, 1, 0),)),
