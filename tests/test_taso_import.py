@@ -24,6 +24,7 @@ DATA = os.path.join(os.path.dirname(__file__), "data")
 SAMPLE_PB = os.path.join(DATA, "taso_rules_sample.pb")
 GROUPED_CONV = "taso#8"  # the sample's concat-of-two-convolutions -> grouped convolution rule
 EQUAL_WIDTHS = {"eq": [{"dim": ["k1", 0]}, {"dim": ["k2", 0]}]}
+NEEDS_EQUAL_WIDTHS = {GROUPED_CONV: EQUAL_WIDTHS, "taso#12": {"eq": [{"dim": ["kh1", 0]}, {"dim": ["kh2", 0]}]}}  # 12: 1x3 kernels, fused relu
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +84,7 @@ def test_malformed_bytes_are_one_clear_error(data, message):
 
 
 def test_import_converts_every_rule_it_can_and_reports_the_others(imported):
-    assert imported.total == 12 and len(imported.library) == 11
+    assert imported.total == 13 and len(imported.library) == 12
     assert imported.skipped == [(9, "TASO operator merge_gconv has no counterpart in taso")]
     assert "skipped 1: TASO operator merge_gconv has no counterpart in taso (#9)" in imported.summary()
     assert imported.library.header["import"]["skipped"] == [{"index": 9, "reason": "TASO operator merge_gconv has no counterpart in taso"}]
@@ -125,7 +126,7 @@ def test_sound_rules_are_proved_and_the_grouped_convolution_only_under_equal_wid
         verified = verify_rule(rule, Settings(timeout_s=10))
         assert verified.status == "proved", (rule.name, verified.proof)
         added = verified.proof.get("constraints_added", [])
-        assert added == ([EQUAL_WIDTHS] if rule.name == GROUPED_CONV else []), rule.name
+        assert added == ([NEEDS_EQUAL_WIDTHS[rule.name]] if rule.name in NEEDS_EQUAL_WIDTHS else []), rule.name
     proved = verify_rule(_by_name(imported.library, GROUPED_CONV), Settings(timeout_s=10))
     equal = {"i1": (2, 4, 5, 5), "i2": (2, 4, 5, 5), "k1": (4, 4, 3, 3), "k2": (4, 4, 3, 3)}
     assert proved.constraints_hold(equal) and not proved.constraints_hold({**equal, "k2": (6, 4, 3, 3)})
@@ -141,6 +142,12 @@ def test_grouped_convolution_with_unequal_widths_is_refuted_with_a_counterexampl
     assert verified.status == "refuted"
     assert verified.proof["counterexample"]["max_abs_diff"] > 1e-2
     assert verify_rule(rule, Settings(timeout_s=5, precheck=False)).status != "proved", "Z3 alone must not prove it either"
+
+
+def test_at_generic_shapes_exactly_the_rules_needing_equal_widths_are_refuted(sample_rules):
+    statuses = {r.name: verify_rule(r, Settings(timeout_s=10)).status for r in ti.import_rules(sample_rules, generic=True).library}
+    assert {name for name, status in statuses.items() if status != "proved"} == set(NEEDS_EQUAL_WIDTHS)
+    assert all(statuses[name] == "refuted" for name in NEEDS_EQUAL_WIDTHS)
 
 
 def test_generic_shapes_give_each_free_dimension_its_own_size(sample_rules):
@@ -193,17 +200,17 @@ def test_cli_imports_and_verify_proves(tmp_path, capsys):
     out, library = tmp_path / "taso.json", tmp_path / "library.json"
     assert taso_main(["import-taso", SAMPLE_PB, "-o", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "read 12 TASO rules: imported 11, skipped 1" in printed and "merge_gconv" in printed
-    assert len(Library.load(out)) == 11
+    assert "read 13 TASO rules: imported 12, skipped 1" in printed and "merge_gconv" in printed
+    assert len(Library.load(out)) == 12
     assert taso_main(["verify", str(out), "-o", str(library), "--quiet"]) == 0
-    assert "11 proved (1 with added shape constraints), 0 refuted, 0 unknown" in capsys.readouterr().out
+    assert "12 proved (2 with added shape constraints), 0 refuted, 0 unknown" in capsys.readouterr().out
 
 
 def test_cli_input_shape_gives_the_unequal_width_instance(tmp_path, capsys):
     out = tmp_path / "taso.json"
     assert taso_main(["import-taso", SAMPLE_PB, "-o", str(out), "--input-shape", "k2=6,4,3,3"]) == 0
     assert taso_main(["verify", str(out), "-o", str(tmp_path / "lib.json")]) == 0
-    assert "10 proved (0 with added shape constraints), 1 refuted, 0 unknown" in capsys.readouterr().out
+    assert "11 proved (1 with added shape constraints), 1 refuted, 0 unknown" in capsys.readouterr().out  # 12 keeps equal widths
 
 
 def test_cli_unknown_input_name_is_an_error(tmp_path, capsys):

@@ -4,7 +4,7 @@ They are written in TASO's vocabulary (OpType and PMParameter numbers, inputs nu
 TASO's generator pool) and serialized by taso's encoder, so the file is what TASO's
 generator would write for them. Rule 8 is TASO's #99 pattern (two convolutions side by
 side merged into one grouped convolution), true only when the two kernels have equal
-output widths; rule 9 uses an operator taso has no counterpart for.
+output widths (rule 12 is a variant); rule 9 uses an operator taso has no counterpart for.
 
     python tests/data/taso_make_sample.py      # rewrites the .pb next to this file
 """
@@ -15,7 +15,7 @@ import os
 
 from taso.verifier.taso_import import OP, PM, TasoOp, TasoRule, encode
 
-X1, W1, W2, I1, I2, K1, K2, KH1, C1 = -1, -4, -5, -7, -8, -10, -11, -13, -20
+X1, W1, W2, I1, I2, K1, K2, KH1, KH2, C1 = -1, -4, -5, -7, -8, -10, -11, -13, -14, -20
 SAME, RELU = 0, 2
 
 
@@ -79,6 +79,9 @@ SAMPLE = [
              (concat(0, 4, inp(K1), inp(K2)), conv(inp(I1), ref(0))), ((2, 0, 1, 0),)),
     # 11: the identity kernel is neutral, and the fused relu is relu
     TasoRule((op("relu", inp(I1)),), (op("constant_iconv", kernel_h=3, kernel_w=3), conv(inp(I1), ref(0), acti=RELU)), ((0, 0, 1, 0),)),
+    # 12: rule 8 with 1x3 kernels and fused relus (TASO's #100/#130/#131 are such variants)
+    TasoRule((conv(inp(I1), inp(KH1), (1, 3), RELU), conv(inp(I2), inp(KH2), (1, 3), RELU), concat(1, 4, ref(0), ref(1))),
+             (concat(1, 4, inp(I1), inp(I2)), concat(0, 4, inp(KH1), inp(KH2)), conv(ref(0), ref(1), (1, 3), RELU)), ((2, 0, 2, 0),)),
 ]
 
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "taso_rules_sample.pb")
