@@ -43,6 +43,8 @@ class CompiledRule:
         self.rule_id = rule.id
         self.label = rule.name or self.rule_id  # how reports name the rule
         self.variables = frozenset(i.name for i in rule.inputs)
+        # The proof assumed each input's rank (and element kind): a match elsewhere is outside it.
+        self.input_kinds = tuple((i.name, i.type.rank, _element_kind(i.type.dtype)) for i in rule.inputs)
         shape_params: dict[int, set[str]] = {}
         for p in rule.params:
             if p["side"] == "source":
@@ -184,8 +186,24 @@ def _bind(values: dict, names: Sequence[str], graph_values: Sequence[str]) -> di
     return values if new is None else new
 
 
+def _element_kind(dtype: str) -> str:
+    """Floats of every width stand for the reals the proof speaks of; any other dtype only for itself."""
+    return "real" if dtype.startswith(("float", "bfloat")) else dtype
+
+
+def _within_proof(graph: Graph, crule: CompiledRule, values: dict) -> bool:
+    """Every bound input has the rank and element kind the rule's proof assumed."""
+    for name, rank, kind in crule.input_kinds:
+        t = graph.type(values[name])
+        if t.rank != rank or _element_kind(t.dtype) != kind:
+            return False
+    return True
+
+
 def _complete_match_ok(graph: Graph, crule: CompiledRule, nodes: tuple[Node, ...], values: dict) -> bool:
     rule = crule.rule
+    if not crule.variables <= values.keys() or not _within_proof(graph, crule, values):
+        return False
     shapes = {v: graph.type(values[v]).shape for v in crule.variables if v in values}
     if len(shapes) != len(crule.variables):
         return False  # a rule input the source never reads (cannot be bound by matching)

@@ -104,7 +104,7 @@ def test_axioms_render_as_quantified_formulas_with_patterns():
 
 
 def test_axiom_text_reads_like_math():
-    assert str(axiom("matmul-assoc")) == "matmul-assoc: matmul(matmul(x, y), z) = matmul(x, matmul(y, z))  if rank(y) >= 2"
+    assert str(axiom("matmul-assoc")) == "matmul-assoc: matmul(matmul(x, y), z) = matmul(x, matmul(y, z))  if rank(x) >= 2 and rank(y) >= 2 and rank(z) >= 2"
 
 
 # ---- consistency: the axioms do not prove plainly false statements --------------------------------------
