@@ -99,7 +99,7 @@ def _old_opset(tmp_path):
     (_cycle, "cycle"),
     (_undefined, "ghost"),
     (_old_opset, "unsupported opset 7"),
-    (lambda tmp: _save(_symbolic_model(), tmp / "sym.onnx"), "--input-shape x=N,3"),
+    (lambda tmp: _save(_symbolic_model(), tmp / "sym.onnx"), "--input-shape x=1,3 "),
 ], ids=["missing", "not-onnx", "truncated", "cycle", "undefined-tensor", "old-opset", "symbolic-dims"])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, make, message):
     assert main(["info", make(tmp_path)]) == 2

@@ -69,7 +69,8 @@ class ExportContext:
         return name
 
     def initializer(self, name: str, array: np.ndarray) -> None:
-        self.initializers[name] = numpy_helper.from_array(np.ascontiguousarray(array), name)
+        # NOTE: np.asarray(order="C"), not np.ascontiguousarray, which turns a scalar into shape [1].
+        self.initializers[name] = numpy_helper.from_array(np.asarray(array, order="C"), name)
 
     def emit_proto(self, node: Node) -> None:
         """Writes an opaque node's original NodeProto with its (possibly renamed) edges."""

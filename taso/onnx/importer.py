@@ -28,14 +28,23 @@ MIN_OPSET, MAX_OPSET = 9, 21
 _ONNX_DOMAINS = ("", "ai.onnx")
 # Folding a node whose constant inputs are all this small is always cheap.
 _FOLD_MAX_INPUT_ELEMENTS = 1 << 16
-_NEVER_FOLD = {"ConstantOfShape", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
+# A ConstantOfShape this small (a shape computation's ones or zeros) folds; a larger one stays lazy.
+_FOLD_MAX_FILL_ELEMENTS = 1 << 10
+_NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 
 def read_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
-    """Reads an ONNX file (external data included) with clear errors for bad files."""
-    if isinstance(source, onnx.ModelProto):
-        return source
-    path = os.fspath(source)
+    """Reads an ONNX file (external data included) with clear errors for bad files.
+
+    Raises:
+        ImportError_: a missing, unreadable or truncated file, or an IR version newer than onnx reads.
+    """
+    model = source if isinstance(source, onnx.ModelProto) else _read_file(os.fspath(source))
+    _check_ir_version(model)
+    return model
+
+
+def _read_file(path: str) -> onnx.ModelProto:
     if not os.path.exists(path):
         raise ImportError_(f"{path}: no such file")
     if os.path.isdir(path):
@@ -53,6 +62,13 @@ def read_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def _check_ir_version(model: onnx.ModelProto) -> None:
+    """Refuses at load what would otherwise fail only after the whole search (an IR version from the future)."""
+    if model.ir_version > onnx.IR_VERSION:
+        raise ImportError_(f"the model's IR version {model.ir_version} is newer than this onnx {onnx.__version__} reads (at most {onnx.IR_VERSION}); "
+                           "is the file from a newer exporter, or is its ir_version field wrong?")
+
+
 _SUPPORTED_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"}
 
 
@@ -66,13 +82,24 @@ def _np_dtype(elem_type: int) -> str | None:
     return name if name in _SUPPORTED_DTYPES else None
 
 
+def _is_static_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """A dimension with a size; old converters write -1 for "dynamic", which is no size."""
+    return dim.HasField("dim_value") and dim.dim_value >= 0
+
+
+def _dim_label(dim: onnx.TensorShapeProto.Dimension) -> str:
+    if _is_static_dim(dim):
+        return str(dim.dim_value)
+    return dim.dim_param or ("?" if not dim.HasField("dim_value") else str(dim.dim_value))
+
+
 def _static_type(value_info: onnx.ValueInfoProto) -> TensorType | None:
     t = value_info.type
     if not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
         return None
     dtype = _np_dtype(t.tensor_type.elem_type)
     dims = t.tensor_type.shape.dim
-    if dtype is None or any(not d.HasField("dim_value") for d in dims):
+    if dtype is None or not all(_is_static_dim(d) for d in dims):
         return None
     return TensorType(tuple(int(d.dim_value) for d in dims), dtype)
 
@@ -221,20 +248,27 @@ def _fix_input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
         dims = list(tt.shape.dim)
         if vi.name in input_shapes:
             shape = tuple(int(d) for d in input_shapes[vi.name])
-            if tt.HasField("shape") and (len(dims) != len(shape) or any(d.HasField("dim_value") and d.dim_value != s for d, s in zip(dims, shape))):
-                declared = ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in dims)
+            if tt.HasField("shape") and (len(dims) != len(shape) or any(_is_static_dim(d) and d.dim_value != s for d, s in zip(dims, shape))):
+                declared = ",".join(_dim_label(d) for d in dims)
                 raise ImportError_(f"--input-shape {vi.name}={','.join(map(str, shape))} does not fit the declared shape [{declared}]")
         else:
             if not tt.HasField("shape"):
                 raise ImportError_(f"input {vi.name!r} has no declared shape; fix it with --input-shape {vi.name}=D0,D1,...")
-            symbolic = [(i, d.dim_param or "?") for i, d in enumerate(dims) if not d.HasField("dim_value")]
-            if symbolic:
-                example = ",".join(str(d.dim_value) if d.HasField("dim_value") else "N" for d in dims)
-                axis, label = symbolic[0]
-                raise ImportError_(f"input {vi.name!r} has symbolic dimension {label!r} at axis {axis}; fix it with --input-shape {vi.name}={example} (N = the size you deploy with)")
+            dynamic = [(i, _dim_label(d)) for i, d in enumerate(dims) if not _is_static_dim(d)]
+            if dynamic:
+                raise ImportError_(_dynamic_dim_message(vi.name, dims, dynamic))
             shape = tuple(int(d.dim_value) for d in dims)
         types[vi.name] = TensorType(shape, dtype)
     return types
+
+
+def _dynamic_dim_message(name: str, dims, dynamic: list[tuple[int, str]]) -> str:
+    """Names the dynamic dimensions and suggests an --input-shape the CLI parses (1 where a size is needed)."""
+    declared = ",".join(_dim_label(d) for d in dims)
+    example = ",".join(str(d.dim_value) if _is_static_dim(d) else "1" for d in dims)
+    which = ", ".join(f"{label!r} at axis {axis}" for axis, label in dynamic)
+    return (f"input {name!r} of shape [{declared}] has dynamic dimension(s) {which}; fix them with "
+            f"--input-shape {name}={example} (with the sizes you deploy with in place of the 1s)")
 
 
 class _InferredTypes:
@@ -432,6 +466,8 @@ def _fold_constant_node(state: _ImportState, node: onnx.NodeProto) -> bool:
         return False
     if any(state.weights[n].size > _FOLD_MAX_INPUT_ELEMENTS for n in names):
         return False
+    if node.op_type == "ConstantOfShape" and int(np.prod(state.weights[names[0]], dtype=np.int64)) > _FOLD_MAX_FILL_ELEMENTS:
+        return False
     try:
         from onnx.reference import ReferenceEvaluator
 
@@ -457,14 +493,6 @@ def _import_opaque(state: _ImportState, node: onnx.NodeProto, all_opsets) -> Non
     captures = [c for c in _subgraph_captures(node) if state.resolve(c) in state.types]
     present = [state.resolve(n) for n in node.input if n]
     inputs = present + [state.resolve(c) for c in captures]
-    out_types = []
-    missing = False
-    for name in [o for o in node.output if o]:
-        t = state.known_types.get(name)
-        if t is None:
-            missing = True
-            break
-        out_types.append(t)
     params = dict(
         op_type=node.op_type,
         domain=node.domain,
@@ -473,27 +501,81 @@ def _import_opaque(state: _ImportState, node: onnx.NodeProto, all_opsets) -> Non
         captures=tuple(captures),
         opsets=all_opsets,
     )
-    if missing:
-        out_types = _types_by_execution(state, node, inputs, params)
+    out_types = _opaque_output_types(state, node, captures, inputs, params)
     outputs = [o for o in node.output if o]
     p = opaque.make_params(**params, out_types=tuple((t.shape, t.dtype) for t in out_types))
     state.nodes.append(Node(opaque, p, tuple(inputs), tuple(outputs), node.name))
     state.types.update(zip(outputs, out_types))
 
 
-def _types_by_execution(state: _ImportState, node: onnx.NodeProto, inputs: list[str], params: dict) -> list[TensorType]:
-    """Output types of an opaque node found by running it once on random data of the input types."""
-    rng = np.random.default_rng(0)
-    arrays = []
-    for name in inputs:
-        if name in state.weights:
-            arrays.append(state.weights[name])
+def _opaque_output_types(state: _ImportState, node: onnx.NodeProto, captures: list[str], inputs: list[str], params: dict) -> list[TensorType]:
+    """Output types of an opaque node: ONNX shape inference over the model, then over the node
+    alone with its (folded) constant inputs, and only then a checked probe on random values."""
+    outputs = [o for o in node.output if o]
+    types = [state.known_types.get(o) for o in outputs]
+    if None in types:
+        types = _types_by_node_inference(state, node, captures)
+    if types is None or None in types:
+        types = _types_by_probe(state, node, inputs, params)
+    return types
+
+
+def _types_by_node_inference(state: _ImportState, node: onnx.NodeProto, captures: list[str]) -> list[TensorType | None] | None:
+    """ONNX shape inference on the node alone: its inputs typed as imported, constants as initializers.
+
+    Folding makes shape arguments (Expand's shape, Pad's pads, Resize's sizes...) constant
+    after the model-wide inference ran, so this sees what that one could not.
+    """
+    names = list(dict.fromkeys([n for n in node.input if n] + captures))
+    inputs, initializers = [], []
+    for name in names:
+        value = state.weights.get(state.resolve(name))
+        if value is not None and value.size <= _FOLD_MAX_INPUT_ELEMENTS:
+            initializers.append(numpy_helper.from_array(np.asarray(value, order="C"), name))
             continue
         t = state.type(name)
-        arrays.append(rng.standard_normal(t.shape).astype(t.dtype) if t.dtype.startswith("float") else np.zeros(t.shape, t.dtype))
-    probe = Params({**params, "out_types": ()})
+        inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), t.shape))
+    outputs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
+    graph = helper.make_graph([node], "node", inputs, outputs, initializer=initializers)
+    model = helper.make_model(graph, opset_imports=list(state.model.opset_import))
+    model.ir_version = state.model.ir_version
+    model.functions.extend(state.model.functions)
     try:
-        results = opaque.evaluate(arrays, probe)
-    except TasoError as e:
-        raise ImportError_(f"cannot determine the static output shapes of {node.op_type} node {node.name!r}: {e}") from None
-    return [TensorType.of(np.asarray(r)) for r in results]
+        inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference is best effort; the probe comes next
+        return None
+    by_name = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    return [_static_type(by_name[o]) if o in by_name else None for o in node.output if o]
+
+
+def _plausible_array(t: TensorType, rng: np.random.Generator, probe: int) -> np.ndarray:
+    """Random values of a type, never all zeros (zeros take If's other branch and give Pad zero pads).
+
+    The two probes differ everywhere they can: booleans are complementary, integers come
+    from 1..3 then 1..8, so a shape that depends on the values shows up as a difference.
+    """
+    if t.dtype.startswith("float"):
+        return rng.standard_normal(t.shape).astype(t.dtype)
+    if t.dtype == "bool":
+        pattern = (np.arange(t.size) % 2 == 0).reshape(t.shape)
+        return pattern if probe == 0 else ~pattern
+    return rng.integers(1, 4 if probe == 0 else 9, t.shape).astype(t.dtype)
+
+
+def _types_by_probe(state: _ImportState, node: onnx.NodeProto, inputs: list[str], params: dict) -> list[TensorType]:
+    """Last resort: run the node twice on different plausible values; its shapes must not depend on them."""
+    where = f"{node.op_type} node {node.name!r}"
+    probe = Params({**params, "out_types": ()})
+    seen = []
+    for probe_index in (0, 1):
+        rng = np.random.default_rng(probe_index)
+        arrays = [state.weights[n] if n in state.weights else _plausible_array(state.type(n), rng, probe_index) for n in inputs]
+        try:
+            results = opaque.evaluate(arrays, probe)
+        except TasoError as e:
+            raise ImportError_(f"cannot determine the static output shapes of {where}: ONNX shape inference gives none and running it on random inputs fails ({e})") from None
+        seen.append([TensorType.of(np.asarray(r)) for r in results])
+    if seen[0] != seen[1]:
+        shapes = " vs ".join(str([str(t) for t in types]) for types in seen)
+        raise ImportError_(f"the output shapes of {where} depend on the values of its inputs ({shapes}): taso needs static shapes")
+    return seen[0]

@@ -1,4 +1,4 @@
-"""Data-movement operators: transpose, reshape, concat, split, slice, gather, pad.
+"""Data-movement operators: transpose, reshape, concat, split, slice, gather, expand, pad.
 
 Shape arguments that ONNX passes as tensors (Reshape's shape, Slice's starts, Split's
 sizes...) are static parameters here: the importer reads them from constants and keeps the
@@ -38,7 +38,7 @@ transpose = define(
     arity=1,
     params=[Param("perm", "ints")],
     shape=_transpose_shape,
-    numpy=lambda xs, p: np.ascontiguousarray(np.transpose(xs[0], p["perm"])),
+    numpy=lambda xs, p: np.asarray(np.transpose(xs[0], p["perm"]), order="C"),  # keeps rank 0
     onnx=OnnxMapping(("Transpose",), _import_transpose, lambda ctx, n: ctx.emit("Transpose", list(n.inputs), list(n.outputs), perm=list(n.params["perm"]))),
     groups=("shape_only", "linear"),
     doc="permutes axes",
@@ -331,6 +331,38 @@ gather = define(
     exact="polynomial",
 )
 
+# ---- expand ---------------------------------------------------------------------------------------
+
+
+def _expand_shape(types, p) -> TensorType:
+    x, shape = types[0], tuple(p["shape"])
+    require(all(d >= 0 for d in shape), f"expand: target shape {shape} must be fully static")
+    require(tuple(np.broadcast_shapes(x.shape, shape)) == shape, f"expand: {x.shape} does not broadcast to {shape}")
+    return TensorType(shape, x.dtype)
+
+
+def _import_expand(ctx) -> bool:
+    """ONNX Expand broadcasts both ways; the param is the resolved output shape."""
+    target = ctx.const(ctx.inputs[1])
+    if target is None:
+        return False
+    x = ctx.type(ctx.inputs[0])
+    shape = tuple(int(d) for d in np.broadcast_shapes(x.shape, tuple(int(d) for d in target.reshape(-1))))
+    ctx.emit(expand, [ctx.inputs[0]], ctx.outputs, shape=shape)
+    return True
+
+
+expand = define(
+    "expand",
+    arity=1,
+    params=[Param("shape", "ints")],
+    shape=_expand_shape,
+    numpy=lambda xs, p: np.array(np.broadcast_to(xs[0], p["shape"])),
+    onnx=OnnxMapping(("Expand",), _import_expand, lambda ctx, n: ctx.emit("Expand", [n.inputs[0], ctx.const(_int64(n.params["shape"]))], list(n.outputs))),
+    groups=("shape_only",),
+    doc="broadcasts x to a static shape (ONNX Expand, with the target shape resolved)",
+)
+
 # ---- pad ------------------------------------------------------------------------------------------
 
 
@@ -418,4 +450,4 @@ def _import_identity(ctx) -> bool:
 
 define_importer(("Identity", "Dropout"), _import_identity)
 
-__all__ = ["transpose", "reshape", "concat", "split", "slice_", "gather", "pad"]
+__all__ = ["transpose", "reshape", "concat", "split", "slice_", "gather", "expand", "pad"]

@@ -1,0 +1,382 @@
+"""Models shaped like what real exporters emit: import -> export -> checker -> ONNX Runtime equality.
+
+Each test builds, with onnx.helper, the node pattern an exporter writes (PyTorch's TorchScript
+and dynamo exporters, paddle2onnx, old converters) for one defect of issue 10, so that the
+pattern stays covered without shipping binary models.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+import pytest
+from helpers import assert_close, run_ort
+from onnx import TensorProto, helper, numpy_helper
+
+import taso
+from taso.errors import ImportError_
+
+FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
+Feeds = Callable[[np.random.Generator], dict[str, np.ndarray]]
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset: int = 17, ir_version: int = 8) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "exported", inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], producer_name="pytorch")
+    model.ir_version = ir_version
+    onnx.checker.check_model(model, full_check=True)
+    return model
+
+
+def _const(name: str, value, dtype=np.int64) -> onnx.NodeProto:
+    """A Constant node, as TorchScript writes for every literal."""
+    return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value, dtype), name))
+
+
+def _init(name: str, value, dtype=np.float32) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(value, dtype), name)
+
+
+def _weight(rng: np.random.Generator, name: str, *shape: int) -> onnx.TensorProto:
+    return _init(name, rng.standard_normal(shape) * 0.3)
+
+
+def _float_feeds(shapes: dict[str, tuple[int, ...]]) -> Feeds:
+    return lambda rng: {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+
+
+def _roundtrip(model: onnx.ModelProto, feeds: Feeds, input_shapes=None) -> tuple[taso.Graph, onnx.ModelProto]:
+    """Imports, exports (full checker inside), and compares with the original on two random input sets."""
+    graph = taso.load_onnx(model, input_shapes)
+    exported = taso.export_onnx(graph)
+    onnx.checker.check_model(exported, full_check=True)
+    for seed in (0, 1):
+        inputs = feeds(np.random.default_rng(seed))
+        for got, want, vi in zip(run_ort(exported, inputs), run_ort(model, inputs), model.graph.output):
+            assert_close(got, want, 1e-4, vi.name)
+    return graph, exported
+
+
+def _opaque_types(graph: taso.Graph) -> list[str]:
+    return [n.params["op_type"] for n in graph.nodes if n.op.name == "opaque"]
+
+
+# ---- 1. a rank-0 initializer stays rank 0 ------------------------------------------------------------
+
+
+def test_dynamo_bert_pooler_scalar_gather_index_stays_rank_0():
+    """dynamo writes BERT's pooler as Gather(axis=1) with a scalar index, then Gemm and Tanh."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Gather", ["last_hidden_state", "val_0"], ["select"], axis=1),
+        helper.make_node("Gemm", ["select", "pooler.dense.weight", "pooler.dense.bias"], ["addmm"], transB=1),
+        helper.make_node("Tanh", ["addmm"], ["pooler_output"]),
+    ]
+    model = _model(nodes, [helper.make_tensor_value_info("last_hidden_state", FLOAT, [2, 7, 16])],
+                   [helper.make_tensor_value_info("pooler_output", FLOAT, [2, 16])],
+                   [_init("val_0", 0, np.int64), _weight(rng, "pooler.dense.weight", 16, 16), _weight(rng, "pooler.dense.bias", 16)], opset=18)
+    _, exported = _roundtrip(model, _float_feeds({"last_hidden_state": (2, 7, 16)}))
+    assert [list(t.dims) for t in exported.graph.initializer if t.name == "val_0"] == [[]]
+
+
+# ---- 2. LSTMCell unrolled over time ------------------------------------------------------------------
+
+
+def _lstm_cell_unrolled(steps: int = 3, inputs: int = 8, hidden: int = 32) -> onnx.ModelProto:
+    """TorchScript's nn.LSTMCell loop: x[t] by a scalar Gather, Gemm + Gemm -> Add -> Split in four gates."""
+    rng = np.random.default_rng(1)
+    weights = [_weight(rng, "cell.weight_ih", 4 * hidden, inputs), _weight(rng, "cell.weight_hh", 4 * hidden, hidden),
+               _weight(rng, "cell.bias_ih", 4 * hidden), _weight(rng, "cell.bias_hh", 4 * hidden)]
+    nodes = [_const("zeros", np.zeros((1, hidden)), np.float32), _const("gates_split", [hidden] * 4)]
+    h, c = "zeros", "zeros"
+    for t in range(steps):
+        p = f"/cell_{t}/"
+        nodes += [
+            _const(p + "t", t),
+            helper.make_node("Gather", ["x", p + "t"], [p + "x_t"], axis=0),
+            helper.make_node("Gemm", [h, "cell.weight_hh", "cell.bias_hh"], [p + "gh"], transB=1),
+            helper.make_node("Gemm", [p + "x_t", "cell.weight_ih", "cell.bias_ih"], [p + "gi"], transB=1),
+            helper.make_node("Add", [p + "gh", p + "gi"], [p + "gates"]),
+            helper.make_node("Split", [p + "gates", "gates_split"], [p + g for g in "ifgo"], axis=1),
+            helper.make_node("Sigmoid", [p + "i"], [p + "si"]),
+            helper.make_node("Sigmoid", [p + "f"], [p + "sf"]),
+            helper.make_node("Tanh", [p + "g"], [p + "tg"]),
+            helper.make_node("Sigmoid", [p + "o"], [p + "so"]),
+            helper.make_node("Mul", [p + "sf", c], [p + "fc"]),
+            helper.make_node("Mul", [p + "si", p + "tg"], [p + "ig"]),
+            helper.make_node("Add", [p + "fc", p + "ig"], [p + "c"]),
+            helper.make_node("Tanh", [p + "c"], [p + "tc"]),
+            helper.make_node("Mul", [p + "so", p + "tc"], [p + "h"]),
+        ]
+        h, c = p + "h", p + "c"
+    nodes.append(helper.make_node("Identity", [h], ["h"]))
+    return _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [steps, 1, inputs])],
+                  [helper.make_tensor_value_info("h", FLOAT, [1, hidden])], weights)
+
+
+def test_unrolled_lstm_cell_roundtrips_on_onnxruntime():
+    graph, exported = _roundtrip(_lstm_cell_unrolled(), _float_feeds({"x": (3, 1, 8)}))
+    assert not _opaque_types(graph)
+    assert all(len(t.dims) == 0 for t in exported.graph.initializer if t.data_type == INT64 and t.name.startswith("/cell_"))
+
+
+# ---- 3. TorchScript BERT: shape computations fold, Expand is native --------------------------------------
+
+
+def _torchscript_bert_embeddings(vocab: int = 50, hidden: int = 16, heads: int = 2, max_len: int = 32) -> onnx.ModelProto:
+    """TorchScript's BERT embeddings and head split with dynamic axes: Shape -> Gather -> Unsqueeze ->
+    Concat -> Reshape, the token-type buffer's expand (ConstantOfShape -> Mul -> Equal -> Where -> Expand),
+    position ids by Range, and the attention mask's (1 - mask) * min."""
+    rng = np.random.default_rng(2)
+    weights = [_weight(rng, "word", vocab, hidden), _weight(rng, "pos", max_len, hidden), _weight(rng, "type", 2, hidden),
+               _weight(rng, "q.weight", hidden, hidden), _init("token_type_ids", np.zeros((1, max_len)), np.int64)]
+    nodes = [
+        helper.make_node("Shape", ["input_ids"], ["shape"]),
+        _const("c0", 0), _const("c1", 1), _const("c1v", [1]), _const("c0v", [0]), _const("c2", [2]), _const("minus1", -1),
+        helper.make_node("Gather", ["shape", "c0"], ["batch"], axis=0),
+        helper.make_node("Gather", ["shape", "c1"], ["seq"], axis=0),
+        # position_ids = arange(seq)
+        helper.make_node("Range", ["c0", "seq", "c1"], ["position_ids"]),
+        helper.make_node("Unsqueeze", ["position_ids", "c0v"], ["position_ids_2d"]),
+        # token_type_ids[:, :seq].expand(batch, seq)
+        helper.make_node("Unsqueeze", ["seq", "c0v"], ["seq_1"]),
+        helper.make_node("Slice", ["token_type_ids", "c0v", "seq_1", "c1v"], ["tt_sliced"]),
+        helper.make_node("Unsqueeze", ["batch", "c0v"], ["batch_1"]),
+        helper.make_node("Concat", ["batch_1", "seq_1"], ["bs"], axis=0),
+        helper.make_node("ConstantOfShape", ["c2"], ["ones"], value=numpy_helper.from_array(np.ones(1, np.int64))),
+        helper.make_node("Mul", ["ones", "minus1"], ["minus_ones"]),
+        helper.make_node("Equal", ["bs", "minus_ones"], ["is_minus"]),
+        helper.make_node("Where", ["is_minus", "ones", "bs"], ["expand_shape"]),
+        helper.make_node("Expand", ["tt_sliced", "expand_shape"], ["tt"]),
+        helper.make_node("Gather", ["word", "input_ids"], ["we"]),
+        helper.make_node("Gather", ["pos", "position_ids_2d"], ["pe"]),
+        helper.make_node("Gather", ["type", "tt"], ["te"]),
+        helper.make_node("Add", ["we", "pe"], ["e1"]),
+        helper.make_node("Add", ["e1", "te"], ["emb"]),
+        # q = emb @ W viewed as (batch, seq, heads, hidden / heads)
+        helper.make_node("MatMul", ["emb", "q.weight"], ["q"]),
+        _const("heads", [heads]), _const("head_dim", [hidden // heads]),
+        helper.make_node("Concat", ["batch_1", "seq_1", "heads", "head_dim"], ["view_shape"], axis=0),
+        helper.make_node("Reshape", ["q", "view_shape"], ["q_view"]),
+        helper.make_node("Transpose", ["q_view"], ["q_heads"], perm=[0, 2, 1, 3]),
+        # extended mask = (1 - mask[:, None, None, :].float()) * finfo.min
+        _const("axes12", [1, 2]), _const("one", 1.0, np.float32), _const("fmin", np.finfo(np.float32).min, np.float32),
+        helper.make_node("Unsqueeze", ["attention_mask", "axes12"], ["mask4"]),
+        helper.make_node("Cast", ["mask4"], ["maskf"], to=FLOAT),
+        helper.make_node("Sub", ["one", "maskf"], ["inv"]),
+        helper.make_node("Mul", ["inv", "fmin"], ["ext_mask"]),
+        helper.make_node("Transpose", ["q_heads"], ["q_heads_t"], perm=[0, 1, 3, 2]),
+        helper.make_node("MatMul", ["q_heads", "q_heads_t"], ["scores"]),
+        helper.make_node("Add", ["scores", "ext_mask"], ["masked"]),
+        helper.make_node("Softmax", ["masked"], ["probs"], axis=-1),
+    ]
+    inputs = [helper.make_tensor_value_info("input_ids", INT64, ["batch", "sequence"]),
+              helper.make_tensor_value_info("attention_mask", INT64, ["batch", "sequence"])]
+    outputs = [helper.make_tensor_value_info("probs", FLOAT, ["batch", heads, "sequence", "sequence"])]
+    return _model(nodes, inputs, outputs, weights)
+
+
+def _bert_feeds(batch: int, seq: int, vocab: int = 50) -> Feeds:
+    def feeds(rng):
+        mask = np.ones((batch, seq), np.int64)
+        mask[:, seq - rng.integers(1, seq):] = 0
+        return {"input_ids": rng.integers(0, vocab, (batch, seq)).astype(np.int64), "attention_mask": mask}
+
+    return feeds
+
+
+def test_torchscript_bert_shape_computations_fold_once_input_shapes_are_fixed():
+    graph, exported = _roundtrip(_torchscript_bert_embeddings(), _bert_feeds(2, 7), {"input_ids": (2, 7), "attention_mask": (2, 7)})
+    assert not _opaque_types(graph)
+    kept = {n.op_type for n in exported.graph.node}
+    assert not kept & {"Shape", "ConstantOfShape", "Equal", "Where", "Range", "Concat"}, kept
+
+
+def test_expand_is_a_native_op_that_broadcasts_both_ways():
+    nodes = [_const("shape", [3, 1, 4]), helper.make_node("Expand", ["x", "shape"], ["e"]), helper.make_node("Relu", ["e"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [2, 1])], [helper.make_tensor_value_info("y", FLOAT, [3, 2, 4])])
+    graph, _ = _roundtrip(model, _float_feeds({"x": (2, 1)}))
+    assert [n.op.name for n in graph.nodes] == ["expand", "relu"]
+    assert graph.nodes[0].params["shape"] == (3, 2, 4)
+
+
+# ---- 4. TorchScript NASNet: computed pads, then an Add of two branches -------------------------------------
+
+
+def _torchscript_zero_pad(prefix: str, x: str, pads: list[int], out: str) -> list[onnx.NodeProto]:
+    """TorchScript's nn.ZeroPad2d at opset >= 11: pads reordered through ConstantOfShape, Concat,
+    Reshape, a reversing Slice, Transpose, Reshape and Cast before Pad."""
+    p = prefix
+    return [
+        _const(p + "n", [4]), _const(p + "pads", pads),
+        helper.make_node("ConstantOfShape", [p + "n"], [p + "zeros"], value=numpy_helper.from_array(np.zeros(1, np.int64))),
+        helper.make_node("Concat", [p + "pads", p + "zeros"], [p + "all"], axis=0),
+        _const(p + "pairs", [-1, 2]),
+        helper.make_node("Reshape", [p + "all", p + "pairs"], [p + "paired"]),
+        _const(p + "s0", [0]), _const(p + "sm1", [-1]), _const(p + "smin", [np.iinfo(np.int64).min + 1]),
+        helper.make_node("Slice", [p + "paired", p + "sm1", p + "smin", p + "s0", p + "sm1"], [p + "reversed"]),
+        helper.make_node("Transpose", [p + "reversed"], [p + "t"], perm=[1, 0]),
+        helper.make_node("Reshape", [p + "t", p + "sm1"], [p + "flat"]),
+        helper.make_node("Cast", [p + "flat"], [p + "onnx_pads"], to=INT64),
+        helper.make_node("Pad", [x, p + "onnx_pads", ""], [out], mode="constant"),
+    ]
+
+
+def _torchscript_nasnet_cell(channels: int = 4, size: int = 8) -> onnx.ModelProto:
+    """NASNet's MaxPoolPad (ZeroPad2d((1, 0, 1, 0)), MaxPool, x[:, :, 1:, 1:]) added to a separable
+    convolution branch padded by ZeroPad2d((2, 2, 2, 2))."""
+    rng = np.random.default_rng(3)
+    out = size // 2
+    nodes = _torchscript_zero_pad("/pool/pad/", "x", [1, 0, 1, 0], "padded")
+    nodes += [
+        helper.make_node("MaxPool", ["padded"], ["pooled"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+        _const("one", [1]), _const("big", [np.iinfo(np.int64).max]), _const("axes23", [2, 3]), _const("ones", [1, 1]), _const("bigs", [np.iinfo(np.int64).max] * 2),
+        helper.make_node("Slice", ["pooled", "ones", "bigs", "axes23", "ones"], ["pool_branch"]),
+        helper.make_node("Relu", ["x"], ["r"]),
+    ]
+    nodes += _torchscript_zero_pad("/sep/pad/", "r", [2, 2, 2, 2], "r_padded")
+    nodes += [
+        helper.make_node("Conv", ["r_padded", "dw"], ["dw_out"], kernel_shape=[5, 5], strides=[2, 2], group=channels),
+        helper.make_node("Conv", ["dw_out", "pw"], ["sep_branch"], kernel_shape=[1, 1]),
+        helper.make_node("Add", ["pool_branch", "sep_branch"], ["y"]),
+    ]
+    weights = [_weight(rng, "dw", channels, 1, 5, 5), _weight(rng, "pw", channels, channels, 1, 1)]
+    return _model(nodes, [helper.make_tensor_value_info("x", FLOAT, ["batch", channels, "h", "w"])],
+                  [helper.make_tensor_value_info("y", FLOAT, ["batch", channels, out, out])], weights)
+
+
+def test_torchscript_nasnet_cell_with_computed_pads_imports_natively():
+    graph, _ = _roundtrip(_torchscript_nasnet_cell(), _float_feeds({"x": (1, 4, 8, 8)}), {"x": (1, 4, 8, 8)})
+    assert not _opaque_types(graph)
+    assert [n.params["pads"] for n in graph.nodes if n.op.name == "pad"] == [(0, 0, 1, 1, 0, 0, 0, 0), (0, 0, 2, 2, 0, 0, 2, 2)]
+
+
+# ---- 5. Resize: empty optional inputs stay empty ------------------------------------------------------
+
+
+def _paddle_resize(opset: int, roi: str, scales: str, sizes: bool) -> onnx.ModelProto:
+    """paddle2onnx's upsampling: output sizes = Shape(x)[:2] ++ target (h, w), roi and scales unused."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"]), _const("s0", [0]), _const("s2", [2]), _const("hw", [16, 12]),
+        helper.make_node("Slice", ["shape", "s0", "s2"], ["nc"]),
+        helper.make_node("Concat", ["nc", "hw"], ["sizes"], axis=0),
+        _const("empty_roi", np.zeros(0), np.float32), _const("empty_scales", np.zeros(0), np.float32),
+        _const("scale_values", [1, 1, 2, 1.5], np.float32),
+    ]
+    inputs = ["x", roi, scales] + (["sizes"] if sizes else [])
+    nodes.append(helper.make_node("Resize", inputs, ["r"], mode="nearest" if sizes else "linear"))
+    nodes.append(helper.make_node("Relu", ["r"], ["y"]))
+    return _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [1, 3, 8, 8])],
+                  [helper.make_tensor_value_info("y", FLOAT, [1, 3, 16, 12])], opset=opset, ir_version=7 if opset < 14 else 8)
+
+
+@pytest.mark.parametrize("opset, roi, scales, sizes", [
+    (11, "empty_roi", "empty_scales", True),   # opset 11: roi and scales are required, written as empty tensors
+    (13, "", "", True),                         # opset 13+: omitted optional inputs are ""
+    (18, "", "", True),
+    (13, "", "scale_values", False),
+], ids=["opset11-empty-tensors", "opset13-empty-names", "opset18-empty-names", "opset13-scales"])
+def test_paddle_resize_keeps_empty_optional_inputs_empty(opset, roi, scales, sizes):
+    model = _paddle_resize(opset, roi, scales, sizes)
+    _, exported = _roundtrip(model, _float_feeds({"x": (1, 3, 8, 8)}))
+    (resize,) = [n for n in exported.graph.node if n.op_type == "Resize"]
+    original = [n for n in model.graph.node if n.op_type == "Resize"][0]
+    assert [bool(name) for name in resize.input] == [bool(name) for name in original.input]
+    initializers = {t.name: t for t in exported.graph.initializer}
+    constants = {t.name: t for t in initializers.values()}
+    for slot in (1, 2):
+        if slot < len(original.input) and original.input[slot].startswith("empty"):
+            assert list(constants[resize.input[slot]].dims) == [0]
+
+
+# ---- 8. opaque nodes: shapes from inference after folding; probes checked, never zeros ---------------------
+
+
+def test_opaque_node_typed_by_shape_inference_after_folding():
+    """Tile's repeats come through ConstantOfShape -> Where, which the model-wide inference cannot follow."""
+    nodes = [
+        _const("n", [2]), _const("target", [2, 3]), _const("minus1", -1),
+        helper.make_node("ConstantOfShape", ["n"], ["ones"], value=numpy_helper.from_array(np.ones(1, np.int64))),
+        helper.make_node("Mul", ["ones", "minus1"], ["minus_ones"]),
+        helper.make_node("Equal", ["target", "minus_ones"], ["is_minus"]),
+        helper.make_node("Where", ["is_minus", "ones", "target"], ["repeats"]),
+        helper.make_node("Tile", ["x", "repeats"], ["tiled"]),
+        helper.make_node("Add", ["tiled", "bias"], ["y"]),
+    ]
+    model = _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [2, 4])], [helper.make_tensor_value_info("y", FLOAT, [4, 12])],
+                   [_init("bias", np.arange(48).reshape(4, 12))])
+    graph, _ = _roundtrip(model, _float_feeds({"x": (2, 4)}))
+    assert str(graph.type("tiled")) == "float32[4,12]"
+
+
+def test_value_dependent_shape_is_refused_not_guessed_from_zeros():
+    """Pads read from an input at run time: a zero-filled probe silently typed this Pad as the identity."""
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["p"], mode="constant"), helper.make_node("Relu", ["p"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [1, 4]), helper.make_tensor_value_info("pads", INT64, [4])],
+                   [helper.make_tensor_value_info("y", FLOAT, ["rows", "columns"])])
+    with pytest.raises(ImportError_, match=r"Pad node .* depend on the values of its inputs"):
+        taso.load_onnx(model)
+
+
+def test_if_on_a_runtime_condition_with_branches_of_different_shapes_is_refused():
+    then_graph = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["out_then"], axis=1)], "then", [],
+                                   [helper.make_tensor_value_info("out_then", FLOAT, [1, 8])])
+    else_graph = helper.make_graph([helper.make_node("Identity", ["x"], ["out_else"])], "else", [],
+                                   [helper.make_tensor_value_info("out_else", FLOAT, [1, 4])])
+    nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=then_graph, else_branch=else_graph, name="sr_switch")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [1, 4]), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+                   [helper.make_tensor_value_info("y", FLOAT, [1, "width"])])
+    with pytest.raises(ImportError_, match=r"If node 'sr_switch'.* depend on the values"):
+        taso.load_onnx(model)
+
+
+# ---- 9. dimensions declared -1, IR versions from the future ------------------------------------------------
+
+
+def _minus_one_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["y"])]
+    return _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [-1, 3, "height", "width"])],
+                  [helper.make_tensor_value_info("y", FLOAT, [-1, 4, "height", "width"])], [_weight(rng, "w", 4, 3, 3, 3)], opset=11, ir_version=6)
+
+
+def test_minus_one_dimension_is_dynamic_and_the_hint_parses():
+    from taso.cli import parse_input_shapes
+
+    with pytest.raises(ImportError_, match=r"dynamic dimension\(s\) '-1' at axis 0, 'height' at axis 2") as info:
+        taso.load_onnx(_minus_one_model())
+    hint = str(info.value).split("--input-shape ")[1].split()[0]
+    assert hint == "x=1,3,1,1"
+    shapes = parse_input_shapes([hint])
+    _roundtrip(_minus_one_model(), _float_feeds({"x": (2, 3, 5, 6)}), {"x": (2, 3, 5, 6)})
+    assert taso.load_onnx(_minus_one_model(), shapes).inputs["x"].shape == (1, 3, 1, 1)
+
+
+@pytest.mark.parametrize("command", [["info"], ["optimize", "--cost", "analytic", "-o", "OUT"]], ids=["info", "optimize"])
+def test_minus_one_dimension_is_exit_2_on_the_cli(tmp_path, capsys, command):
+    from taso.cli import main
+
+    path = str(tmp_path / "minus_one.onnx")
+    onnx.save(_minus_one_model(), path)
+    argv = [command[0], path] + [str(tmp_path / "out.onnx") if a == "OUT" else a for a in command[1:]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "dynamic dimension" in err and "--input-shape x=1,3,1,1 " in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_ir_version_from_the_future_is_refused_at_load(tmp_path, capsys):
+    from taso.cli import main
+
+    model = _lstm_cell_unrolled()
+    model.ir_version = 99
+    with pytest.raises(ImportError_, match="IR version 99 is newer"):
+        taso.load_onnx(model)
+    path = str(tmp_path / "future.onnx")
+    onnx.save(model, path)
+    assert main(["optimize", path, "-o", str(tmp_path / "out.onnx"), "--cost", "analytic"]) == 2
+    err = capsys.readouterr().err
+    assert "IR version 99" in err and err.count("\n") == 1
+    assert not (tmp_path / "out.onnx").exists()
