@@ -1,8 +1,8 @@
 """Checking an optimized model against the original on ONNX Runtime before anything is written.
 
 Both models run on ONNX Runtime (CPU, full optimizations) on the same inputs: seeded
-random ones (standard normal floats, zero integers, random booleans) and, when given, the
-user's own. Every output must satisfy ``|optimized - original| <= atol + rtol * |original|``
+random ones (standard normal floats, random booleans, integers in the range the model can
+index with, never all zeros) and, when given, the user's own. Every output must satisfy ``|optimized - original| <= atol + rtol * |original|``
 elementwise with ``rtol = 1e-3`` and ``atol = 1e-4 * max(1, max|original|)``: tight enough
 to catch any wrong rewrite (which changes outputs by O(1)), loose enough for float32
 re-association.
@@ -21,7 +21,7 @@ from .cost import _random_array
 from .errors import TasoError
 from .ir import TensorType
 
-__all__ = ["Comparison", "compare_models", "random_inputs", "load_inputs", "RTOL", "ATOL_SCALE"]
+__all__ = ["Comparison", "compare_models", "random_inputs", "integer_ranges", "load_inputs", "RTOL", "ATOL_SCALE"]
 
 RTOL = 1e-3
 ATOL_SCALE = 1e-4
@@ -52,9 +52,111 @@ def _session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
         raise TasoError(f"ONNX Runtime cannot load the model: {str(e).splitlines()[0]}") from None
 
 
-def random_inputs(types: Mapping[str, TensorType], seed: int = 0) -> dict[str, np.ndarray]:
+# Integer inputs reach index operands through these without changing their values.
+_VALUE_PRESERVING = {"Cast", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity", "Expand", "Transpose", "Concat", "Slice", "Tile"}
+_DEFAULT_INT_RANGE = (0, 3)  # an integer input nothing bounds: small, non-negative, and not all zeros
+
+
+def integer_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
+    """A valid half-open value range for each integer graph input, from how the model uses it.
+
+    An input that reaches the index operand of a Gather (directly or through casts and
+    reshapes) must stay below that axis's size; others get a small range that is not all
+    zeros, so the check exercises the graph (zeros hid a wrong rewrite behind a Cast).
+    """
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - inference is only a help; initializer shapes remain
+        pass
+    graph = model.graph
+    dims: dict[str, list] = {t.name: list(t.dims) for t in graph.initializer}
+    for vi in [*graph.input, *graph.value_info, *graph.output]:
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            dims.setdefault(vi.name, [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim])
+    users: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for slot, name in enumerate(node.input):
+            users.setdefault(name, []).append((node, slot))
+    initializers = {t.name for t in graph.initializer}
+    ranges = {}
+    for vi in graph.input:
+        elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if vi.name in initializers or elem not in _INTEGER_TYPES:
+            continue
+        bound = _index_bound(vi.name, users, dims)
+        ranges[vi.name] = (0, bound) if bound is not None else _DEFAULT_INT_RANGE
+    return ranges
+
+
+_INTEGER_TYPES = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
+                  onnx.TensorProto.UINT8, onnx.TensorProto.UINT16, onnx.TensorProto.UINT32, onnx.TensorProto.UINT64}
+
+
+def _index_bound(name: str, users: Mapping[str, list], dims: Mapping[str, list]) -> int | None:
+    """The smallest size an index reached from ``name`` may address, or None when it indexes nothing."""
+    bound, frontier, seen = None, [name], {name}
+    while frontier:
+        for node, slot in users.get(frontier.pop(), ()):
+            size = None
+            if node.op_type in ("Gather", "GatherElements") and slot == 1:
+                axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+                data = dims.get(node.input[0]) or []
+                size = data[axis] if -len(data) <= axis < len(data) else None
+            elif node.op_type == "GatherND" and slot == 1:
+                known = [d for d in dims.get(node.input[0]) or [] if d]
+                size = min(known) if known else None
+            elif node.op_type in _VALUE_PRESERVING and (slot == 0 or node.op_type == "Concat"):
+                fresh = [o for o in node.output if o not in seen]
+                seen.update(fresh)
+                frontier.extend(fresh)
+            if size:
+                bound = size if bound is None else min(bound, size)
+    return bound
+
+
+def random_inputs(source, seed: int = 0) -> dict[str, np.ndarray]:
+    """Seeded random inputs for a model: standard normal floats, random booleans, integers in a valid range.
+
+    Args:
+        source: an ONNX model or a taso Graph (integer inputs then get ranges from how the
+            model uses them, see :func:`integer_ranges`), or a mapping of input types.
+        seed: the random seed.
+    """
+    from .ir import Graph
+
+    if isinstance(source, onnx.ModelProto):
+        types = _model_input_types(source)
+        ranges = integer_ranges(source)
+    elif isinstance(source, Graph):
+        from .onnx import export_onnx
+
+        types, ranges = source.inputs, integer_ranges(export_onnx(source))
+    else:
+        types, ranges = source, {}
     rng = np.random.default_rng(seed)
-    return {name: _random_array(t, rng) for name, t in types.items()}
+    feeds = {}
+    for name, t in types.items():
+        if t.dtype.startswith(("int", "uint")):
+            low, high = ranges.get(name, _DEFAULT_INT_RANGE)
+            feeds[name] = rng.integers(low, max(high, low + 1), t.shape).astype(t.dtype)
+        else:
+            feeds[name] = _random_array(t, rng)
+    return feeds
+
+
+def _model_input_types(model: onnx.ModelProto) -> dict[str, TensorType]:
+    """The types of a model's real inputs (initializers listed as inputs left out); every dim must be static."""
+    initializers = {t.name for t in model.graph.initializer}
+    types = {}
+    for vi in model.graph.input:
+        if vi.name in initializers:
+            continue
+        tt = vi.type.tensor_type
+        shape = tuple(d.dim_value for d in tt.shape.dim)
+        if any(d <= 0 for d in shape):
+            raise TasoError(f"input {vi.name!r} has a dynamic dimension: give its shape")
+        types[vi.name] = TensorType(shape, onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type).name)
+    return types
 
 
 def load_inputs(path: str, types: Mapping[str, TensorType]) -> dict[str, np.ndarray]:
@@ -97,10 +199,11 @@ def compare_models(original: onnx.ModelProto, optimized: onnx.ModelProto, input_
                     return Comparison(False, name, float("inf"), float("inf"), len(input_sets))
                 continue
             want64, got64 = want.astype(np.float64), got.astype(np.float64)
-            both_nan = np.isnan(want64) & np.isnan(got64)
+            agree = (want64 == got64) | (np.isnan(want64) & np.isnan(got64))  # equal infinities agree too
             finite = want64[np.isfinite(want64)]
             scale = max(1.0, float(np.max(np.abs(finite))) if finite.size else 1.0)
-            diff = np.where(both_nan, 0.0, np.abs(got64 - want64))
+            with np.errstate(invalid="ignore"):
+                diff = np.where(agree, 0.0, np.abs(got64 - want64))
             diff = np.where(np.isnan(diff), np.inf, diff)
             worst = float(np.max(diff)) if diff.size else 0.0
             if worst > result.worst_abs:
