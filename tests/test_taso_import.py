@@ -118,6 +118,22 @@ def test_unknown_operator_type_is_reported_by_number():
     assert result.skipped == [(0, "TASO operator type 99 has no counterpart in taso")]
 
 
+def test_random_garbage_rules_are_skipped_with_a_reason_never_a_crash():
+    rng = random.Random(1)
+
+    def random_op(count: int) -> ti.TasoOp:
+        refs = tuple((rng.choice([rng.randint(-22, -1), rng.randint(0, count)]), rng.randint(0, 1)) for _ in range(rng.randint(0, 3)))
+        params = tuple((rng.randint(0, 16), rng.randint(-2, 5)) for _ in range(rng.randint(0, 5)))
+        return ti.TasoOp(rng.randint(0, 30), refs, params)
+
+    rules = [ti.TasoRule(tuple(random_op(k) for k in range(rng.randint(1, 3))), tuple(random_op(k) for k in range(rng.randint(1, 3))),
+                         ((rng.randint(-2, 2), 0, rng.randint(-2, 2), 0),)) for _ in range(300)]
+    result = ti.import_rules(ti.decode(ti.encode(rules)))
+    assert len(result.library) + len(result.skipped) == 300
+    for rule in result.library:
+        rule.validate()
+
+
 # ---- verification ---------------------------------------------------------------------------------------------
 
 

@@ -370,6 +370,13 @@ class _Side:
         return f"{self.prefix}{self.counter - 1}"
 
     def add(self, index: int, o: TasoOp, names: Mapping[int, str]) -> None:
+        try:
+            self._add(index, o, names)
+        except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError) as e:
+            # NOTE: a malformed operator (wrong input count, impossible parameter) costs its rule, never the import.
+            raise Unconvertible(f"malformed TASO {o.name} ({type(e).__name__}: {e})") from None
+
+    def _add(self, index: int, o: TasoOp, names: Mapping[int, str]) -> None:
         inputs = [self.value(ref, names) for ref in o.inputs]
         types = [self.types[v] for v in inputs]
         if o.type == OP["split"]:
