@@ -86,7 +86,7 @@ def bench_model(name: str, model: onnx.ModelProto, threads: int, args, path: str
     report = outcome.report
     original = source.timing_source()
     optimized = original if outcome.model is None else outcome.model.SerializeToString()
-    feeds = random_inputs(source.graph.inputs)
+    feeds = random_inputs(source.graph)
     sessions = {
         "original_noopt": _session(original, threads, optimize=False),
         "original_ortall": _session(original, threads, optimize=True),
@@ -116,7 +116,7 @@ def bench_model_gpu(name: str, model: onnx.ModelProto, args) -> BenchRow:
     finally:
         cost_model.close()
     optimized = export_onnx(best)
-    host_feeds = random_inputs(graph.inputs)
+    host_feeds = random_inputs(graph)
     comparison = compare_models(model, optimized, [host_feeds])
     if not comparison.ok:
         raise TasoError(f"{name}: the optimized model does not match the original ({comparison.describe()}); not benchmarked")
