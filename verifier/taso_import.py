@@ -519,7 +519,10 @@ def to_rule(rule: TasoRule, index: int = 0, shapes: Mapping[str, Sequence[int]] 
             built = _search_shapes(rule, ids, {i: s for i, s in given.items() if i not in pool}, index)
         except Unconvertible as e:
             raise first or e from None
-    general = _with_shape_expressions(built)
+    try:
+        general = _with_shape_expressions(built)
+    except TasoError as e:
+        raise Unconvertible(f"its shape parameters cannot be expressed over its inputs ({e})") from None
     if generic:
         general = _at_shapes(general, _generic_shapes(general))
     if given:
