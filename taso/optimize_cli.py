@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     extra = load_inputs(args.inputs, source.graph.inputs) if args.inputs else None
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
     say(f"taso: {len(source.graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
-    with _progress_bar(args) as progress:
+    with _ProgressBar(args) as progress:
         outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit), args.threads,
                                  confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress)
     for note in outcome.notes:
@@ -103,7 +103,7 @@ def _input_as_given(source):
         return f.read()
 
 
-class _progress_bar:
+class _ProgressBar:
     """A tqdm bar over the search budget (off with --quiet, or when stderr is not a terminal)."""
 
     def __init__(self, args):

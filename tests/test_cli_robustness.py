@@ -121,6 +121,28 @@ def test_an_optimized_ir3_model_keeps_its_weights_constant(tmp_path, capsys):
     assert [i.name for i in optimize_module.export_clean(taso.load_onnx(src)).graph.input] == ["data"]
 
 
+def test_a_model_zoo_file_from_the_onnx_wheel_keeps_its_weights_constant(tmp_path, capsys):
+    light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_squeezenet.onnx")
+    if not os.path.exists(light):
+        pytest.skip("this onnx wheel ships no light model-zoo files")
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", light, "-o", str(out), "--cost", "analytic", "--budget", "3", "--quiet"]) == 0, capsys.readouterr().err
+    written = onnx.load(str(out))
+    assert written.ir_version < 4 or [i.name for i in written.graph.input] == ["data_0"]
+
+
+def test_an_unchanged_model_with_external_data_is_written_whole(tmp_path, merge_only_library, capsys):
+    """Its bytes alone would point at a data file that is not beside the output."""
+    (tmp_path / "in").mkdir()
+    src, out = tmp_path / "in" / "ext.onnx", tmp_path / "out.onnx"
+    onnx.save(ir3_convnet(), str(src), save_as_external_data=True, all_tensors_to_one_file=True, location="ext.data", size_threshold=0)
+    assert main(["optimize", str(src), "-o", str(out), "--library", merge_only_library, "--cost", "analytic", "--quiet"]) == 0
+    from helpers import run_ort
+
+    feeds = {"data": np.random.default_rng(0).standard_normal((1, 16, 8, 8)).astype(np.float32)}
+    np.testing.assert_array_equal(run_ort(onnx.load(str(out)), feeds)[0], run_ort(ir3_convnet(), feeds)[0])
+
+
 def test_the_guard_times_the_input_file_as_given_and_keeps_it_when_nothing_pays(tmp_path, library, monkeypatch):
     src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
     timed = []
