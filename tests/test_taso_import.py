@@ -59,8 +59,12 @@ def test_tasos_enum_numbers():
 
 
 def test_committed_sample_is_what_the_script_writes(sample_rules):
-    from tests.data.taso_make_sample import SAMPLE  # noqa: PLC0415 - the script is data, imported only here
+    import importlib.util
 
+    spec = importlib.util.spec_from_file_location("taso_make_sample", os.path.join(DATA, "taso_make_sample.py"))
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    SAMPLE = script.SAMPLE
     assert sample_rules == SAMPLE
     with open(SAMPLE_PB, "rb") as f:
         assert f.read() == ti.encode(SAMPLE)

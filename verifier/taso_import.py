@@ -14,7 +14,7 @@ The message classes are built at run time from a ``FileDescriptorProto`` written
 (no generated code, no protoc). An operator's ``type`` is TASO's ``OpType`` and a
 parameter's ``key`` its ``PMParameter`` (``include/taso/ops.h``). A tensor with a negative
 ``opId`` is a graph input, numbered as TASO's generator numbers its input pool (``-1`` is
-the activation ``x1`` of shape 2x4, ``-10`` the 3x3 kernel ``w4`` of shape 4x4x3x3, ...);
+the activation ``x1`` of shape 2x4, ``-10`` the 4x4x3x3 kernel TASO calls ``w4`` and taso ``k1``, ...);
 otherwise it is output ``tsId`` of operator ``opId`` of the same side.
 
 The file holds no shapes, so the importer chooses them: TASO's own input pool by default
@@ -45,7 +45,8 @@ from taso.rules import Library, Rule, RuleInput, RuleNode, resolve_expr
 
 __all__ = [
     "TasoOp", "TasoRule", "TasoImportError", "Unconvertible", "ImportResult",
-    "message_classes", "decode", "encode", "read_file", "to_rule", "from_rule", "import_rules", "INPUT_POOL",
+    "message_classes", "decode", "encode", "read_file", "to_rule", "from_rule", "import_rules", "export_rules", "run_import",
+    "INPUT_POOL", "OP", "PM",
 ]
 
 # ---- TASO's enums (include/taso/ops.h) ---------------------------------------------------------
