@@ -447,7 +447,10 @@ def _fold_constant_node(state: _ImportState, node: onnx.NodeProto) -> bool:
         if attr is None or attr.name in ("sparse_value",) or attr.type in (onnx.AttributeProto.STRING, onnx.AttributeProto.STRINGS):
             return False
         value = helper.get_attribute_value(attr)
-        array = numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value, dtype=np.float32 if attr.name.startswith("value_float") else np.int64)
+        try:
+            array = numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value, dtype=np.float32 if attr.name.startswith("value_float") else np.int64)
+        except Exception as e:  # noqa: BLE001 - a tensor whose data does not fit its dims
+            raise ImportError_(f"Constant node {node.name!r} holds a tensor that cannot be read ({e})") from None
         _add_weight(state, node.output[0], array)
         return True
     if node.op_type in ("Shape", "Size") and node.input and state.resolve(node.input[0]) in state.types:

@@ -407,6 +407,64 @@ scalar_mul = define(
 )
 
 
+# ---- comparisons and selection (attention masks: masked_fill is Equal -> Where) ------------------------
+
+
+def _comparison_shape(types, p) -> TensorType:
+    require(types[0].dtype == types[1].dtype, f"operands have different dtypes {[t.dtype for t in types]}")
+    return TensorType(tuple(np.broadcast_shapes(types[0].shape, types[1].shape)), "bool")
+
+
+def _comparison_importer(name: str):
+    def importer(ctx) -> bool:
+        if len(ctx.inputs) != 2 or ctx.attr_names:
+            return False
+        ctx.emit(COMPARISON_OPS[name], list(ctx.inputs), ctx.outputs)
+        return True
+
+    return importer
+
+
+# name -> (NumPy semantics, ONNX op type)
+_COMPARISONS = {"equal": (np.equal, "Equal"), "less": (np.less, "Less"), "greater": (np.greater, "Greater")}
+COMPARISON_OPS = {}
+for _name, (_fn, _onnx_type) in _COMPARISONS.items():
+    COMPARISON_OPS[_name] = define(
+        _name,
+        arity=2,
+        shape=_comparison_shape,
+        numpy=(lambda fn: lambda xs, p: as_array(fn(xs[0], xs[1])))(_fn),
+        onnx=OnnxMapping((_onnx_type,), _comparison_importer(_name), _exporter_as(_onnx_type)),
+        groups=("elementwise", "comparison"),
+        doc=f"element-wise {_name} comparison with NumPy broadcasting, a bool tensor",
+    )
+
+
+def _where_shape(types, p) -> TensorType:
+    condition, x, y = types
+    require(condition.dtype == "bool", f"where: the condition must be bool, got {condition.dtype}")
+    require(x.dtype == y.dtype, f"where: operands have different dtypes {x.dtype} and {y.dtype}")
+    return TensorType(tuple(np.broadcast_shapes(condition.shape, x.shape, y.shape)), x.dtype)
+
+
+def _import_where(ctx) -> bool:
+    if len(ctx.inputs) != 3 or ctx.attr_names:
+        return False
+    ctx.emit(where, list(ctx.inputs), ctx.outputs)
+    return True
+
+
+where = define(
+    "where",
+    arity=3,
+    shape=_where_shape,
+    numpy=lambda xs, p: as_array(np.where(xs[0], xs[1], xs[2])),
+    onnx=OnnxMapping(("Where",), _import_where, _exporter_as("Where")),
+    groups=("elementwise",),
+    doc="condition ? x : y element-wise, with NumPy broadcasting",
+)
+
+
 def _import_variadic(op):
     """Sum/Max/Min with n inputs become a chain of binary ops."""
 
@@ -430,4 +488,4 @@ define_importer(("Sum",), _import_variadic(add))
 define_importer(("Max",), _import_variadic(BINARY_OPS["max"]))
 define_importer(("Min",), _import_variadic(BINARY_OPS["min"]))
 
-__all__ = ["UNARY_OPS", "BINARY_OPS", "apply_activation", "apply_activation_exact", "exact_with_activation", "emit_with_activation", "ACTIVATION_PARAM", "broadcast_shape"]
+__all__ = ["UNARY_OPS", "BINARY_OPS", "COMPARISON_OPS", "where", "apply_activation", "apply_activation_exact", "exact_with_activation", "emit_with_activation", "ACTIVATION_PARAM", "broadcast_shape"]
