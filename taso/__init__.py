@@ -10,13 +10,14 @@ Public API::
 
 from .errors import TasoError
 from .ir import Graph, Node, Params, TensorType, check
-from .onnx import export_onnx, load_onnx
+from .onnx import load_onnx
 
 # The submodule taso.optimize is imported first, so that the public function below is what
 # `taso.optimize` names afterwards (a later `import taso.optimize` finds the module in
 # sys.modules and does not rebind the attribute).
 from . import optimize as _optimize_module  # noqa: E402  isort: skip
 from .optimize import OutputMismatchError, save_onnx  # noqa: E402
+from .optimize import export_clean as export_onnx  # noqa: E402  (an IR-3 model's weights stay constants)
 
 optimize = _optimize_module.optimize
 

@@ -161,7 +161,7 @@ class ModelSource:
             t.data_location == onnx.TensorProto.EXTERNAL for t in onnx.load(self.path, load_external_data=False).graph.initializer)
 
 
-def export_clean(graph: Graph) -> onnx.ModelProto:
+def export_clean(graph: Graph, opset: int | None = None, check: bool = True) -> onnx.ModelProto:
     """``export_onnx(graph)``, without turning an IR-3 model's weights into overridable inputs.
 
     IR 3 requires every initializer to be listed as a graph input, and ONNX Runtime treats
@@ -171,7 +171,7 @@ def export_clean(graph: Graph) -> onnx.ModelProto:
     """
     from .onnx import export_onnx
 
-    model = export_onnx(graph)
+    model = export_onnx(graph, opset, check)
     if graph.meta.ir_version < 4 <= model.ir_version:
         initializers = {t.name for t in model.graph.initializer}
         kept = [i for i in model.graph.input if i.name not in initializers]
@@ -524,9 +524,7 @@ def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None, c
             (nothing is written); ``check=False`` skips the comparison.
         TasoError: the model cannot be exported or the path cannot be written.
     """
-    from .onnx import export_onnx
-
-    model = export_clean(graph) if opset is None else export_onnx(graph, opset)
+    model = export_clean(graph, opset)
     provenance = _PROVENANCE.get(graph)
     if check and provenance is not None and provenance.checked != model.SerializeToString():
         from .validate import random_inputs
