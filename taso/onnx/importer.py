@@ -1,9 +1,14 @@
 """ONNX -> Graph.
 
-Initializers become weights; Constant, Shape and small all-constant subgraphs are folded;
-each node is offered to the importers registered for its op type (see
+Initializers become weights; Constant, Shape, small ConstantOfShape and small all-constant
+subgraphs are folded, so the shape computations exporters write (Shape -> Gather -> Concat ->
+Reshape, ConstantOfShape -> Where -> Expand, Range...) become constants once the input shapes
+are fixed. Each node is offered to the importers registered for its op type (see
 :mod:`taso.ops`), and a node no importer claims becomes an opaque node kept verbatim, so any
-valid model loads and round-trips.
+valid model loads and round-trips. An opaque node's output types come from ONNX shape
+inference (over the model, then over the node with its folded inputs); running it is the
+last resort, on plausible random values, twice, and a shape that depends on the values is
+refused.
 """
 
 from __future__ import annotations
@@ -541,7 +546,7 @@ def _types_by_node_inference(state: _ImportState, node: onnx.NodeProto, captures
     outputs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
     graph = helper.make_graph([node], "node", inputs, outputs, initializer=initializers)
     model = helper.make_model(graph, opset_imports=list(state.model.opset_import))
-    model.ir_version = state.model.ir_version
+    model.ir_version = max(state.model.ir_version, 4)  # IR 3 would want every initializer listed as an input
     model.functions.extend(state.model.functions)
     try:
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
