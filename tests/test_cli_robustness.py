@@ -6,6 +6,7 @@ nothing half-written, and the Python API guarded like the CLI.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -23,7 +24,7 @@ from taso.cli import main
 from taso.rules import Library, Rule, RuleInput, RuleNode
 from taso.ir import TensorType
 
-optimize_module = sys.modules["taso.optimize"]  # `taso.optimize` is the public function
+optimize_module = importlib.import_module("taso.optimize")  # the module: `taso.optimize` is the public function
 
 
 # ---- models and libraries ----------------------------------------------------------------------
