@@ -287,14 +287,27 @@ class Library:
                 return r
         raise TasoError(f"no rule {rule_id!r} in the library")
 
+    def digest(self) -> str:
+        """A digest over every rule with its status and proof, in order (the header is not covered).
+
+        ``save`` records it and ``load`` checks it: a rule flipped from "candidate" to
+        "proved" by hand, or a proof edited, no longer matches and the file is refused.
+        """
+        h = hashlib.blake2b(digest_size=16)
+        for rule in self.rules:
+            h.update(json.dumps(rule.to_json(), sort_keys=True, separators=(",", ":")).encode())
+            h.update(b"\n")
+        return "blake2b-128:" + h.hexdigest()
+
     def to_json(self) -> dict:
-        return {"format": FORMAT, "version": VERSION, "header": self.header, "rules": [r.to_json() for r in self.rules]}
+        header = {k: v for k, v in self.header.items() if k != "digest"}
+        return {"format": FORMAT, "version": VERSION, "header": {**header, "digest": self.digest()}, "rules": [r.to_json() for r in self.rules]}
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n"
 
     @classmethod
-    def from_json(cls, data: Any, where: str = "rule file") -> Library:
+    def from_json(cls, data: Any, where: str = "rule file", check_digest: bool = True) -> Library:
         if not isinstance(data, Mapping) or data.get("format") != FORMAT:
             raise RuleFormatError(f"{where}: not a taso rule file (expected \"format\": \"{FORMAT}\")")
         version = data.get("version")
@@ -305,11 +318,16 @@ class Library:
         rules = data.get("rules")
         if not isinstance(rules, list):
             raise RuleFormatError(f"{where}: \"rules\" must be a list")
-        return cls([Rule.from_json(r) for r in rules], dict(data.get("header", {})))
+        library = cls([Rule.from_json(r) for r in rules], dict(data.get("header", {})))
+        recorded = library.header.get("digest")
+        if check_digest and recorded is not None and recorded != library.digest():
+            raise RuleFormatError(f"{where}: its rules do not match the digest in its header (edited by hand?); "
+                                  f"re-prove them with `taso verify {where} -o NEW.json`")
+        return library
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> Library:
-        """Reads a rule file.
+    def load(cls, path: str | os.PathLike, check_digest: bool = True) -> Library:
+        """Reads a rule file (``check_digest=False`` for a file about to be re-proved anyway).
 
         Raises:
             TasoError: missing file, not JSON, not a rule file, a newer format version, a malformed rule.
@@ -324,7 +342,7 @@ class Library:
             raise TasoError(f"{path}: cannot read ({e})") from None
         except json.JSONDecodeError as e:
             raise RuleFormatError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
-        return cls.from_json(data, path)
+        return cls.from_json(data, path, check_digest)
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the library atomically."""

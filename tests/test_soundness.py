@@ -131,3 +131,47 @@ def test_apply_fuzz_catches_a_false_rule():
         "target": [{"op": "matmul", "params": {}, "inputs": ["y", "x"], "outputs": ["t"]}],
         "outputs": [["s", "t"]], "status": "proved"})
     assert fuzz_rule(false).wrong
+
+
+# ---- integrity: a library edited by hand is refused ------------------------------------------------------
+
+
+def _small_library(tmp_path, status="proved"):
+    rule = load_rules()[0]
+    path = tmp_path / "lib.json"
+    Library([rule.with_status(status, {"prover": "z3"} if status == "proved" else None)]).save(path)
+    return path
+
+
+def test_a_status_flipped_by_hand_is_refused(tmp_path):
+    import json
+
+    from taso.errors import TasoError
+
+    path = _small_library(tmp_path, status="candidate")
+    data = json.loads(path.read_text())
+    data["rules"][0]["status"] = "proved"
+    path.write_text(json.dumps(data))
+    with pytest.raises(TasoError, match="digest"):
+        load_rules(str(path))
+    assert len(Library.load(path, check_digest=False)) == 1  # taso verify may still re-prove it
+
+
+def test_a_library_without_a_digest_is_not_trusted(tmp_path):
+    import json
+
+    from taso.errors import TasoError
+
+    path = _small_library(tmp_path)
+    data = json.loads(path.read_text())
+    del data["header"]["digest"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(TasoError, match="no integrity digest"):
+        load_rules(str(path))
+
+
+def test_the_shipped_library_carries_a_matching_digest():
+    from taso.optimize import DEFAULT_LIBRARY
+
+    library = Library.load(DEFAULT_LIBRARY)
+    assert library.header["digest"] == library.digest()
