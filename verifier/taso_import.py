@@ -670,38 +670,50 @@ def _reverse_window(name: str, params: Mapping[str, Any], image: TensorType, ker
     return [(PM["kernel_h"], kernel[0]), (PM["kernel_w"], kernel[1]), (PM["stride_h"], strides[0]), (PM["stride_w"], strides[1]), (PM["pad"], pad)]
 
 
+def _reverse_conv(name: str, params: Params, types: list[TensorType]) -> tuple[int, list[tuple[int, int]]]:
+    return OP["conv2d"], _reverse_window(name, params, types[0], types[1].shape[2:]) + [(PM["acti"], ACTIVATIONS.index(params["activation"]))]
+
+
+def _reverse_pool(name: str, params: Params, types: list[TensorType]) -> tuple[int, list[tuple[int, int]]]:
+    if name == "avg_pool2d" and params["count_include_pad"] != 1 and any(params["pads"]):
+        raise Unconvertible("avg_pool2d not counting its padding: TASO's average pool counts it")
+    if params["ceil_mode"]:
+        raise Unconvertible(f"{name} with ceil_mode: TASO has none")
+    kind = OP["pool2d_avg" if name == "avg_pool2d" else "pool2d_max"]
+    return kind, [(PM["op_type"], kind)] + _reverse_window(name, params, types[0], tuple(params["kernel"])) + [(PM["acti"], 0)]
+
+
+def _reverse_transpose(name: str, params: Params, types: list[TensorType]) -> tuple[int, list[tuple[int, int]]]:
+    perm, code = tuple(params["perm"]), 0
+    for p in perm:
+        code = code * len(perm) + p  # TASO's packing: digits in base rank, first axis most significant
+    return OP["transpose"], [(PM["numdim"], len(perm)), (PM["perm"], code), (PM["outshuffle"], 0)]
+
+
+def _plain(taso_name: str):
+    return lambda name, params, types: (OP[taso_name], [])
+
+
+_REVERSERS = {
+    "conv2d": _reverse_conv,
+    "avg_pool2d": _reverse_pool,
+    "max_pool2d": _reverse_pool,
+    "transpose": _reverse_transpose,
+    "concat": lambda name, p, types: (OP["concat"], [(PM["num_inputs"], len(types)), (PM["axis"], p["axis"]), (PM["numdim"], types[0].rank)]),
+    "split": lambda name, p, types: (OP["split"], [(PM["num_outputs"], len(p["sizes"])), (PM["axis"], p["axis"])]),
+    "matmul": lambda name, p, types: (OP["matmul"], [(PM["acti"], ACTIVATIONS.index(p["activation"]))]),
+    "enlarge": lambda name, p, types: (OP["enlarge"], [(PM["kernel_h"], p["kernel"][0]), (PM["kernel_w"], p["kernel"][1])]),
+    **{name: (lambda name, p, types: _reverse_constant(name, p)) for name in ("eye", "conv_identity", "pool_kernel", "fill")},
+    **{name: _plain(taso_name) for name, taso_name in
+       (("relu", "relu"), ("sigmoid", "sigmoid"), ("tanh", "tanh"), ("add", "ew_add"), ("mul", "ew_mul"), ("scalar_mul", "mul"))},
+}
+
+
 def _reverse(node: RuleNode, params: Params, types: list[TensorType]) -> tuple[int, list[tuple[int, int]]]:
     """The TASO OpType and parameters of one taso node."""
-    name = node.op
-    acti = [(PM["acti"], ACTIVATIONS.index(params.get("activation", "none")))]
-    if name == "conv2d":
-        return OP["conv2d"], _reverse_window(name, params, types[0], types[1].shape[2:]) + acti
-    if name in ("avg_pool2d", "max_pool2d"):
-        if name == "avg_pool2d" and params["count_include_pad"] != 1 and any(params["pads"]):
-            raise Unconvertible("avg_pool2d not counting its padding: TASO's average pool counts it")
-        if params.get("ceil_mode", 0):
-            raise Unconvertible(f"{name} with ceil_mode: TASO has none")
-        kind = OP["pool2d_avg" if name == "avg_pool2d" else "pool2d_max"]
-        return kind, [(PM["op_type"], kind)] + _reverse_window(name, params, types[0], tuple(params["kernel"])) + [(PM["acti"], 0)]
-    if name == "concat":
-        return OP["concat"], [(PM["num_inputs"], len(types)), (PM["axis"], params["axis"]), (PM["numdim"], types[0].rank)]
-    if name == "split":
-        return OP["split"], [(PM["num_outputs"], len(params["sizes"])), (PM["axis"], params["axis"])]
-    if name == "transpose":
-        perm, code = tuple(params["perm"]), 0
-        for p in perm:
-            code = code * len(perm) + p
-        return OP["transpose"], [(PM["numdim"], len(perm)), (PM["perm"], code), (PM["outshuffle"], 0)]
-    if name == "matmul":
-        return OP["matmul"], acti
-    if name == "enlarge":
-        return OP["enlarge"], [(PM["kernel_h"], params["kernel"][0]), (PM["kernel_w"], params["kernel"][1])]
-    if name in ("eye", "conv_identity", "pool_kernel", "fill"):
-        return _reverse_constant(name, params)
-    simple = {"relu": "relu", "sigmoid": "sigmoid", "tanh": "tanh", "add": "ew_add", "mul": "ew_mul", "scalar_mul": "mul"}
-    if name in simple:
-        return OP[simple[name]], []
-    raise Unconvertible(f"taso operator {name} has no TASO counterpart")
+    if node.op not in _REVERSERS:
+        raise Unconvertible(f"taso operator {node.op} has no TASO counterpart")
+    return _REVERSERS[node.op](node.op, params, types)
 
 
 def _reverse_constant(name: str, params: Params) -> tuple[int, list[tuple[int, int]]]:
