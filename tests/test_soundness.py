@@ -175,3 +175,30 @@ def test_the_shipped_library_carries_a_matching_digest():
 
     library = Library.load(DEFAULT_LIBRARY)
     assert library.header["digest"] == library.digest()
+
+
+# ---- vacuity: no proof rests on contradictory facts ---------------------------------------------------------
+
+
+def test_sample_of_shipped_rules_has_consistent_facts():
+    from taso.optimize import DEFAULT_LIBRARY
+    from taso.verifier.vacuity import contradiction
+
+    rules = Library.load(DEFAULT_LIBRARY).rules
+    assert [r.id for r in rules[:: len(rules) // 30] if contradiction(r, timeout_s=2.0)] == []
+
+
+def test_vacuity_check_names_an_axiom_that_changes_shapes():
+    from taso.specs import AXIOMS, Axiom
+    from taso.specs.terms import op, tensors
+    from taso.verifier.vacuity import contradiction
+
+    x, y = tensors("x y")
+    lie = Axiom("add-is-concat", op("add")(x, y), op("concat")(x, y, axis=0), lambda rng: {"x": (2, 2), "y": (2, 2)})
+    rule = Rule.from_json({
+        "inputs": [{"name": "x", "class": "mat", "shape": [2, 2], "dtype": "float32"}, {"name": "y", "class": "mat", "shape": [2, 2], "dtype": "float32"}],
+        "source": [{"op": "add", "params": {}, "inputs": ["x", "y"], "outputs": ["s"]}, {"op": "concat", "params": {"axis": 0}, "inputs": ["s", "x"], "outputs": ["u"]}],
+        "target": [{"op": "add", "params": {}, "inputs": ["y", "x"], "outputs": ["t"]}, {"op": "concat", "params": {"axis": 0}, "inputs": ["t", "x"], "outputs": ["v"]}],
+        "outputs": [["u", "v"]]})
+    assert contradiction(rule, timeout_s=5.0) is None
+    assert "add-is-concat" in (contradiction(rule, [*AXIOMS, lie], timeout_s=5.0) or [])
