@@ -362,17 +362,26 @@ def optimize_model(
     outcome = Outcome(source.graph, None, "input", report)
     candidates: dict[str, tuple[Graph, onnx.ModelProto]] = {}
     if best is not source.graph:
-        candidates["optimized"] = (best, export_clean(best))
-        if check:
+        _add_candidate(outcome, candidates, "optimized", best)
+        if check and candidates:
             _check_into(outcome, source, candidates["optimized"][1], input_sets, threads)
     if not confirm:
         if candidates:
             outcome.graph, outcome.model, outcome.kept = best, candidates["optimized"][1], "optimized"
         return outcome
     if source.path is not None:
-        candidates["re-export"] = (source.graph, export_clean(source.graph))
+        _add_candidate(outcome, candidates, "re-export", source.graph)
     _keep_fastest(outcome, source, candidates, input_sets, threads, check)
     return outcome
+
+
+def _add_candidate(outcome: Outcome, candidates: dict, name: str, graph: Graph) -> None:
+    """Exports a candidate; one taso cannot write is dropped with a note (the input, written unchanged, is always valid)."""
+    try:
+        candidates[name] = (graph, export_clean(graph))
+    except TasoError as e:
+        what = "the optimized graph" if name == "optimized" else "taso's re-export of the unchanged graph"
+        outcome.notes.append(f"{what} cannot be written as ONNX ({e}); not kept")
 
 
 def _check_into(outcome: Outcome, source: ModelSource, candidate: onnx.ModelProto, input_sets, threads: int) -> None:

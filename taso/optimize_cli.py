@@ -86,8 +86,8 @@ def run(args: argparse.Namespace) -> int:
     with _ProgressBar(args) as progress:
         outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit), args.threads,
                                  confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress)
-    for note in outcome.notes:
-        say(f"taso: note: {note}")
+    for note in outcome.notes:  # even with --quiet: they say why a candidate was not kept
+        print(f"taso: note: {note}", file=sys.stderr)
     if outcome.model is None:
         write_model(_input_as_given(source), args.output)
     else:

@@ -214,8 +214,8 @@ def test_onnx_runtime_failing_on_the_optimized_model_is_exit_3(tmp_path, library
     original_graph_names = set()
     real_export = optimize_module.export_clean
 
-    def export_broken(graph):
-        model = real_export(graph)
+    def export_broken(graph, opset=None, check=True):
+        model = real_export(graph, opset, check)
         return model if len(graph) in original_graph_names else _unrunnable(model)
 
     original_graph_names.add(len(taso.load_onnx(src)))
@@ -246,6 +246,25 @@ def test_onnx_runtime_failing_while_timing(tmp_path, library, capsys, monkeypatc
         optimize_module.optimize_model(source, taso_rules(library), "analytic", confirm=True)
     assert caught.value.exit_code == expected_code and "\n" not in str(caught.value)
     assert ("input model" if failing == 0 else "optimized model") in str(caught.value)
+
+
+def test_an_optimized_graph_taso_cannot_export_leaves_the_input_unchanged(tmp_path, library, capsys, monkeypatch):
+    from taso.errors import ExportError
+
+    src, out = _save(tmp_path, matmul_relu_model(), "mr.onnx"), tmp_path / "o.onnx"
+    original_nodes = len(taso.load_onnx(src))
+    real_export = optimize_module.export_clean
+
+    def failing_export(graph, opset=None, check=True):
+        if len(graph) != original_nodes:
+            raise ExportError("the exported model fails onnx.checker: planted")
+        return real_export(graph, opset, check)
+
+    monkeypatch.setattr(optimize_module, "export_clean", failing_export)
+    assert main(["optimize", src, "-o", str(out), "--library", library, "--cost", "analytic", "--quiet"]) == 0
+    captured = capsys.readouterr()
+    assert out.read_bytes() == open(src, "rb").read() and "byte for byte unchanged" in captured.out
+    assert "cannot be written as ONNX" in captured.err and "Traceback" not in captured.err
 
 
 # ---- defect 10: one line and exit 2, nothing half-written -------------------------------------
