@@ -3,7 +3,10 @@
 Each block runs on its own in a fresh temporary directory (so a block must build the models
 it uses), with a private cost cache, small search budgets and the analytic cost model: the
 point is that every command and call works as written, not to reproduce the figures. The
-only commands not run are listed in SKIPPED with the reason.
+only commands not run are listed in SKIPPED with the reason, and a block that cannot run
+offline in a test's time (a full benchmark, a download) says why on the line right above it:
+
+    <!-- readme-test: skip: builds the whole corpus (40 models, minutes) -->
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 BLOCK = re.compile(r"^```(python|bash)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+SKIP_MARK = re.compile(r"<!--\s*readme-test:\s*skip:\s*(.+?)\s*-->\s*$")
 
 # Command prefixes the test does not run, and why.
 SKIPPED = {
@@ -40,10 +44,15 @@ SMALL_BUDGETS = {
 PYTHON_SMALL_BUDGETS = [(re.compile(r"budget=\d+"), "budget=3"), (re.compile(r"cost=\"ort-cpu\""), 'cost="analytic"')]
 
 
-def readme_blocks() -> list[tuple[str, str, int]]:
-    """(language, code, line number) of every fenced python or bash block."""
+def readme_blocks() -> list[tuple[str, str, int, str | None]]:
+    """(language, code, line number, skip reason or None) of every fenced python or bash block."""
     text = README.read_text(encoding="utf-8")
-    return [(m.group(1), m.group(2), text.count("\n", 0, m.start()) + 1) for m in BLOCK.finditer(text)]
+    blocks = []
+    for m in BLOCK.finditer(text):
+        line_above = text[:m.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        mark = SKIP_MARK.search(line_above)
+        blocks.append((m.group(1), m.group(2), text.count("\n", 0, m.start()) + 1, mark.group(1) if mark else None))
+    return blocks
 
 
 def bash_commands(code: str) -> list[str]:
@@ -83,12 +92,14 @@ BLOCKS = readme_blocks()
 
 
 def test_the_readme_has_code_blocks():
-    languages = [language for language, _, _ in BLOCKS]
-    assert "python" in languages and "bash" in languages
+    run = [language for language, _, _, skip in BLOCKS if skip is None]
+    assert "python" in run and "bash" in run
 
 
-@pytest.mark.parametrize("language, code, line", BLOCKS, ids=[f"README.md:{line}-{language}" for language, _, line in BLOCKS])
-def test_readme_block_runs(language, code, line, tmp_path, monkeypatch):
+@pytest.mark.parametrize("language, code, line, skip", BLOCKS, ids=[f"README.md:{line}-{language}" for language, _, line, _ in BLOCKS])
+def test_readme_block_runs(language, code, line, skip, tmp_path, monkeypatch):
+    if skip is not None:
+        pytest.skip(f"README.md:{line}: {skip}")
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path / "cache"))
     if language == "python":
@@ -111,7 +122,7 @@ def test_readme_block_runs(language, code, line, tmp_path, monkeypatch):
 
 def test_a_skipped_command_hides_no_other_command():
     """A skipped set-up line cannot carry a real command past the test (`pip install x; taso ...`)."""
-    for language, code, line in BLOCKS:
+    for language, code, line, _ in BLOCKS:
         if language == "bash":
             for command in bash_commands(code):
                 if skip_reason(command):
@@ -122,3 +133,9 @@ def test_small_keeps_pipes_and_appends_budgets():
     assert small("taso optimize a.onnx -o b.onnx").endswith("--time-limit 20 --quiet")
     piped = small("taso info a.onnx | head -1")
     assert piped.endswith("| head -1") and "-m taso info a.onnx" in piped
+
+
+def test_a_skip_mark_needs_a_reason(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "README", tmp_path / "README.md")
+    (tmp_path / "README.md").write_text("<!-- readme-test: skip: downloads a model -->\n```bash\ncurl x\n```\n\n```python\nprint(1)\n```\n")
+    assert [(lang, skip) for lang, _, _, skip in readme_blocks()] == [("bash", "downloads a model"), ("python", None)]
