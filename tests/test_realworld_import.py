@@ -346,12 +346,20 @@ def test_opaque_node_typed_by_shape_inference_after_folding():
     assert str(graph.type("tiled")) == "float32[4,12]"
 
 
-def test_value_dependent_shape_is_refused_not_guessed_from_zeros():
-    """Pads read from an input at run time: a zero-filled probe silently typed this Pad as the identity."""
-    nodes = [helper.make_node("Pad", ["x", "pads"], ["p"], mode="constant"), helper.make_node("Relu", ["p"], ["y"])]
-    model = _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [1, 4]), helper.make_tensor_value_info("pads", INT64, [4])],
-                   [helper.make_tensor_value_info("y", FLOAT, ["rows", "columns"])])
-    with pytest.raises(ImportError_, match=r"Pad node .* depend on the values of its inputs"):
+@pytest.mark.parametrize("op_type", ["Pad", "Unique", "NonZero"])
+def test_value_dependent_shape_is_refused_not_guessed_from_zeros(op_type):
+    """Pads read from an input at run time (a zero-filled probe typed this Pad as the identity),
+    or a shape set by which values are equal or nonzero (distinct random floats hid it)."""
+    x = helper.make_tensor_value_info("x", FLOAT, [1, 4])
+    if op_type == "Pad":
+        node = helper.make_node("Pad", ["x", "pads"], ["p"], mode="constant")
+        inputs = [x, helper.make_tensor_value_info("pads", INT64, [4])]
+    else:
+        node = helper.make_node(op_type, ["x"], ["p"])
+        inputs = [x]
+    elem = INT64 if op_type == "NonZero" else FLOAT
+    model = _model([node, helper.make_node("Identity", ["p"], ["y"])], inputs, [helper.make_tensor_value_info("y", elem, ["rows", "columns"][: 1 if op_type == "Unique" else 2])])
+    with pytest.raises(ImportError_, match=rf"{op_type} node .* depend on the values of its inputs"):
         taso.load_onnx(model)
 
 

@@ -560,10 +560,12 @@ def _plausible_array(t: TensorType, rng: np.random.Generator, probe: int) -> np.
     """Random values of a type, never all zeros (zeros take If's other branch and give Pad zero pads).
 
     The two probes differ everywhere they can: booleans are complementary, integers come
-    from 1..3 then 1..8, so a shape that depends on the values shows up as a difference.
+    from 1..3 then 1..8, floats are distinct normals then small integers with repeats and
+    zeros (Unique, NonZero), so a shape that depends on the values shows up as a difference.
     """
     if t.dtype.startswith("float"):
-        return rng.standard_normal(t.shape).astype(t.dtype)
+        values = rng.standard_normal(t.shape) if probe == 0 else rng.integers(-2, 3, t.shape)
+        return values.astype(t.dtype)
     if t.dtype == "bool":
         pattern = (np.arange(t.size) % 2 == 0).reshape(t.shape)
         return pattern if probe == 0 else ~pattern
