@@ -363,16 +363,31 @@ def test_value_dependent_shape_is_refused_not_guessed_from_zeros(op_type):
         taso.load_onnx(model)
 
 
-def test_if_on_a_runtime_condition_with_branches_of_different_shapes_is_refused():
+def _if_model(condition_nodes, condition_input) -> onnx.ModelProto:
     then_graph = helper.make_graph([helper.make_node("Concat", ["x", "x"], ["out_then"], axis=1)], "then", [],
                                    [helper.make_tensor_value_info("out_then", FLOAT, [1, 8])])
     else_graph = helper.make_graph([helper.make_node("Identity", ["x"], ["out_else"])], "else", [],
                                    [helper.make_tensor_value_info("out_else", FLOAT, [1, 4])])
-    nodes = [helper.make_node("If", ["cond"], ["y"], then_branch=then_graph, else_branch=else_graph, name="sr_switch")]
-    model = _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [1, 4]), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
-                   [helper.make_tensor_value_info("y", FLOAT, [1, "width"])])
-    with pytest.raises(ImportError_, match=r"If node 'sr_switch'.* depend on the values"):
+    nodes = condition_nodes + [helper.make_node("If", ["cond"], ["y"], then_branch=then_graph, else_branch=else_graph, name="sr_switch")]
+    return _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [1, 4]), condition_input], [helper.make_tensor_value_info("y", FLOAT, [1, "width"])])
+
+
+@pytest.mark.parametrize("condition", ["bool-input", "sample-rate"])
+def test_if_on_a_runtime_condition_with_branches_of_different_shapes_is_refused(condition):
+    """silero-vad switches on ``sr == 16000``: a probe (zeros before, small integers now) takes the else branch."""
+    if condition == "bool-input":
+        model = _if_model([], helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    else:
+        model = _if_model([_const("rate", 16000), helper.make_node("Equal", ["sr", "rate"], ["cond"])], helper.make_tensor_value_info("sr", INT64, []))
+    with pytest.raises(ImportError_, match=r"If node 'sr_switch' chooses at run time between branches"):
         taso.load_onnx(model)
+
+
+def test_if_on_a_constant_condition_is_typed_by_its_branch():
+    model = _if_model([_const("rate", 16000), _const("sr", 16000), helper.make_node("Equal", ["sr", "rate"], ["cond"])],
+                      helper.make_tensor_value_info("unused", FLOAT, [1]))
+    graph, _ = _roundtrip(model, _float_feeds({"x": (1, 4), "unused": (1,)}))
+    assert str(graph.type(graph.outputs[0])) == "float32[1,8]"
 
 
 # ---- 9. dimensions declared -1, IR versions from the future ------------------------------------------------

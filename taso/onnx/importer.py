@@ -524,8 +524,20 @@ def _opaque_output_types(state: _ImportState, node: onnx.NodeProto, captures: li
     if None in types:
         types = _types_by_node_inference(state, node, captures)
     if types is None or None in types:
+        _refuse_runtime_branch(state, node)
         types = _types_by_probe(state, node, inputs, params)
     return types
+
+
+def _refuse_runtime_branch(state: _ImportState, node: onnx.NodeProto) -> None:
+    """An If whose branches shape inference cannot reconcile, on a condition known only at run time.
+
+    A probe would pick one branch by the probe's values (silero-vad's ``sr == 16000`` is false
+    for any small integer), so the other branch's shapes would be baked in silently.
+    """
+    if node.op_type == "If" and state.resolve(node.input[0]) not in state.weights:
+        raise ImportError_(f"If node {node.name!r} chooses at run time between branches whose output shapes differ "
+                           f"or cannot be inferred (its condition {node.input[0]!r} is computed from the inputs): taso needs static shapes")
 
 
 def _types_by_node_inference(state: _ImportState, node: onnx.NodeProto, captures: list[str]) -> list[TensorType | None] | None:
