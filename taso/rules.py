@@ -352,8 +352,12 @@ class Library:
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(self.dumps())
             os.replace(tmp, path)
-        except OSError as e:
-            raise TasoError(f"{path}: cannot write ({e.strerror or e})") from None
+        except BaseException as e:  # Ctrl-C included: never leave the temporary file behind
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            if isinstance(e, OSError):
+                raise TasoError(f"{path}: cannot write ({e.strerror or e})") from None
+            raise
 
 
 def _jsonable(value: Any) -> Any:

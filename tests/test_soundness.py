@@ -202,3 +202,15 @@ def test_vacuity_check_names_an_axiom_that_changes_shapes():
         "outputs": [["u", "v"]]})
     assert contradiction(rule, timeout_s=5.0) is None
     assert "add-is-concat" in (contradiction(rule, [*AXIOMS, lie], timeout_s=5.0) or [])
+
+
+def test_an_interrupted_library_save_leaves_no_temporary_file(tmp_path, monkeypatch):
+    library = Library([load_rules()[0]])
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Library, "dumps", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        library.save(tmp_path / "lib.json")
+    assert list(tmp_path.iterdir()) == []
