@@ -38,7 +38,7 @@ transpose = define(
     arity=1,
     params=[Param("perm", "ints")],
     shape=_transpose_shape,
-    numpy=lambda xs, p: np.asarray(np.transpose(xs[0], p["perm"]), order="C"),  # keeps rank 0
+    numpy=lambda xs, p: np.transpose(xs[0], p["perm"]).copy(),  # C order, rank 0 kept (np.ascontiguousarray makes it 1), CuPy stays on device
     onnx=OnnxMapping(("Transpose",), _import_transpose, lambda ctx, n: ctx.emit("Transpose", list(n.inputs), list(n.outputs), perm=list(n.params["perm"]))),
     groups=("shape_only", "linear"),
     doc="permutes axes",
@@ -357,7 +357,7 @@ expand = define(
     arity=1,
     params=[Param("shape", "ints")],
     shape=_expand_shape,
-    numpy=lambda xs, p: np.array(np.broadcast_to(xs[0], p["shape"])),
+    numpy=lambda xs, p: np.broadcast_to(xs[0], p["shape"]).copy(),  # .copy(): CuPy arrays stay on the device
     onnx=OnnxMapping(("Expand",), _import_expand, lambda ctx, n: ctx.emit("Expand", [n.inputs[0], ctx.const(_int64(n.params["shape"]))], list(n.outputs))),
     groups=("shape_only",),
     doc="broadcasts x to a static shape (ONNX Expand, with the target shape resolved)",
