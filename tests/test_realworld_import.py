@@ -277,6 +277,16 @@ def test_torchscript_nasnet_cell_with_computed_pads_imports_natively():
     assert [n.params["pads"] for n in graph.nodes if n.op.name == "pad"] == [(0, 0, 1, 1, 0, 0, 0, 0), (0, 0, 2, 2, 0, 0, 2, 2)]
 
 
+def test_an_add_of_shapes_that_do_not_broadcast_says_so():
+    """Why an Add went opaque in NASNet: its inputs' types; the error now shows them, not the evaluator's 'Issues with types'."""
+    nodes = [helper.make_node("Add", ["a", "b"], ["y"], name="/cell_stem_0/Add")]
+    model = helper.make_model(helper.make_graph(nodes, "g", [helper.make_tensor_value_info("a", FLOAT, [1, 8, 5, 5]),
+                                                              helper.make_tensor_value_info("b", FLOAT, [1, 8, 4, 4])],
+                                                [helper.make_tensor_value_info("y", FLOAT, None)]), opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ImportError_, match=r"Add node '/cell_stem_0/Add' does not accept its input types: .*1,8,5,5.*1,8,4,4"):
+        taso.load_onnx(model)
+
+
 # ---- 5. Resize: empty optional inputs stay empty ------------------------------------------------------
 
 

@@ -432,17 +432,21 @@ def _import_node(state: _ImportState, node: onnx.NodeProto, importers, all_opset
     standard = node.domain in _ONNX_DOMAINS
     if standard and _fold_constant_node(state, node):
         return
+    shape_errors: list[str] = []
     if standard:
         for _op, importer in importers.get(node.op_type, ()):
             ctx = ImportContext(state, node)
             try:
                 handled = importer(ctx)
-            except (ShapeError, KeyError, IndexError, TypeError, ValueError):
+            except ShapeError as e:
+                handled = False  # kept: it explains a probe failure (an Add of shapes that do not broadcast)
+                shape_errors.append(str(e))
+            except (KeyError, IndexError, TypeError, ValueError):
                 handled = False  # an attribute combination this importer does not model
             if handled:
                 state.commit(ctx)
                 return
-    _import_opaque(state, node, all_opsets)
+    _import_opaque(state, node, all_opsets, shape_errors)
 
 
 def _fold_constant_node(state: _ImportState, node: onnx.NodeProto) -> bool:
@@ -497,7 +501,7 @@ def _add_weight(state: _ImportState, name: str, array: np.ndarray) -> None:
     state.types[name] = TensorType.of(array)
 
 
-def _import_opaque(state: _ImportState, node: onnx.NodeProto, all_opsets) -> None:
+def _import_opaque(state: _ImportState, node: onnx.NodeProto, all_opsets, shape_errors: Sequence[str] = ()) -> None:
     captures = [c for c in _subgraph_captures(node) if state.resolve(c) in state.types]
     present = [state.resolve(n) for n in node.input if n]
     inputs = present + [state.resolve(c) for c in captures]
@@ -509,7 +513,12 @@ def _import_opaque(state: _ImportState, node: onnx.NodeProto, all_opsets) -> Non
         captures=tuple(captures),
         opsets=all_opsets,
     )
-    out_types = _opaque_output_types(state, node, captures, inputs, params)
+    try:
+        out_types = _opaque_output_types(state, node, captures, inputs, params)
+    except ImportError_ as e:
+        if not shape_errors:
+            raise
+        raise ImportError_(f"{node.op_type} node {node.name!r} does not accept its input types: {shape_errors[0]}") from None
     outputs = [o for o in node.output if o]
     p = opaque.make_params(**params, out_types=tuple((t.shape, t.dtype) for t in out_types))
     state.nodes.append(Node(opaque, p, tuple(inputs), tuple(outputs), node.name))
