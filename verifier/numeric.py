@@ -50,14 +50,15 @@ def close(a: np.ndarray, b: np.ndarray, rtol: float) -> bool:
 
 
 def _renamed_shapes(rule: Rule, rng: np.random.Generator) -> dict[str, tuple[int, ...]]:
-    """Every distinct example size above 1 mapped to a new random size, the same everywhere it occurs.
+    """Distinct example sizes above 1 mapped to new random sizes (each with probability 0.6), the same everywhere they occur.
 
     Equal example sizes stay equal and 1s stay 1 (they may be what broadcasts): a rule that
     holds at its example shapes and is true in general holds here too, whatever
     equalities its proof will need.
     """
     sizes = sorted({d for i in rule.inputs for d in i.type.shape if d != 1})
-    new = {1: 1, **dict(zip(sizes, (int(v) for v in rng.choice(DIM_CHOICES[1:], size=len(sizes)))))}
+    new = {d: int(rng.choice(DIM_CHOICES[1:])) if rng.random() < 0.6 else d for d in sizes}  # some kept: a kernel size may be literal
+    new[1] = 1
     return {i.name: tuple(new[d] for d in i.type.shape) for i in rule.inputs}
 
 
@@ -77,7 +78,7 @@ def _fits(rule: Rule, shapes: Mapping[str, tuple[int, ...]]) -> bool:
     return all(source.type(s) == target.type(t) for s, t in rule.outputs)
 
 
-def random_shapes(rule: Rule, rng: np.random.Generator, count: int, tries: int = 40, independent: bool = True) -> list[dict[str, tuple[int, ...]]]:
+def random_shapes(rule: Rule, rng: np.random.Generator, count: int, tries: int = 60, independent: bool = True) -> list[dict[str, tuple[int, ...]]]:
     """Up to ``count`` distinct input shapes (of the example ranks) at which the rule is well formed.
 
     Half are consistent renamings of the example sizes; with ``independent``, the other half
