@@ -325,15 +325,54 @@ def test_paddle_resize_keeps_empty_optional_inputs_empty(opset, roi, scales, siz
             assert list(constants[resize.input[slot]].dims) == [0]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10 defect 5 lives in taso/cost_ort.py: OrtCpuCost.measure feeds random "
-                   "values (zeros for integers) to a node's constant inputs, so an opaque Resize is timed with sizes = 0 "
-                   "and ONNX Runtime refuses it ('Scale value should be greater than 0'); it must use the weights' values")
-def test_measured_cost_of_a_paddle_resize_uses_its_real_sizes(tmp_path, monkeypatch):
+def test_paddle_resize_is_native_and_its_measured_cost_uses_its_real_sizes(tmp_path, monkeypatch):
+    """Defect 5: the ort-cpu cost model timed the opaque Resize with sizes = 0 ('Scale value should
+    be greater than 0'); a native resize carries its sizes as parameters and is timed with them."""
     from taso.cost_ort import OrtCpuCost
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     graph = taso.load_onnx(_paddle_resize(13, "", "", True))
+    assert [n.op.name for n in graph.nodes] == ["resize", "relu"]
     assert OrtCpuCost(threads=1).graph_cost(graph) > 0
+
+
+@pytest.mark.xfail(strict=True, reason="taso/cost_ort.py: OrtCpuCost.measure feeds random values (zeros for integers) to a "
+                   "node's constant inputs, so an opaque Resize (here tf_crop_and_resize) is timed with sizes = 0 and ONNX "
+                   "Runtime refuses it ('Scale value should be greater than 0'); it must use the weights' values")
+def test_measured_cost_of_an_opaque_resize_uses_its_real_sizes(tmp_path, monkeypatch):
+    from taso.cost_ort import OrtCpuCost
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    nodes = [_const("roi", [0, 0, 0.1, 0.1, 1, 1, 0.9, 0.9], np.float32), _const("sizes", [1, 3, 6, 6]),
+             helper.make_node("Resize", ["x", "roi", "", "sizes"], ["y"], mode="linear", coordinate_transformation_mode="tf_crop_and_resize")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [1, 3, 8, 8])], [helper.make_tensor_value_info("y", FLOAT, [1, 3, 6, 6])])
+    graph = taso.load_onnx(model)
+    assert _opaque_types(graph) == ["Resize"]
+    assert OrtCpuCost(threads=1).graph_cost(graph) > 0
+
+
+@pytest.mark.parametrize("mode, coordinates, nearest, given", [
+    ("nearest", "asymmetric", "floor", "scales"),              # PyTorch's F.interpolate(scale_factor=2)
+    ("nearest", "half_pixel", "round_prefer_ceil", "sizes"),   # TensorFlow converters
+    ("linear", "pytorch_half_pixel", "round_prefer_floor", "sizes"),
+    ("linear", "align_corners", "round_prefer_floor", "sizes"),
+    ("linear", "half_pixel", "round_prefer_floor", "scales"),
+    ("cubic", "half_pixel", "round_prefer_floor", "scales"),
+    ("nearest", "asymmetric", "round_prefer_ceil", "sizes"),   # exact halves: 7 -> 4 puts x = 2 at 3.5
+])
+def test_native_resize_matches_onnxruntime(mode, coordinates, nearest, given):
+    x_shape, out = (1, 2, 5, 7), (1, 2, 8, 4)
+    factors = np.array([1, 1, 1.6, 0.6], np.float32)
+    nodes = [_const("factors", factors, np.float32), _const("sizes", out)]
+    inputs = ["x", "", "factors"] if given == "scales" else ["x", "", "", "sizes"]
+    attrs = {"nearest_mode": nearest} if mode == "nearest" else {}
+    nodes.append(helper.make_node("Resize", inputs, ["r"], mode=mode, coordinate_transformation_mode=coordinates, **attrs))
+    nodes.append(helper.make_node("Relu", ["r"], ["y"]))
+    model = _model(nodes, [helper.make_tensor_value_info("x", FLOAT, list(x_shape))], [helper.make_tensor_value_info("y", FLOAT, list(out))])
+    graph, _ = _roundtrip(model, _float_feeds({"x": x_shape}))
+    assert [n.op.name for n in graph.nodes] == ["resize", "relu"]
+    feeds = _float_feeds({"x": x_shape})(np.random.default_rng(5))
+    assert_close(graph.run(feeds)["y"], run_ort(model, feeds)[0], 1e-5, "NumPy semantics vs ONNX Runtime")
 
 
 # ---- 8. opaque nodes: shapes from inference after folding; probes checked, never zeros ---------------------
