@@ -54,7 +54,7 @@ def _cases(op_type: str) -> list:
 _CONSTANT_INPUTS = {
     "Reshape": (1,), "Slice": (1, 2, 3, 4), "Squeeze": (1,), "Unsqueeze": (1,), "Split": (1,), "Pad": (1, 2, 3),
     "Clip": (1, 2), "ReduceMean": (1,), "ReduceSum": (1,), "ReduceMax": (1,), "ConstantOfShape": (0,), "Gather": (1,),
-    "Expand": (1,), "Resize": (1, 2, 3),
+    "Expand": (1,), "Resize": (1, 2, 3), "Upsample": (1,),
 }
 
 

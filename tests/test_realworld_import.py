@@ -375,6 +375,18 @@ def test_native_resize_matches_onnxruntime(mode, coordinates, nearest, given):
     assert_close(graph.run(feeds)["y"], run_ort(model, feeds)[0], 1e-5, "NumPy semantics vs ONNX Runtime")
 
 
+@pytest.mark.parametrize("opset, mode", [(9, "nearest"), (9, "linear"), (10, "nearest"), (10, "linear")])
+def test_old_exporters_upsample_is_native_and_written_back_as_it_was(opset, mode):
+    """keras2onnx / old PyTorch: Upsample (opset 9) or Resize-10 with constant scales, asymmetric coordinates."""
+    op_type = "Upsample" if opset == 9 else "Resize"
+    nodes = [helper.make_node(op_type, ["x", "scales"], ["u"], mode=mode), helper.make_node("Relu", ["u"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [1, 2, 5, 7])], [helper.make_tensor_value_info("y", FLOAT, [1, 2, 10, 18])],
+                   [_init("scales", [1, 1, 2, 2.7])], opset=opset, ir_version=5)
+    graph, exported = _roundtrip(model, _float_feeds({"x": (1, 2, 5, 7)}))
+    assert [n.op.name for n in graph.nodes] == ["resize", "relu"]
+    assert [n.op_type for n in exported.graph.node] == [op_type, "Relu"]
+
+
 # ---- 8. opaque nodes: shapes from inference after folding; probes checked, never zeros ---------------------
 
 

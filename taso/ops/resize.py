@@ -111,6 +111,8 @@ def _resize_axis(x, axis: int, out_len: int, scale: float, p):
 
 def _resize(xs, p):
     x = xs[0]
+    if tuple(p["sizes"]) == tuple(x.shape):
+        return x.copy()  # as ONNX Runtime does, whatever the scales (3 * 1.3 rounds down to 3)
     for axis, (out_len, scale) in enumerate(zip(p["sizes"], p["scales"])):
         if out_len != x.shape[axis] or scale != 1.0:
             x = _resize_axis(x, axis, out_len, scale, p)
@@ -136,12 +138,29 @@ def _static_resize_args(ctx, x: TensorType):
     return None
 
 
+def _import_upsample(ctx) -> bool:
+    """Upsample (opset 9) and Resize-10: X and scales only, asymmetric coordinates; nearest
+    truncates when every scale is >= 1 (ONNX Runtime ceils on downsampled axes: kept opaque)."""
+    mode = ctx.attr("mode", "nearest")
+    scales = ctx.const(ctx.inputs[1]) if len(ctx.inputs) > 1 and ctx.inputs[1] else None
+    x = ctx.type(ctx.inputs[0])
+    if ctx.attr_names - {"mode"} or mode not in ("nearest", "linear") or scales is None or scales.size != x.rank or (scales < 1).any():
+        return False
+    factors = tuple(float(f) for f in scales.reshape(-1))
+    sizes = tuple(int(np.floor(np.float32(d) * np.float32(f))) for d, f in zip(x.shape, factors))
+    ctx.emit(resize, [ctx.inputs[0]], ctx.outputs, sizes=sizes, scales=factors, given="scales", mode=mode,
+             coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    return True
+
+
 def _import_resize(ctx) -> bool:
+    if ctx.op_type == "Upsample" or ctx.opset < 11:
+        return _import_upsample(ctx)
     mode = ctx.attr("mode", "nearest")
     coordinates = ctx.attr("coordinate_transformation_mode", "half_pixel")
     nearest = ctx.attr("nearest_mode", "round_prefer_floor")
     roi = ctx.const(ctx.inputs[1]) if len(ctx.inputs) > 1 and ctx.inputs[1] else np.zeros(0)
-    if (ctx.opset < 11 or ctx.attr_names - _ATTRIBUTES or mode not in _MODES or coordinates not in _COORDINATE_MODES
+    if (ctx.attr_names - _ATTRIBUTES or mode not in _MODES or coordinates not in _COORDINATE_MODES
             or nearest not in _NEAREST_MODES or ctx.attr("antialias", 0) or ctx.attr("keep_aspect_ratio_policy", "stretch") != "stretch"
             or roi is None or roi.size):
         return False
@@ -159,7 +178,8 @@ def _import_resize(ctx) -> bool:
 def _export_resize(ctx, node) -> None:
     p = node.params
     if ctx.opset < 11:
-        raise ctx.error(f"resize with coordinate_transformation_mode needs ONNX opset >= 11; the model has opset {ctx.opset}")
+        _export_upsample(ctx, node)
+        return
     empty = "" if ctx.opset >= 13 else ctx.const(np.zeros(0, np.float32), "roi")
     if p["given"] == "scales":
         inputs = [node.inputs[0], empty, ctx.const(np.asarray(p["scales"], np.float32), "scales")]
@@ -172,6 +192,17 @@ def _export_resize(ctx, node) -> None:
     if p["mode"] == "cubic":
         attrs.update(cubic_coeff_a=p["cubic_coeff_a"], exclude_outside=p["exclude_outside"])
     ctx.emit("Resize", inputs, list(node.outputs), **attrs)
+
+
+def _export_upsample(ctx, node) -> None:
+    """Opset 9 writes Upsample, opset 10 Resize-10: both take scales only, with asymmetric coordinates."""
+    p = node.params
+    simple = (p["given"] == "scales" and p["coordinate_transformation_mode"] == "asymmetric" and p["mode"] in ("nearest", "linear")
+              and (p["mode"] == "linear" or p["nearest_mode"] == "floor") and all(f >= 1 for f in p["scales"]))
+    if not simple:
+        raise ctx.error(f"this resize ({p['mode']}, {p['coordinate_transformation_mode']}) needs ONNX opset >= 11; the model has opset {ctx.opset}")
+    scales = ctx.const(np.asarray(p["scales"], np.float32), "scales")
+    ctx.emit("Upsample" if ctx.opset < 10 else "Resize", [node.inputs[0], scales], list(node.outputs), mode=p["mode"])
 
 
 resize = define(
@@ -189,7 +220,7 @@ resize = define(
     ],
     shape=_resize_shape,
     numpy=_resize,
-    onnx=OnnxMapping(("Resize",), _import_resize, _export_resize),
+    onnx=OnnxMapping(("Resize", "Upsample"), _import_resize, _export_resize),
     groups=("spatial",),
     doc="nearest, (multi)linear or cubic resize to a static shape (ONNX Resize without roi or antialiasing)",
 )
