@@ -435,6 +435,29 @@ def build_torch_models(cache_dir: Path, only: set[str] | None, sources: Iterable
     return failures
 
 
+def with_static_inputs(model, shapes: dict[str, list[int]]):
+    """A copy of an onnx ModelProto whose graph inputs carry the pinned shapes, so random inputs can be drawn for it."""
+    import onnx
+
+    pinned = onnx.ModelProto()
+    pinned.CopyFrom(model)
+    for vi in pinned.graph.input:
+        if vi.name in shapes:
+            dims = vi.type.tensor_type.shape.dim
+            del dims[:]
+            for d in shapes[vi.name]:
+                dims.add().dim_value = d
+    return pinned
+
+
+def input_shape_args(entry: Entry) -> list[str]:
+    """The `taso optimize --input-shape` arguments that fix the entry's symbolic dims."""
+    args = []
+    for name, dims in entry.input_shapes.items():
+        args += ["--input-shape", f"{name}={','.join(map(str, dims))}"]
+    return args
+
+
 # ---- the whole corpus ---------------------------------------------------------------------------------
 
 

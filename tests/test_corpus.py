@@ -47,7 +47,14 @@ def _load_corpus_module():
 corpus = _load_corpus_module()
 
 # Models taso refuses on purpose (exit 2, one line): name -> a phrase of the reason.
-REFUSED: dict[str, str] = {}
+# Silero VAD's graphs branch on the sample-rate input `sr` (8 kHz or 16 kHz) with an If whose
+# condition is computed from an input: taso refuses rather than guess a branch (issue 10, defect 8).
+_DATA_DEPENDENT_IF = "chooses at run time between branches"
+REFUSED: dict[str, str] = {
+    "pypi-wheel/silero_vad": _DATA_DEPENDENT_IF,
+    "pypi-wheel/silero_vad_op18_ifless": _DATA_DEPENDENT_IF,
+    "pypi-wheel/openwakeword_silero_vad": _DATA_DEPENDENT_IF,
+}
 
 # Known defects (another part of taso owns the fix): (test, model name) -> the defect, as seen.
 KNOWN_DEFECTS: dict[tuple[str, str], str] = {}
@@ -91,19 +98,6 @@ def _require_file(entry) -> Path:
     pytest.skip(f"{entry.name}: not in the corpus cache {path.parent}; build it with: python benchmarks/corpus.py build")
 
 
-def _with_static_inputs(model: onnx.ModelProto, shapes: dict[str, list[int]]) -> onnx.ModelProto:
-    """A copy whose graph inputs carry the pinned shapes, so random_inputs can draw for them (ONNX Runtime runs both alike)."""
-    pinned = onnx.ModelProto()
-    pinned.CopyFrom(model)
-    for vi in pinned.graph.input:
-        if vi.name in shapes:
-            dims = vi.type.tensor_type.shape.dim
-            del dims[:]
-            for d in shapes[vi.name]:
-                dims.add().dim_value = d
-    return pinned
-
-
 def test_roundtrip_matches_on_onnx_runtime(entry):
     """Import then export, unchanged: ONNX Runtime gives the same outputs as the original file."""
     path = _require_file(entry)
@@ -114,17 +108,15 @@ def test_roundtrip_matches_on_onnx_runtime(entry):
         return
     graph = taso.load_onnx(model, entry.input_shapes or None)
     exported = taso.export_onnx(graph)
-    original = _with_static_inputs(model, entry.input_shapes)
+    original = corpus.with_static_inputs(model, entry.input_shapes)
     input_sets = [random_inputs(original, seed) for seed in (0, 1)]
     result = compare_models(original, exported, input_sets)
     assert result.ok, f"{entry.name}: {result.describe()}"
 
 
 def _optimize_command(entry, path: Path, out: Path, time_limit: str) -> list[str]:
-    command = [sys.executable, "-m", "taso", "optimize", str(path), "-o", str(out), "--cost", "analytic", "--time-limit", time_limit, "--quiet"]
-    for name, dims in entry.input_shapes.items():
-        command += ["--input-shape", f"{name}={','.join(map(str, dims))}"]
-    return command
+    return [sys.executable, "-m", "taso", "optimize", str(path), "-o", str(out), "--cost", "analytic", "--time-limit", time_limit, "--quiet",
+            *corpus.input_shape_args(entry)]
 
 
 def test_optimize_cli(entry, tmp_path, request):
