@@ -7,7 +7,7 @@ import pytest
 
 from taso.specs import AXIOMS, axiom
 from taso.specs.terms import ge, rank
-from taso.verifier.axiom_check import _compare
+from taso.verifier.axiom_check import compare_sides
 from taso.verifier.axiom_fuzz import compose, fuzz_axiom, fuzz_compositions
 
 
@@ -39,14 +39,14 @@ def _env(valuation):
 
 @pytest.mark.parametrize("name,valuation", COUNTEREXAMPLES, ids=[c[0] for c in COUNTEREXAMPLES])
 def test_audited_counterexample_is_excluded_by_the_guard(name, valuation):
-    assert _compare(axiom(name), _env(valuation), "float64", 1e-7) is None
+    assert compare_sides(axiom(name), _env(valuation), "float64", 1e-7) is None
 
 
 @pytest.mark.parametrize("name,valuation", COUNTEREXAMPLES, ids=[c[0] for c in COUNTEREXAMPLES])
 def test_the_old_guard_is_caught_by_the_fuzzer(name, valuation):
     ax = axiom(name)
     weakened = type(ax)(ax.name + "-old", ax.lhs, ax.rhs, ax.sample, when=tuple(c for c in ax.when if c not in _NEW_GUARDS[name]), rtol=ax.rtol)
-    assert _compare(weakened, _env(valuation), "float64", 1e-7) is not None  # the counterexample is real
+    assert compare_sides(weakened, _env(valuation), "float64", 1e-7) is not None  # the counterexample is real
     assert not fuzz_axiom(weakened, count=600, seed=0).ok
 
 

@@ -18,7 +18,7 @@ import numpy as np
 from taso.specs import Axiom, spec_of
 from taso.specs.terms import App, TensorVar, apps, concrete_params, evaluate, holds
 
-__all__ = ["AxiomReport", "validate_axiom", "perturbations", "check_shape_rules"]
+__all__ = ["AxiomReport", "validate_axiom", "perturbations", "check_shape_rules", "compare_sides", "stable_seed"]
 
 
 @dataclass
@@ -44,7 +44,7 @@ class AxiomReport:
         return not self.failures
 
 
-def _stable_seed(name: str, seed: int) -> int:
+def stable_seed(name: str, seed: int) -> int:
     return seed * 1_000_003 + sum((i + 1) * ord(ch) for i, ch in enumerate(name))
 
 
@@ -96,7 +96,7 @@ def _environment(axiom: Axiom, valuation: Mapping[str, Any], rng: np.random.Gene
     return env
 
 
-def _compare(axiom: Axiom, env: Mapping[str, Any], dtype: str, rtol: float) -> str | None:
+def compare_sides(axiom: Axiom, env: Mapping[str, Any], dtype: str, rtol: float) -> str | None:
     """None when the axiom holds on ``env`` (guards false included); otherwise what went wrong."""
     if not all(holds(c, env, dtype) for c in axiom.when):
         return None
@@ -126,13 +126,13 @@ def validate_axiom(axiom: Axiom, trials: int = 30, perturbed: int = 4, seed: int
     Returns:
         The report; ``report.ok`` is False when the axiom fails anywhere.
     """
-    rng = np.random.default_rng(_stable_seed(axiom.name, seed))
+    rng = np.random.default_rng(stable_seed(axiom.name, seed))
     report = AxiomReport(axiom.name)
     for _ in range(trials):
         sampled = axiom.sample(rng)
         for index, valuation in enumerate([sampled, *perturbations(sampled, rng, perturbed)]):
             env = _environment(axiom, valuation, rng, dtype)
-            problem = _compare(axiom, env, dtype, axiom.rtol if dtype == "float64" else 1e-4)
+            problem = compare_sides(axiom, env, dtype, axiom.rtol if dtype == "float64" else 1e-4)
             if problem is not None:
                 shown = {k: valuation[k] for k in sorted(env)}
                 report.failures.append(f"{problem} at {shown}")
@@ -171,7 +171,7 @@ def check_shape_rules(axiom: Axiom, trials: int = 10, seed: int = 0, dtype: str 
     must have the dimensions its spec computes, and every requirement of the spec must hold:
     these become the verifier's ground facts, and a false fact would prove anything.
     """
-    rng = np.random.default_rng(_stable_seed(axiom.name, seed + 1))
+    rng = np.random.default_rng(stable_seed(axiom.name, seed + 1))
     problems: list[str] = []
     for _ in range(trials):
         sampled = axiom.sample(rng)

@@ -26,7 +26,7 @@ import numpy as np
 from taso.specs import AXIOMS, Axiom
 from taso.specs.terms import App, IntVar, TensorVar, Term, evaluate, holds
 
-from .axiom_check import _compare, _stable_seed
+from .axiom_check import compare_sides, stable_seed
 
 __all__ = ["FuzzReport", "adversarial_valuations", "fuzz_axiom", "compose", "fuzz_compositions", "main"]
 
@@ -112,7 +112,7 @@ def _check(axiom: Axiom, valuation: Mapping[str, Any], rng: np.random.Generator,
     if not all(holds(c, env, "float64") for c in axiom.when):
         return
     report.guarded += 1
-    problem = _compare(axiom, env, "float64", axiom.rtol)
+    problem = compare_sides(axiom, env, "float64", axiom.rtol)
     if problem is not None:
         report.failures.append(f"{problem} at {dict(valuation)}")
     else:
@@ -122,7 +122,7 @@ def _check(axiom: Axiom, valuation: Mapping[str, Any], rng: np.random.Generator,
 def fuzz_axiom(axiom: Axiom, count: int = 600, seed: int = 0, patience: int = 25) -> FuzzReport:
     """Checks one axiom on adversarial valuations until ``count`` of them satisfy its guards
     (or ``patience * count`` were drawn), in float64 with the axiom's tolerance."""
-    rng = np.random.default_rng(_stable_seed(axiom.name, seed + 7))
+    rng = np.random.default_rng(stable_seed(axiom.name, seed + 7))
     report = FuzzReport(axiom.name)
     with np.errstate(all="ignore"):
         for valuation in adversarial_valuations(axiom, rng, patience * count):
