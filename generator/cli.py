@@ -1,6 +1,11 @@
 """`taso generate`: enumerate small graphs and write the candidate substitutions.
 
     taso generate [--max-ops 3] [--ops LIST] [-j N] [--seed S] -o candidates.json
+    taso generate ... --ray [ADDRESS] [--run-dir DIR | --resume DIR] [--shards N]
+
+With ``--ray`` the enumeration's shards run as Ray tasks (:mod:`~taso.generator.cluster`),
+on a local cluster of ``-j`` CPUs or on the cluster at ADDRESS, each finished shard
+checkpointed in the run directory; the rule file is byte-identical to the local run's.
 
 Progress goes to stderr (a tqdm bar: graphs/s and candidates found so far); the table of
 pruning stages goes to stdout. Bad input (an unknown operator, an unwritable output) is a
@@ -37,10 +42,18 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--ops", default=None, metavar="LIST",
                         help=f"comma-separated operators or presets ({', '.join(PRESETS)}); default: TASO's set. "
                         f"Known: {', '.join(GENERATOR_OPS)}")
-    parser.add_argument("-j", "--jobs", type=int, default=1, metavar="N", help="worker processes (default: 1)")
+    parser.add_argument("-j", "--jobs", type=int, default=None, metavar="N",
+                        help="worker processes (default: 1); with --ray and no ADDRESS, the local cluster's CPUs (default: all)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random fingerprint inputs (default: 0)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the rule file to write (JSON)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    cluster = parser.add_argument_group("scale-out on Ray (pip install 'taso[cluster]')")
+    cluster.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                         help="run the shards as Ray tasks: on the cluster at ADDRESS, or without it on a local cluster")
+    cluster.add_argument("--run-dir", metavar="DIR", help="where finished shards are checkpointed (default: OUTPUT.shards/)")
+    cluster.add_argument("--resume", metavar="DIR", help="continue the run checkpointed in DIR, redoing only unfinished shards")
+    cluster.add_argument("--shards", type=int, default=None, metavar="N",
+                         help="about how many shards of equal estimated work to plan (default: 64)")
     parser.set_defaults(func=run)
 
 
@@ -51,15 +64,44 @@ def run(args: argparse.Namespace) -> int:
         TasoError: bad arguments or an unwritable output file.
     """
     settings = Settings(max_ops=args.max_ops, ops=parse_ops(args.ops), seed=args.seed)
-    if args.jobs < 1:
+    if args.jobs is not None and args.jobs < 1:
         raise TasoError(f"-j must be at least 1, got {args.jobs}")
     _check_writable(args.output)
+    backend = _ray_backend(args)
     started = time.perf_counter()
-    with _ProgressBar(disable=args.quiet) as bar:
-        result = generate(settings, args.jobs, bar.callbacks())
+    with _ProgressBar(disable=args.quiet, unit="shard" if backend else "root") as bar:
+        result = generate(settings, args.jobs or 1, bar.callbacks(), make_workers=backend.workers if backend else None)
     result.library.save(args.output)
     print(format_summary(result, args.output, time.perf_counter() - started))
+    if backend:
+        print(backend.summary())
+        backend.save_report()
     return 0
+
+
+def _ray_backend(args: argparse.Namespace):
+    """The Ray backend the cluster options ask for, or None for the local process pool.
+
+    Raises:
+        TasoError: a cluster option without ``--ray``, or Ray not installed.
+    """
+    if args.ray is None:
+        for flag, value in (("--resume", args.resume), ("--run-dir", args.run_dir), ("--shards", args.shards)):
+            if value is not None:
+                raise TasoError(f"{flag} needs --ray")
+        return None
+    from .cluster import DEFAULT_SHARDS, RayBackend, ray_available
+
+    if reason := ray_available():
+        raise TasoError(f"--ray: {reason}")
+    if args.resume and args.run_dir and os.path.abspath(args.resume) != os.path.abspath(args.run_dir):
+        raise TasoError("--resume DIR is the run directory: give --run-dir or --resume, not both")
+    if args.shards is not None and args.shards < 1:
+        raise TasoError(f"--shards must be at least 1, got {args.shards}")
+    if args.resume and not os.path.isdir(args.resume):
+        raise TasoError(f"--resume {args.resume}: no such directory")
+    return RayBackend(address=args.ray or None, num_cpus=None if args.ray else args.jobs, run_dir=args.resume or args.run_dir or f"{args.output}.shards",
+                      resume=bool(args.resume), shards=args.shards or DEFAULT_SHARDS, progress=not args.quiet)
 
 
 def _check_writable(path: str) -> None:
@@ -76,8 +118,8 @@ def _check_writable(path: str) -> None:
 class _ProgressBar:
     """A tqdm bar over the enumeration's units of work, showing graphs/s and candidates so far."""
 
-    def __init__(self, disable: bool):
-        self._disable = disable
+    def __init__(self, disable: bool, unit: str = "root"):
+        self._disable, self._unit = disable, unit
         self._bar: tqdm | None = None
         self._graphs, self._candidates = 0, None
         self._start = time.perf_counter()
@@ -95,7 +137,7 @@ class _ProgressBar:
     def _phase(self, name: str, total: int) -> None:
         if self._bar is not None:
             self._bar.close()
-        self._bar = tqdm(total=total, desc=name, unit="root", file=sys.stderr, disable=self._disable, dynamic_ncols=True)
+        self._bar = tqdm(total=total, desc=name, unit=self._unit, file=sys.stderr, disable=self._disable, dynamic_ncols=True)
 
     def _advance(self, graphs: int, candidates: int | None) -> None:
         self._graphs += graphs

@@ -168,6 +168,11 @@ class Workers:
         self.roots: list[OpRef] = _WORKER.roots()
         self.packer = _packer(_WORKER)
 
+    @property
+    def units(self) -> int:
+        """Units of work per pass (one per root here; other backends split roots further)."""
+        return len(self.roots)
+
     def __enter__(self) -> Workers:
         return self
 

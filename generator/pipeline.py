@@ -107,13 +107,16 @@ def _dedupe_renamings(candidates: list, summaries: list, decode: Decoder) -> lis
     return kept
 
 
-def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None) -> Result:
+def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None,
+             make_workers: Callable[[Settings], Workers] | None = None) -> Result:
     """Runs the generator.
 
     Args:
         settings: what to enumerate.
         jobs: worker processes for the enumeration (the output does not depend on it).
         progress: optional callbacks.
+        make_workers: makes the workers instead of ``jobs`` local processes, e.g.
+            :meth:`taso.generator.cluster.RayBackend.workers` (the output does not depend on it either).
 
     Returns:
         The library of candidate rules, with the stage counts in its header.
@@ -137,11 +140,12 @@ def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None
         else:  # second pass: found graphs
             progress.advance(0, None)
 
-    with Workers(settings, jobs) as workers:
+    make_workers = make_workers or (lambda s: Workers(s, jobs))
+    with make_workers(settings) as workers:
         context = workers.context
-        pairs = _PairCounter(len(workers.roots))
-        progress.phase("enumerate", len(workers.roots))
-        key_pass, graphs = shared_graphs(workers, on_task, lambda name: progress.phase(name, len(workers.roots)))
+        pairs = _PairCounter(workers.units)
+        progress.phase("enumerate", workers.units)
+        key_pass, graphs = shared_graphs(workers, on_task, lambda name: progress.phase(name, workers.units))
         stage("graphs", len(key_pass.keys))
         candidates = pair_specs(graphs)
         stage("candidates", len(candidates))

@@ -1,0 +1,600 @@
+"""Scale-out on Ray: the enumeration's shards as Ray tasks, checkpointed, merged in order.
+
+The local path (:class:`~taso.generator.parallel.Workers`) hands each first operator's
+subtree to a process. Here the same subtrees are *shards* run as Ray tasks, so the
+enumeration spreads over every node of a cluster (``ray.init()`` with no address starts a
+local one). :class:`RayWorkers` has the interface of ``Workers``, so
+:func:`~taso.generator.parallel.shared_graphs` and the rest of the pipeline run unchanged.
+
+* **Determinism.** A root whose subtree is large is split into shards by ranges of its
+  second operators (:func:`plan_shards`); walking the shards of a root in order visits its
+  graphs in exactly the order :meth:`Enumerator.walk` does. Results are merged in shard
+  order whatever order they finish in, so the rule file is byte-identical to the local run.
+* **Faults.** A task whose worker dies is retried by Ray (``max_retries``); a shard is a pure
+  function of the settings, so a retry returns the same bytes.
+* **Checkpoints.** Every finished shard is written to a run directory (:class:`ShardStore`),
+  atomically and with a digest over its contents. A resumed run reuses the shards whose
+  file checks out and redoes the others: a partial or corrupt file is never merged.
+
+``taso verify --ray`` fans rules out to Ray tasks as well (:func:`verify_rules_on_ray`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import signal
+import statistics
+import sys
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from tqdm import tqdm
+
+from taso.errors import TasoError
+
+from . import parallel
+from .enumerate import Enumerator, GraphSpec, OpRef
+from .parallel import KeyPass, Workers
+from .settings import Settings
+
+__all__ = ["Shard", "plan_shards", "ShardStore", "RayBackend", "RayWorkers", "ray_available", "verify_rules_on_ray"]
+
+# Ray retries a task whose worker process died this many times before the run fails.
+MAX_RETRIES = 3
+# The plan aims at about this many shards of equal estimated work (independent of the cluster's size,
+# so that a resumed run on another cluster finds the same shards).
+DEFAULT_SHARDS = 64
+_STORE_FORMAT = "taso-shards"
+_STORE_VERSION = 1
+
+
+def ray_available() -> str | None:
+    """None when Ray can be imported, else the reason it cannot (for a clear error or a test skip)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError as e:
+        return f"ray is not installed ({e}); pip install 'taso[cluster]'"
+    return None
+
+
+# ---- shards -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shard:
+    """The graphs under one first operator, or under a range of its second operators.
+
+    Attributes:
+        id: a stable name: ``r00007`` (root 7, whole), ``r00007.00010-00020`` (root 7's second
+            operators 10 to 19; the first range also holds the root's one-operator graph).
+        root: index of the first operator in :meth:`Enumerator.roots`.
+        children: the range of second operators, or None for the whole subtree.
+    """
+
+    id: str
+    root: int
+    children: tuple[int, int] | None = None
+
+
+def _children(enumerator: Enumerator, root: OpRef) -> list:
+    """The admissible second operators under ``root``, in enumeration order."""
+    _push(enumerator, root)
+    try:
+        return list(enumerator._admissible_steps())
+    finally:
+        enumerator.pop()
+
+
+def _push(enumerator: Enumerator, op: OpRef) -> None:
+    """Pushes a first operator as :meth:`Enumerator.walk` does."""
+    vi, sizes, args = op
+    v = enumerator.variants[vi]
+    params, out_shapes = enumerator.context.bind(v, tuple(enumerator.shapes[t] for t in args), sizes)
+    used = enumerator.admissible(op)
+    outs = enumerator.evaluate(v, sizes, args, params)
+    assert used is not None and outs is not None, "not a root operator"
+    enumerator.push(v, sizes, args, outs, out_shapes, used)
+
+
+def plan_shards(enumerator: Enumerator, target: int = DEFAULT_SHARDS) -> list[Shard]:
+    """Shards of roughly equal estimated work, in enumeration order.
+
+    A root's work is estimated by its number of second operators. A root above
+    ``1/target`` of the total is split into ranges of its second operators, so that no
+    shard holds much more than that share. With two operators at most there is nothing to
+    split: every graph below a root is one step away.
+    """
+    roots = enumerator.roots()
+    if enumerator.settings.max_ops <= 2:
+        return [Shard(f"r{i:05d}", i) for i in range(len(roots))]
+    sizes = [len(_children(enumerator, root)) for root in roots]
+    limit = max(1, math.ceil(sum(sizes) / max(1, target)))
+    shards = []
+    for i, size in enumerate(sizes):
+        if size <= limit:
+            shards.append(Shard(f"r{i:05d}", i))
+            continue
+        parts = math.ceil(size / limit)
+        bounds = [size * k // parts for k in range(parts + 1)]
+        shards.extend(Shard(f"r{i:05d}.{lo:05d}-{hi:05d}", i, (lo, hi)) for lo, hi in zip(bounds, bounds[1:]))
+    return shards
+
+
+def walk_shard(enumerator: Enumerator, root: OpRef, shard: Shard, visit) -> None:
+    """Visits the shard's graphs in the order :meth:`Enumerator.walk` visits them within the root.
+
+    NOTE: the split replays ``walk`` and ``_grow``'s loop one level down, so it calls the
+    enumerator's private steps; ``tests/test_ray.py`` checks the shards of a root together
+    visit exactly its graphs, in order.
+    """
+    if shard.children is None:
+        enumerator.walk(root, visit)
+        return
+    lo, hi = shard.children
+    _push(enumerator, root)
+    try:
+        if lo == 0:
+            enumerator._record(visit)
+        for v, sizes, args, _params, out_shapes, outs, used in list(enumerator._admissible_steps())[lo:hi]:
+            enumerator.push(v, sizes, args, outs, out_shapes, used)
+            enumerator._record(visit)
+            enumerator._grow(visit)
+            enumerator.pop()
+    finally:
+        enumerator.pop()
+
+
+# ---- what runs in a Ray worker ----------------------------------------------------------------------------
+
+
+def _worker_enumerator(settings: Settings) -> Enumerator:
+    """This process's enumerator for ``settings``, kept between tasks for its evaluation cache."""
+    if parallel._WORKER is None or parallel._WORKER.settings != settings:
+        parallel._init_worker(settings)
+    return parallel._WORKER
+
+
+def _maybe_die(fault: str | None) -> None:
+    """Fault injection for tests: the first task to create the marker file kills its own process."""
+    if not fault:
+        return
+    try:
+        os.close(os.open(fault, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _key_shard(settings: Settings, shard: Shard, keep: bool, fault: str | None) -> dict:
+    """Pass 1 on one shard: every graph's key, the graphs packed when ``keep``, counts and cost."""
+    start = time.perf_counter()
+    enumerator = _worker_enumerator(settings)
+    root = enumerator.roots()[shard.root]
+    keys, rows = array("q"), bytearray()
+    per_depth = [0] * (settings.max_ops + 1)
+    pack = parallel._packer(enumerator).pack
+
+    def visit(key, ops, last, outputs):
+        keys.append(key)
+        per_depth[len(ops) + (last is not None)] += 1
+        if keep:
+            rows.extend(pack(ops, last, outputs))
+        if len(keys) == 100:  # mid-shard, when a fault is injected
+            _maybe_die(fault)
+
+    walk_shard(enumerator, root, shard, visit)
+    return {"keys": keys.tobytes(), "rows": bytes(rows), "per_depth": per_depth, "seconds": time.perf_counter() - start}
+
+
+def _collect_shard(settings: Settings, shard: Shard, wanted: np.ndarray, fault: str | None) -> dict:
+    """Pass 2 on one shard: the graphs whose key is wanted, packed, with their keys."""
+    start = time.perf_counter()
+    enumerator = _worker_enumerator(settings)
+    root = enumerator.roots()[shard.root]
+    wanted_set = frozenset(wanted.tolist())
+    keys, rows, seen = array("q"), bytearray(), 0
+    pack = parallel._packer(enumerator).pack
+
+    def visit(key, ops, last, outputs):
+        nonlocal seen
+        seen += 1
+        if key in wanted_set:
+            keys.append(key)
+            rows.extend(pack(ops, last, outputs))
+        if seen == 100:
+            _maybe_die(fault)
+
+    walk_shard(enumerator, root, shard, visit)
+    return {"keys": keys.tobytes(), "rows": bytes(rows), "per_depth": [seen], "seconds": time.perf_counter() - start}
+
+
+def _map_chunk(settings: Settings, fn: Callable, chunk: list) -> list:
+    _worker_enumerator(settings)
+    return fn(chunk)
+
+
+# ---- checkpoints ------------------------------------------------------------------------------------------
+
+
+class ShardStore:
+    """Finished shards on disk: one file each, written atomically, with a SHA-256 over its contents.
+
+    A file is a JSON header line (shard, byte lengths of its parts, counts, digest) followed
+    by the parts. :meth:`load` returns None for a missing file and, for one that does not
+    check out (truncated, edited, not ours), deletes it and counts it in ``corrupt``: the
+    shard is redone, never merged.
+
+    Args:
+        folder: the run directory (created if needed).
+        settings: the run's settings; a resumed run must have the same.
+        resume: keep the finished shards already there; without it they are removed first.
+    """
+
+    def __init__(self, folder: str, settings: Settings, resume: bool):
+        self.folder = folder
+        self.corrupt: list[str] = []
+        os.makedirs(folder, exist_ok=True)
+        manifest = os.path.join(folder, "manifest.json")
+        expected = {"format": _STORE_FORMAT, "version": _STORE_VERSION, "settings": settings.to_json()}
+        if resume:
+            self._check_manifest(manifest, expected)
+        else:
+            for name in os.listdir(folder):
+                if name.endswith(".shard"):
+                    os.remove(os.path.join(folder, name))
+        _write_atomically(manifest, json.dumps(expected, indent=1).encode())
+
+    @staticmethod
+    def _check_manifest(path: str, expected: dict) -> None:
+        if not os.path.exists(path):
+            raise TasoError(f"--resume {os.path.dirname(path)}: not a run directory (no manifest.json)")
+        try:
+            with open(path, "rb") as f:
+                found = json.loads(f.read())
+        except (OSError, ValueError) as e:
+            raise TasoError(f"--resume {path}: unreadable manifest ({e})") from None
+        if found != expected:
+            was = {k: (found.get("settings") or {}).get(k) for k in ("max_ops", "ops", "seed")}
+            raise TasoError(f"--resume {os.path.dirname(path)}: the run used other settings ({was}, or another pool or "
+                            "checkpoint format); resume with the same --max-ops, --ops and --seed")
+
+    def path(self, stage: str, shard: Shard) -> str:
+        return os.path.join(self.folder, f"{stage}-{shard.id}.shard")
+
+    def save(self, stage: str, shard: Shard, result: dict) -> None:
+        parts = {"keys": result["keys"], "rows": result["rows"]}
+        meta = {"shard": shard.id, "stage": stage, "lengths": {k: len(v) for k, v in parts.items()},
+                "per_depth": result["per_depth"], "seconds": round(result["seconds"], 6)}
+        meta["sha256"] = _digest(meta, parts)
+        _write_atomically(self.path(stage, shard), json.dumps(meta).encode() + b"\n" + b"".join(parts.values()))
+
+    def load(self, stage: str, shard: Shard) -> dict | None:
+        path = self.path(stage, shard)
+        if not os.path.exists(path):
+            return None
+        result = _read_checked(path, stage, shard)
+        if result is None:
+            self.corrupt.append(os.path.basename(path))
+            os.remove(path)
+        return result
+
+
+def _digest(meta: dict, parts: dict[str, bytes]) -> str:
+    h = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
+    for name in sorted(parts):
+        h.update(parts[name])
+    return h.hexdigest()
+
+
+def _read_checked(path: str, stage: str, shard: Shard) -> dict | None:
+    """The shard's result, or None when the file is not exactly what :meth:`ShardStore.save` wrote."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        head, _, body = data.partition(b"\n")
+        meta = json.loads(head)
+        lengths = meta["lengths"]
+        if meta["shard"] != shard.id or meta["stage"] != stage or sum(lengths.values()) != len(body):
+            return None
+        parts, offset = {}, 0
+        for name in ("keys", "rows"):
+            parts[name] = body[offset : offset + lengths[name]]
+            offset += lengths[name]
+        if _digest(meta, parts) != meta["sha256"]:
+            return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return {**parts, "per_depth": meta["per_depth"], "seconds": meta["seconds"]}
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    """Writes a temporary file beside ``path`` and renames it: a reader sees all of it or nothing."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+# ---- the backend -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class StageReport:
+    """What one pass over the shards did: shards run, reused from checkpoints, corrupt and redone; each shard's cost."""
+
+    name: str
+    total: int = 0
+    run: int = 0
+    reused: int = 0
+    corrupt: list[str] = field(default_factory=list)
+    cost: dict[str, tuple[int, float]] = field(default_factory=dict)  # shard id -> (graphs, seconds)
+
+    def summary(self) -> str:
+        graphs = [g for g, _ in self.cost.values()]
+        seconds = [s for _, s in self.cost.values()]
+        total = max(1, sum(graphs))
+        line = (f"{self.name}: {self.total} shards ({self.run} run, {self.reused} reused from checkpoints, "
+                f"{len(self.corrupt)} corrupt checkpoints redone)")
+        if graphs:
+            line += (f"; graphs per shard: median {statistics.median(graphs):,.0f}, max {max(graphs):,} "
+                     f"({100 * max(graphs) / total:.1f}% of {sum(graphs):,}); seconds per shard: median "
+                     f"{statistics.median(seconds):.2f}, max {max(seconds):.2f}, sum {sum(seconds):.1f}")
+        return line
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "total": self.total, "run": self.run, "reused": self.reused, "corrupt": self.corrupt,
+                "shards": {k: {"graphs": g, "seconds": round(s, 4)} for k, (g, s) in self.cost.items()}}
+
+
+@dataclass
+class RayBackend:
+    """How and where to run the enumeration on Ray; ``backend.workers(settings)`` makes the workers.
+
+    Attributes:
+        address: a cluster to join (``ray start --head`` prints it); None starts a local one.
+        num_cpus: CPUs of a local cluster (None: all); ignored when joining one.
+        run_dir: where finished shards are checkpointed (None: no checkpoints).
+        resume: reuse the finished shards in ``run_dir``.
+        shards: about how many shards the plan aims at.
+        progress: show a tqdm bar for the stages after enumeration.
+        fault: tests only: a marker file; the first task to create it kills its own worker.
+        stop_after: tests only: raise KeyboardInterrupt after this many shards were checkpointed.
+        reports: filled as the run goes, one per pass.
+    """
+
+    address: str | None = None
+    num_cpus: int | None = None
+    run_dir: str | None = None
+    resume: bool = False
+    shards: int = DEFAULT_SHARDS
+    progress: bool = False
+    fault: str | None = None
+    stop_after: int | None = None
+    reports: list[StageReport] = field(default_factory=list)
+
+    def workers(self, settings: Settings) -> RayWorkers:
+        return RayWorkers(settings, self)
+
+    def summary(self) -> str:
+        """One line per pass: shards run and reused, and the spread of their cost."""
+        return "\n".join(r.summary() for r in self.reports)
+
+    def save_report(self) -> None:
+        """Writes each shard's measured cost (graphs, seconds) to ``run_dir/shards.json``."""
+        if self.run_dir:
+            report = json.dumps({"passes": [r.to_json() for r in self.reports]}, indent=1)
+            _write_atomically(os.path.join(self.run_dir, "shards.json"), report.encode())
+
+
+def _connect(address: str | None, num_cpus: int | None) -> bool:
+    """Connects to Ray (starting a local cluster without an address); True when this call started it."""
+    reason = ray_available()
+    if reason:
+        raise TasoError(f"--ray: {reason}")
+    import ray
+
+    if ray.is_initialized():
+        return False
+    try:
+        if address:
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+        else:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise TasoError(f"--ray {address or ''}: cannot connect to Ray: {e}".replace("  ", " ")) from None
+    return True
+
+
+class RayWorkers(Workers):
+    """:class:`~taso.generator.parallel.Workers` whose units of work are Ray tasks over shards.
+
+    The driver keeps an enumerator too (for the context, the plan and the pipeline's
+    decoding); pass results are merged in shard order.
+    """
+
+    def __init__(self, settings: Settings, backend: RayBackend):
+        self.settings, self.backend, self.jobs = settings, backend, 0
+        self._pool = None
+        self._started = _connect(backend.address, backend.num_cpus)
+        import ray
+
+        self._ray = ray
+        self._tmp = None
+        enumerator = _worker_enumerator(settings)
+        self.context = enumerator.context
+        self.roots: list[OpRef] = enumerator.roots()
+        self.packer = parallel._packer(enumerator)
+        self.shards = plan_shards(enumerator, backend.shards)
+        self.store = ShardStore(backend.run_dir, settings, backend.resume) if backend.run_dir else None
+        self._settings_ref = ray.put(settings)
+        self._checkpointed = 0
+
+    @property
+    def units(self) -> int:
+        return len(self.shards)
+
+    def __exit__(self, *exc) -> None:
+        if self._started:
+            self._ray.shutdown()
+
+    def _remote(self, fn: Callable):
+        return self._ray.remote(max_retries=MAX_RETRIES, num_cpus=1)(fn)
+
+    def _run(self, stage: str, task: Callable, extra: tuple, on_task: Callable | None) -> list[dict]:
+        """Runs ``task`` on every shard not checkpointed; results in shard order, whatever the finish order."""
+        report = StageReport(stage, total=len(self.shards))
+        self.backend.reports.append(report)
+        results: list[dict | None] = [None] * len(self.shards)
+        for i, shard in enumerate(self.shards):
+            if self.store and self.backend.resume and (found := self.store.load(stage, shard)) is not None:
+                results[i] = found
+                report.reused += 1
+                self._finish(report, shard, found, on_task)
+        if self.store:
+            report.corrupt = list(self.store.corrupt)
+            self.store.corrupt.clear()
+        remote = self._remote(task)
+        pending = {remote.remote(self._settings_ref, shard, *extra, self.backend.fault): i
+                   for i, shard in enumerate(self.shards) if results[i] is None}
+        try:
+            while pending:
+                done, _ = self._ray.wait(list(pending), num_returns=1)
+                i = pending.pop(done[0])
+                results[i] = self._ray.get(done[0])
+                report.run += 1
+                if self.store:
+                    self.store.save(stage, self.shards[i], results[i])
+                    self._checkpointed += 1
+                self._finish(report, self.shards[i], results[i], on_task)
+                if self.backend.stop_after is not None and self._checkpointed >= self.backend.stop_after:
+                    raise KeyboardInterrupt
+        finally:
+            for ref in pending:
+                self._ray.cancel(ref, force=True)
+        return results
+
+    @staticmethod
+    def _finish(report: StageReport, shard: Shard, result: dict, on_task: Callable | None) -> None:
+        report.cost[shard.id] = (sum(result["per_depth"]), result["seconds"])
+        if on_task:
+            if report.name == "enumerate":
+                on_task((result["keys"], result["rows"], result["per_depth"]))
+            else:
+                on_task((None,))
+
+    def count_and_key(self, keep: bool, on_task: Callable | None = None) -> KeyPass:
+        results = self._run("enumerate", _key_shard, (keep,), on_task)
+        per_depth = [sum(r["per_depth"][k] for r in results) for k in range(self.settings.max_ops + 1)]
+        keys = np.frombuffer(b"".join(r["keys"] for r in results), dtype=np.int64)
+        rows = None
+        if keep:
+            rows = np.frombuffer(b"".join(r["rows"] for r in results), dtype=self.packer.dtype).reshape(-1, self.packer.width)
+        return KeyPass(keys, rows, per_depth)
+
+    def collect_graphs(self, wanted: np.ndarray, on_task: Callable | None = None) -> list[tuple[int, GraphSpec]]:
+        wanted = np.asarray(wanted, dtype=np.int64)
+        stage = f"collect-{hashlib.sha256(wanted.tobytes()).hexdigest()[:12]}"
+        results = self._run(stage, _collect_shard, (self._ray.put(wanted),), on_task)
+        self.backend.reports[-1].name = "collect"
+        found: list[tuple[int, GraphSpec]] = []
+        for r in results:
+            keys = np.frombuffer(r["keys"], dtype=np.int64)
+            rows = np.frombuffer(r["rows"], dtype=self.packer.dtype).reshape(-1, self.packer.width)
+            found.extend((int(k), self.packer.unpack(row)) for k, row in zip(keys, rows))
+        return found
+
+    def map(self, fn: Callable, items: list, chunk: int = 1000) -> list:
+        """``fn`` over chunks of ``items`` as Ray tasks; the results flattened, in order."""
+        chunks = [items[i : i + chunk] for i in range(0, len(items), chunk)]
+        remote = self._remote(_map_chunk)
+        refs = [remote.remote(self._settings_ref, fn, c) for c in chunks]
+        bar = tqdm(total=len(refs), desc=fn.__name__, unit="chunk", file=sys.stderr, disable=not self.backend.progress, dynamic_ncols=True)
+        with bar:
+            pending = set(refs)
+            while pending:
+                done, _ = self._ray.wait(list(pending), num_returns=1)
+                pending.difference_update(done)
+                bar.update(len(done))
+        return [result for part in self._ray.get(refs) for result in part]
+
+
+# ---- verification ---------------------------------------------------------------------------------------
+
+
+def _verify_one(data: dict, settings) -> dict:
+    from taso.rules import Rule
+    from taso.verifier.verify import verify_rule
+
+    return verify_rule(Rule.from_json(data), settings).to_json()
+
+
+def verify_rules_on_ray(rules: Sequence, settings, address: str | None = None, num_cpus: int | None = None,
+                        progress: Callable | None = None, grace_s: float = 60.0) -> list:
+    """Verifies rules as Ray tasks, one per rule; returns them in input order, each with its status.
+
+    Z3's own timeout (``settings.timeout_s``) bounds a proof. At most one task per CPU of
+    the cluster is in flight, so a task starts when it is submitted; one still running
+    ``grace_s`` past twice the timeout (a solver stuck outside its timeout, a lost node) is
+    cancelled and its rule is "unknown", so one rule never holds up the run.
+
+    Args:
+        rules: the candidates.
+        settings: :class:`taso.verifier.verify.Settings`.
+        address: a Ray cluster to join; None starts a local one.
+        num_cpus: CPUs of a local cluster (None: all).
+        progress: wraps the stream of finished rules (e.g. a tqdm bar).
+    """
+    from taso.rules import Rule
+
+    started = _connect(address, num_cpus)
+    import ray
+
+    try:
+        remote = ray.remote(max_retries=MAX_RETRIES, num_cpus=1)(_verify_one)
+        settings_ref = ray.put(settings)
+        limit = settings.timeout_s * 2 + grace_s  # two proof attempts share the timeout; a margin for the pre-checks
+        window = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        results: list[dict | None] = [None] * len(rules)
+        submit = lambda i: remote.remote(rules[i].to_json(), settings_ref)  # noqa: E731
+        wrap = progress or (lambda it: it)
+        for _ in wrap(_windowed(ray, submit, len(rules), window, limit, results)):
+            pass
+        return [Rule.from_json(data) if data is not None else
+                rule.with_status("unknown", {"reason": f"timeout: the Ray task ran over {limit:.0f} s", "seconds": limit})
+                for rule, data in zip(rules, results)]
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _windowed(ray, submit: Callable, count: int, window: int, limit: float, results: list):
+    """Runs ``submit(i)`` for every index with at most ``window`` in flight; yields once per finished or
+    timed-out task, filling ``results`` (None for a task cancelled after ``limit`` seconds)."""
+    next_index, pending = 0, {}  # ref -> (index, submitted at)
+    while next_index < count or pending:
+        while next_index < count and len(pending) < window:
+            pending[submit(next_index)] = (next_index, time.monotonic())
+            next_index += 1
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=1.0)
+        for ref in done:
+            index, _ = pending.pop(ref)
+            results[index] = ray.get(ref)
+            yield index
+        now = time.monotonic()
+        for ref, (index, since) in list(pending.items()):
+            if now - since > limit:
+                ray.cancel(ref, force=True)
+                del pending[ref]
+                yield index
