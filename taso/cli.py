@@ -56,7 +56,7 @@ def _add_input_shape_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from .info import describe_graph, describe_library, format_description, to_json
+    from .info import describe_graph, describe_library, format_description, is_rule_file, to_json
     from .onnx import load_onnx
 
     if args.costs:
@@ -68,8 +68,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
         if args.file is None:
             return 0
     if args.file is None:
-        raise TasoError("taso info needs a FILE (an .onnx model or a .json rule file), or --costs")
-    if args.file.endswith(".json"):
+        raise TasoError("taso info needs a FILE (an .onnx model or a .json / .jsonl.gz rule file), or --costs")
+    if is_rule_file(args.file):
         from .rules import Library
 
         summary = describe_library(Library.load(args.file))
@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     info = sub.add_parser("info", help="describe an ONNX model or a rule file")
-    info.add_argument("file", nargs="?", help="an .onnx model, or a .json rule file (candidates or library)")
+    info.add_argument("file", nargs="?", help="an .onnx model, or a .json or .jsonl.gz rule file (candidates or library)")
     info.add_argument("--costs", action="store_true", help="show the measured-cost cache (entries per hardware fingerprint)")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_input_shape_option(info)

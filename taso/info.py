@@ -27,8 +27,15 @@ def describe_graph(graph: Graph) -> dict[str, Any]:
     }
 
 
+def is_rule_file(path: str) -> bool:
+    """Whether ``taso info`` reads ``path`` as a rule file (version 1 ``.json``, version 2 ``.jsonl.gz`` or ``.jsonl``)."""
+    from .rules import is_lines_path
+
+    return path.endswith(".json") or is_lines_path(path)
+
+
 def describe_library(library) -> dict[str, Any]:
-    """A JSON-ready summary of a rule library: header and one line per rule."""
+    """A JSON-ready summary of a rule library: header and one line per rule, in text form beside its id."""
     from .rules import format_rule
 
     return {

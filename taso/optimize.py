@@ -30,14 +30,14 @@ import onnx
 from .cost import CostModel, make_cost_model
 from .errors import TasoError
 from .ir import Graph
-from .rules import Library, Rule
-from .search import SearchConfig, SearchReport, search
+from .rules import LibraryFile, Rule, usable_reverse
+from .search import LazyRules, RuleSlot, SearchConfig, SearchReport, search
 
 __all__ = ["DEFAULT_LIBRARY", "MIN_CONFIRMED_SPEEDUP", "OutputMismatchError", "ModelSource", "Outcome", "load_rules", "optimize",
            "optimize_with_report", "optimize_model", "save_onnx", "export_clean", "write_model", "end_to_end_speedup",
            "confirm_end_to_end", "validate_search_settings"]
 
-DEFAULT_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "library.json")
+DEFAULT_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "library.jsonl.gz")
 
 # The optimized model must beat the input by this factor end to end to be kept.
 MIN_CONFIRMED_SPEEDUP = 1.02
@@ -57,55 +57,81 @@ class OutputMismatchError(TasoError):
 
 # ---- rules --------------------------------------------------------------------------------
 
-def load_rules(path: str | None = None) -> list[Rule]:
-    """The proved rules of a library file (default: the library shipped with taso).
+def load_rules(path: str | None = None) -> LazyRules:
+    """The proved rules of a library file in both directions (default: the library shipped with taso).
 
-    Only rules whose status is "proved" are returned: soundness is the product, and an
-    unproved candidate never rewrites a model.
+    Only rules whose status is "proved" are used: soundness is the product, and an unproved
+    candidate never rewrites a model. The file's digest is checked (one hash of its rule
+    lines for a version-2 file); rules are parsed, reversed and compiled only when a search
+    needs them, and a library already loaded in this process (same digest) is reused with
+    the rules its searches compiled.
 
     Raises:
-        TasoError: a missing or malformed file, one with no proved rule, or a rule naming an
-            operator taso does not know.
+        TasoError: a missing or malformed file, one with no digest, one with no proved rule,
+            or a rule naming an operator taso does not know.
     """
     path = path or DEFAULT_LIBRARY
     if path == DEFAULT_LIBRARY and not os.path.exists(path):
         raise TasoError(f"the shipped rule library is missing ({path}); build it with: python -m taso.verifier.build_library")
-    library = Library.load(path)
-    if "digest" not in library.header:
-        raise TasoError(f"{path}: has no integrity digest, so nothing says its rules were proved; re-prove them with `taso verify {path} -o NEW.json`")
-    proved = [r for r in library.rules if r.status == "proved"]
+    library = LibraryFile.read(path)
+    if library.digest is None:
+        raise TasoError(f"{path}: has no integrity digest, so nothing says its rules were proved; re-prove them with `taso verify {path} -o NEW.jsonl.gz`")
+    cached = _LOADED.get(library.digest)
+    if cached is not None:
+        return cached
+    proved = [k for k, entry in enumerate(library.index) if entry.status == "proved"]
     if not proved:
-        raise TasoError(f"{path}: holds no proved rule ({len(library.rules)} rules, none proved); run `taso verify` on it first")
-    _require_known_operators(proved, path)
-    return both_directions(proved)
+        raise TasoError(f"{path}: holds no proved rule ({len(library)} rules, none proved); run `taso verify` on it first")
+    _require_known_operators(library, proved, path)
+    rules = _LOADED[library.digest] = LazyRules([slot for k in proved for slot in _directed_slots(library, k)])
+    return rules
 
 
-def _require_known_operators(rules: Sequence[Rule], path: str) -> None:
-    """A rule naming an unknown operator is a bad file (or one from a newer taso), not a crash later in the search."""
+# Libraries loaded in this process, by digest: `taso bench` over several models reads and compiles once.
+_LOADED: dict[str, LazyRules] = {}
+
+
+def _require_known_operators(library: LibraryFile, positions: Sequence[int], path: str) -> None:
+    """A rule naming an unknown operator is a bad file (or one from a newer taso), not a crash later in the search.
+
+    Checked on the index; a parsed rule must agree with its index entry, so no rule escapes it.
+    """
     from .ops import OPS
 
-    for rule in rules:
-        for node in (*rule.source, *rule.target):
-            if node.op not in OPS:
-                raise TasoError(f"{path}: rule {rule.id} uses the unknown operator {node.op!r}; "
-                                "was the library made by a newer taso or edited by hand?")
+    for k in positions:
+        entry = library.index[k]
+        unknown = sorted(entry.op_names - OPS.keys())
+        if unknown:
+            raise TasoError(f"{path}: rule {library.rule(k).id} uses the unknown operator {unknown[0]!r}; "
+                            "was the library made by a newer taso or edited by hand?")
+
+
+def _directed_slots(library: LibraryFile, position: int) -> tuple[RuleSlot, RuleSlot]:
+    """The rule at ``position`` as proved and reversed, each parsed only when a search admits it."""
+    entry = library.index[position]
+
+    def forward() -> Rule | None:
+        rule = library.rule(position)
+        return rule if rule.status == "proved" else None  # the index is a hint: the parsed status decides
+
+    def backward() -> Rule | None:
+        return None if forward() is None else library.reverse(position)
+
+    return RuleSlot(entry.source_ops, forward), RuleSlot(entry.target_ops, backward)
 
 
 def both_directions(rules: Sequence[Rule]) -> list[Rule]:
     """Each rule and its reverse (a proof of source = target proves target = source).
 
     The reverse is kept only when its new source reads every input (otherwise matching
-    could not bind them); duplicates by content are dropped.
+    could not bind them); duplicates by content (by id) are dropped.
     """
     seen: set[str] = set()
     out: list[Rule] = []
     for rule in rules:
-        for candidate in (rule, rule.reversed()):
-            variables = {i.name for i in candidate.inputs}
-            read = {v for n in candidate.source for v in n.inputs}
-            key = candidate.canonical()
-            if variables <= read and key not in seen:
-                seen.add(key)
+        for candidate in (rule, usable_reverse(rule)):
+            if candidate is not None and candidate.id not in seen:
+                seen.add(candidate.id)
                 out.append(candidate)
     return out
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from .errors import TasoError
 from .ir import Graph, Node, Params, TensorType
 from .ops import COMMUTATIVE, get
-from .rules import Rule, resolve_expr
+from .rules import Rule, RuleNode, resolve_expr
 
 __all__ = ["CompiledRule", "Match", "Plan", "find_matches", "plan_match", "apply_match", "plans", "rewrites"]
 
@@ -53,8 +53,7 @@ class CompiledRule:
         self.target_exprs = [(int(p["node"]), p["param"], p["value"]) for p in rule.params if p["side"] == "target"]
         nodes = []
         for i, rn in enumerate(rule.source):
-            op = get(rn.op)
-            full = op.make_params(**rn.params)
+            full = _node_params(rn)
             if i in shape_params:
                 fixed = tuple((k, v) for k, v in full.items() if k not in shape_params[i])
                 nodes.append(_PatternNode(i, rn.op, None, fixed, rn.inputs, rn.outputs))
@@ -65,7 +64,7 @@ class CompiledRule:
         self.order = self._matching_order()
         self.mapped = {s for s, _ in rule.outputs}
         self.target_ops = [get(rn.op) for rn in rule.target]
-        self.target_params = [op.make_params(**rn.params) for op, rn in zip(self.target_ops, rule.target)]
+        self.target_params = [_node_params(rn) for rn in rule.target]
         self.interior = {v for rn in rule.source for v in rn.outputs}
         self.anchor_op = self.nodes[self.order[0]].op_name
         # What a graph must contain for a match to be possible: checked in O(pattern size).
@@ -99,6 +98,23 @@ class CompiledRule:
             order.append(n.index)
             seen_values |= set(n.inputs) | set(n.outputs)
         return order
+
+
+# Validated parameters by (op, given params): thousands of rule nodes share a few hundred
+# parameter sets, and validating each one again dominated compiling a library.
+_PARAMS: dict[tuple, Params] = {}
+
+
+def _node_params(rn: RuleNode) -> Params:
+    """``make_params`` for a rule node, memoized (Params are immutable, so sharing them is safe)."""
+    try:
+        key = (rn.op, tuple(sorted(rn.params.items())))
+        params = _PARAMS.get(key)
+    except TypeError:  # an unhashable parameter value: validate it every time
+        return get(rn.op).make_params(**rn.params)
+    if params is None:
+        params = _PARAMS[key] = get(rn.op).make_params(**rn.params)
+    return params
 
 
 @dataclass(frozen=True)

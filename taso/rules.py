@@ -13,7 +13,7 @@ and resolved against the matched tensors; ``Rule.constraints`` lists shape equal
 the match must satisfy. The example graphs hold the values the expressions take on the
 example shapes.
 
-File format (``format: "taso-rules"``, ``version: 1``)::
+File format, version 1 (``format: "taso-rules"``, one JSON document; still read)::
 
     {"format": "taso-rules", "version": 1,
      "header": {"generator": {...settings...}, "ops": [...], "counts": {...}},
@@ -24,27 +24,39 @@ File format (``format: "taso-rules"``, ``version: 1``)::
                 "constraints": [{"eq": [{"dim": ["x", 1]}, {"dim": ["y", 0]}]}],
                 "fingerprint": "…", "status": "candidate", "proof": null}]}
 
+Version 2 (what ``Library.save`` writes to a ``.jsonl.gz`` or ``.jsonl`` path) holds the
+same rules as JSON Lines, gzip-compressed for ``.gz``: a first line with the format, version,
+header and a per-rule index (status, source and target operators), then one compact rule
+per line. The header's digest is a hash of those rule lines' raw bytes, so checking it costs
+one hash, and when it matches, each rule's stored id is trusted instead of recomputed; rules
+are parsed only when asked for (:class:`LibraryFile`), so the optimizer reads only the rules
+whose operators occur in the model.
+
 See docs/rules.md for the full description.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import TasoError
 from .ir import Graph, GraphMeta, Node, TensorType
 from .ops import get as get_op
 
-__all__ = ["RuleNode", "RuleInput", "Rule", "Library", "FORMAT", "VERSION", "STATUSES", "RuleFormatError", "resolve_expr", "format_rule"]
+__all__ = ["RuleNode", "RuleInput", "Rule", "Library", "LibraryFile", "IndexEntry", "FORMAT", "VERSION", "STATUSES", "RuleFormatError",
+           "resolve_expr", "format_rule", "is_lines_path", "usable_reverse", "operator_variant", "side_variants"]
 
 FORMAT = "taso-rules"
-VERSION = 1
+VERSION = 2  # 2: JSON Lines (gzip for .gz) with a per-rule index; 1: one JSON document (still read and written for .json)
+LINES_SUFFIXES = (".jsonl.gz", ".jsonl", ".gz")
 STATUSES = ("candidate", "proved", "refuted", "unknown")
 
 
@@ -240,7 +252,12 @@ class Rule:
         return data
 
     @classmethod
-    def from_json(cls, data: Mapping) -> Rule:
+    def from_json(cls, data: Mapping, trust_id: bool = False) -> Rule:
+        """A rule from its JSON object; its ``id``, when present, must match the content.
+
+        ``trust_id`` takes the stored id as is: only for a line of a file whose digest
+        matched, which proves the line is byte for byte what ``Library.save`` wrote.
+        """
         try:
             rule = cls(
                 inputs=tuple(RuleInput.from_json(i) for i in data["inputs"]),
@@ -257,7 +274,9 @@ class Rule:
             )
         except (KeyError, TypeError, ValueError) as e:
             raise RuleFormatError(f"malformed rule {data.get('id', '?') if isinstance(data, Mapping) else '?'}: {type(e).__name__} {e}") from None
-        if "id" in data and data["id"] != rule.id:
+        if trust_id and isinstance(data.get("id"), str):
+            rule.__dict__["id"] = data["id"]  # fills the cached property: the content hash is not recomputed
+        elif "id" in data and data["id"] != rule.id:
             raise RuleFormatError(f"rule {data['id']}: its id does not match its content (expected {rule.id}); was it edited by hand?")
         return rule
 
@@ -291,66 +310,69 @@ class Library:
         """A digest over every rule with its status and proof, in order (the header is not covered).
 
         ``save`` records it and ``load`` checks it: a rule flipped from "candidate" to
-        "proved" by hand, or a proof edited, no longer matches and the file is refused.
+        "proved" by hand, or a proof edited, no longer matches and the file is refused. It
+        hashes each rule's compact line as a version-2 file stores it, so checking a
+        version-2 file hashes its bytes and re-serialises nothing.
         """
-        h = hashlib.blake2b(digest_size=16)
-        for rule in self.rules:
-            h.update(json.dumps(rule.to_json(), sort_keys=True, separators=(",", ":")).encode())
-            h.update(b"\n")
-        return "blake2b-128:" + h.hexdigest()
+        return _digest_bytes(b"".join(line + b"\n" for line in self._rule_lines()))
+
+    def _rule_lines(self) -> list[bytes]:
+        return [_rule_line(rule) for rule in self.rules]
 
     def to_json(self) -> dict:
+        """The version-1 document (one JSON object)."""
         header = {k: v for k, v in self.header.items() if k != "digest"}
-        return {"format": FORMAT, "version": VERSION, "header": {**header, "digest": self.digest()}, "rules": [r.to_json() for r in self.rules]}
+        return {"format": FORMAT, "version": 1, "header": {**header, "digest": self.digest()}, "rules": [r.to_json() for r in self.rules]}
 
     def dumps(self) -> str:
+        """The version-1 document, indented."""
         return json.dumps(self.to_json(), indent=1, sort_keys=False) + "\n"
+
+    def dumps_lines(self) -> bytes:
+        """The version-2 JSON Lines: a head line (format, version, header with the digest, index), then one rule per line."""
+        lines = self._rule_lines()
+        body = b"".join(line + b"\n" for line in lines)
+        header = {**{k: v for k, v in self.header.items() if k != "digest"}, "digest": _digest_bytes(body)}
+        head = {"format": FORMAT, "version": VERSION, "header": header, "index": [IndexEntry.of(r).to_json() for r in self.rules]}
+        return json.dumps(head, separators=(",", ":")).encode() + b"\n" + body
+
+    def encode(self, path: str) -> bytes:
+        """The bytes ``save`` writes to ``path``: version 2 for a ``.jsonl`` or ``.jsonl.gz`` name (gzip for ``.gz``), version 1 otherwise."""
+        if not is_lines_path(path):
+            return self.dumps().encode("utf-8")
+        data = self.dumps_lines()
+        return gzip.compress(data, compresslevel=9, mtime=0) if path.endswith(".gz") else data
 
     @classmethod
     def from_json(cls, data: Any, where: str = "rule file", check_digest: bool = True) -> Library:
-        if not isinstance(data, Mapping) or data.get("format") != FORMAT:
-            raise RuleFormatError(f"{where}: not a taso rule file (expected \"format\": \"{FORMAT}\")")
-        version = data.get("version")
-        if not isinstance(version, int):
-            raise RuleFormatError(f"{where}: missing or malformed format version")
-        if version > VERSION:
-            raise RuleFormatError(f"{where}: format version {version} is newer than this taso reads ({VERSION}); upgrade taso")
+        """A library from a version-1 document (every rule's id checked, then the digest)."""
+        _check_format(data, where)
         rules = data.get("rules")
         if not isinstance(rules, list):
             raise RuleFormatError(f"{where}: \"rules\" must be a list")
         library = cls([Rule.from_json(r) for r in rules], dict(data.get("header", {})))
         recorded = library.header.get("digest")
         if check_digest and recorded is not None and recorded != library.digest():
-            raise RuleFormatError(f"{where}: its rules do not match the digest in its header (edited by hand?); "
-                                  f"re-prove them with `taso verify {where} -o NEW.json`")
+            raise _digest_error(where)
         return library
 
     @classmethod
     def load(cls, path: str | os.PathLike, check_digest: bool = True) -> Library:
-        """Reads a rule file (``check_digest=False`` for a file about to be re-proved anyway).
+        """Reads a rule file of any version (``check_digest=False`` for a file about to be re-proved anyway).
 
         Raises:
             TasoError: missing file, not JSON, not a rule file, a newer format version, a malformed rule.
         """
-        path = os.fspath(path)
-        try:
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            raise TasoError(f"{path}: no such file") from None
-        except (OSError, UnicodeDecodeError) as e:
-            raise TasoError(f"{path}: cannot read ({e})") from None
-        except json.JSONDecodeError as e:
-            raise RuleFormatError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
-        return cls.from_json(data, path, check_digest)
+        return LibraryFile.read(path, check_digest).library()
 
     def save(self, path: str | os.PathLike) -> None:
-        """Writes the library atomically."""
+        """Writes the library atomically (the format by the file name: see :meth:`encode`)."""
         path = os.fspath(path)
         tmp = f"{path}.tmp-{os.getpid()}"
         try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(self.dumps())
+            data = self.encode(path)
+            with open(tmp, "wb") as f:
+                f.write(data)
             os.replace(tmp, path)
         except BaseException as e:  # Ctrl-C included: never leave the temporary file behind
             if os.path.exists(tmp):
@@ -358,6 +380,236 @@ class Library:
             if isinstance(e, OSError):
                 raise TasoError(f"{path}: cannot write ({e.strerror or e})") from None
             raise
+
+
+class IndexEntry(NamedTuple):
+    """What a version-2 file says about a rule before it is parsed: enough to skip it, and the id of its reverse.
+
+    The index sits in the head line, outside the digest, so it is a hint: a parsed rule is
+    checked against its status and operators, an entry that lies about them can only make
+    a rule be skipped, never applied where it should not; a wrong ``reverse_id`` (trusted,
+    like stored ids, when the digest matched) could only mislabel a reversed rule.
+    """
+
+    status: str
+    source_ops: frozenset[str]  # operator variants (see operator_variant) of the source
+    target_ops: frozenset[str]
+    reverse_id: str = ""  # the id of usable_reverse(rule), "" when the rule has no usable reverse
+
+    @classmethod
+    def of(cls, rule: Rule, with_reverse: bool = True) -> IndexEntry:
+        reverse = usable_reverse(rule) if with_reverse else None
+        return cls(rule.status, side_variants(rule.source), side_variants(rule.target), reverse.id if reverse else "")
+
+    @property
+    def op_names(self) -> frozenset[str]:
+        """The operators both sides apply (variants without their fused activation)."""
+        return frozenset(v.partition("+")[0] for v in self.source_ops | self.target_ops)
+
+    def agrees_with(self, rule: Rule) -> bool:
+        """Status and operators match the parsed rule (the reverse id is not recomputed)."""
+        return self[:3] == IndexEntry.of(rule, with_reverse=False)[:3]
+
+    def to_json(self) -> list:
+        return [self.status, " ".join(sorted(self.source_ops)), " ".join(sorted(self.target_ops)), self.reverse_id]
+
+    @classmethod
+    def from_json(cls, data: Any) -> IndexEntry:
+        status, source, target, reverse_id = data
+        return cls(str(status), frozenset(source.split()), frozenset(target.split()), str(reverse_id))
+
+
+def operator_variant(op: str, params: Mapping[str, Any]) -> str:
+    """``op``, or ``op+activation`` for a fused activation: a pattern node matches only graph nodes of its own variant.
+
+    Rules are indexed by the variants of their sources, so a model without fused sigmoids
+    never parses a rule about them.
+    """
+    activation = params.get("activation", "none")
+    return op if activation == "none" or not isinstance(activation, str) else f"{op}+{activation}"
+
+
+def side_variants(nodes: Iterable[RuleNode]) -> frozenset[str]:
+    return frozenset(operator_variant(n.op, n.params) for n in nodes)
+
+
+def usable_reverse(rule: Rule) -> Rule | None:
+    """The rule read right to left, or None when its new source does not read every input (matching could not bind them)."""
+    reverse = rule.reversed()
+    read = {v for n in reverse.source for v in n.inputs}
+    return reverse if {i.name for i in reverse.inputs} <= read else None
+
+
+class LibraryFile:
+    """A rule file as read: its header and index at once, each rule parsed on first use.
+
+    ``trusted`` is true when the file recorded a digest and its rule lines hash to it: the
+    lines are then what ``Library.save`` wrote, and stored ids are taken as they are.
+    """
+
+    def __init__(self, path: str, version: int, header: dict[str, Any], index: list[IndexEntry],
+                 lines: list[bytes] | None = None, rules: list[Rule] | None = None, trusted: bool = False):
+        self.path, self.version, self.header, self.index, self.trusted = path, version, header, index, trusted
+        self._lines = lines
+        self._rules: list[Rule | None] = list(rules) if rules is not None else [None] * len(index)
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    @property
+    def digest(self) -> str | None:
+        return self.header.get("digest")
+
+    def rule(self, position: int) -> Rule:
+        """The rule at ``position``, parsed now if it was not yet.
+
+        Raises:
+            RuleFormatError: the line is not a well-formed rule, its id does not match (when
+                not trusted), or it disagrees with its index entry.
+        """
+        rule = self._rules[position]
+        if rule is None:
+            rule = self._rules[position] = self._parse(position)
+        return rule
+
+    def rules(self) -> list[Rule]:
+        return [self.rule(i) for i in range(len(self))]
+
+    def reverse(self, position: int) -> Rule | None:
+        """The rule at ``position`` read right to left (None when unusable); its id comes from the index when the file is trusted."""
+        reverse = usable_reverse(self.rule(position))
+        stored = self.index[position].reverse_id
+        if reverse is not None and self.trusted and stored:
+            reverse.__dict__["id"] = stored  # fills the cached property, as for stored ids
+        return reverse
+
+    def library(self) -> Library:
+        return Library(self.rules(), dict(self.header))
+
+    def _parse(self, position: int) -> Rule:
+        assert self._lines is not None
+        try:
+            data = json.loads(self._lines[position])
+        except ValueError:
+            raise RuleFormatError(f"{self.path}: rule line {position + 1} is not valid JSON") from None
+        if not isinstance(data, Mapping):
+            raise RuleFormatError(f"{self.path}: rule line {position + 1} is not a JSON object")
+        rule = Rule.from_json(data, trust_id=self.trusted)
+        if not self.index[position].agrees_with(rule):
+            raise RuleFormatError(f"{self.path}: rule {rule.id} does not match its index entry (edited by hand?)")
+        return rule
+
+    @classmethod
+    def read(cls, path: str | os.PathLike, check_digest: bool = True) -> LibraryFile:
+        """Reads a rule file of any version; a version-2 file's rules stay unparsed until asked for.
+
+        Raises:
+            TasoError: missing file, not JSON, not a rule file, a newer format version, a
+                digest that does not match (with ``check_digest``), a malformed rule (version 1).
+        """
+        path = os.fspath(path)
+        raw = _read_bytes(path)
+        compressed = raw[:2] == _GZIP_MAGIC
+        if compressed:
+            raw = _gunzip(raw, path)
+        head, _, body = raw.partition(b"\n")
+        first = _json_object_or_none(head)
+        if compressed or (first is not None and "rules" not in first):
+            if first is None:
+                raise RuleFormatError(f"{path}: its first line is not a JSON object (a version-2 rule file starts with its header line)")
+            return cls._from_lines(path, first, body, check_digest)
+        data = first if first is not None else _parse_document(raw, path)
+        library = Library.from_json(data, path, check_digest)
+        return cls(path, data["version"], library.header, [IndexEntry.of(r, with_reverse=False) for r in library.rules], rules=library.rules)
+
+    @classmethod
+    def _from_lines(cls, path: str, first: Mapping, body: bytes, check_digest: bool) -> LibraryFile:
+        version = _check_format(first, path)
+        if version < 2:
+            raise RuleFormatError(f"{path}: a version-{version} rule file is one JSON document, not lines")
+        lines = body.split(b"\n")
+        if lines and lines[-1] == b"":
+            lines.pop()
+        try:
+            index = [IndexEntry.from_json(e) for e in first.get("index", ())]
+        except (TypeError, ValueError, AttributeError):
+            raise RuleFormatError(f"{path}: malformed index in its header line") from None
+        if len(index) != len(lines):
+            raise RuleFormatError(f"{path}: its index lists {len(index)} rules but it holds {len(lines)} rule lines (truncated?)")
+        header = dict(first.get("header", {}))
+        recorded = header.get("digest")
+        trusted = check_digest and recorded is not None
+        if trusted and _digest_bytes(body) != recorded:
+            raise _digest_error(path)
+        return cls(path, version, header, index, lines=lines, trusted=trusted)
+
+
+def is_lines_path(path: str | os.PathLike) -> bool:
+    """Whether ``Library.save`` writes version 2 (JSON Lines) to this file name."""
+    return os.fspath(path).endswith(LINES_SUFFIXES)
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _rule_line(rule: Rule) -> bytes:
+    return json.dumps(rule.to_json(), sort_keys=True, separators=(",", ":")).encode()
+
+
+def _digest_bytes(rule_lines: bytes) -> str:
+    return "blake2b-128:" + hashlib.blake2b(rule_lines, digest_size=16).hexdigest()
+
+
+def _digest_error(where: str) -> RuleFormatError:
+    return RuleFormatError(f"{where}: its rules do not match the digest in its header (edited by hand?); "
+                           f"re-prove them with `taso verify {where} -o NEW.jsonl.gz`")
+
+
+def _check_format(data: Any, where: str) -> int:
+    """The file's version, after checking it is a taso rule file this taso can read."""
+    if not isinstance(data, Mapping) or data.get("format") != FORMAT:
+        raise RuleFormatError(f"{where}: not a taso rule file (expected \"format\": \"{FORMAT}\")")
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise RuleFormatError(f"{where}: missing or malformed format version")
+    if version > VERSION:
+        raise RuleFormatError(f"{where}: format version {version} is newer than this taso reads ({VERSION}); upgrade taso")
+    return version
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except FileNotFoundError:
+        raise TasoError(f"{path}: no such file") from None
+    except OSError as e:
+        raise TasoError(f"{path}: cannot read ({e})") from None
+
+
+def _gunzip(raw: bytes, path: str) -> bytes:
+    try:
+        return gzip.decompress(raw)
+    except (OSError, EOFError, zlib.error) as e:
+        raise RuleFormatError(f"{path}: a damaged gzip file ({e})") from None
+
+
+def _json_object_or_none(line: bytes) -> dict | None:
+    """The line as a JSON object, or None (an indented version-1 document's first line is a bare ``{``)."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _parse_document(raw: bytes, path: str) -> Any:
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise TasoError(f"{path}: cannot read ({e})") from None
+    except json.JSONDecodeError as e:
+        raise RuleFormatError(f"{path}: not valid JSON (line {e.lineno}: {e.msg})") from None
 
 
 def _jsonable(value: Any) -> Any:

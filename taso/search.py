@@ -15,16 +15,17 @@ import heapq
 import itertools
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import overload
 
 from .cost import CostModel
 from .ir import Graph
 from .rewrite import CompiledRule, Plan, find_matches, plan_match
-from .rules import Rule
+from .rules import Rule, operator_variant, side_variants
 
-__all__ = ["SearchConfig", "SearchReport", "StopReason", "Step", "search"]
+__all__ = ["SearchConfig", "SearchReport", "StopReason", "Step", "search", "RuleSlot", "LazyRules"]
 
 
 class StopReason(Enum):
@@ -118,6 +119,124 @@ class _SeedIndex:
         return self.exact.get((node.op.name, node.params), []) + self.any_params.get(node.op.name, [])
 
 
+_UNSET = object()
+
+
+class RuleSlot:
+    """A directed rule the search may use: its source's operator variants now, the rule itself only when asked for (once).
+
+    ``make`` returns the rule, or None when it must not be used (not proved, a reverse that
+    cannot bind its inputs); the compiled form is kept, so every search sharing the slot
+    compiles the rule at most once.
+    """
+
+    __slots__ = ("source_ops", "_make", "_rule", "_compiled")
+
+    def __init__(self, source_ops: frozenset[str], make: Callable[[], Rule | None]):
+        self.source_ops = source_ops
+        self._make = make
+        self._rule = self._compiled = _UNSET
+
+    @classmethod
+    def of(cls, rule: Rule | CompiledRule) -> RuleSlot:
+        """A slot for a rule already in hand (compiled only if the search needs it)."""
+        crule = rule if isinstance(rule, CompiledRule) else None
+        plain = crule.rule if crule is not None else rule
+        slot = cls(side_variants(plain.source), lambda: plain)
+        slot._rule = plain
+        if crule is not None:
+            slot._compiled = crule
+        return slot
+
+    def rule(self) -> Rule | None:
+        if self._rule is _UNSET:
+            self._rule = self._make()
+        return self._rule
+
+    def compiled(self) -> CompiledRule | None:
+        if self._compiled is _UNSET:
+            rule = self.rule()
+            self._compiled = None if rule is None else CompiledRule(rule)
+        return self._compiled
+
+
+class LazyRules(Sequence[Rule]):
+    """Directed rules whose parsing and compiling wait until a search needs them.
+
+    As a sequence it is the full list (every usable rule, the first of each id), built on
+    first use; the search instead admits rules by the operators of the graphs it expands
+    (:class:`_RuleIndex`), so a model without convolutions never parses a convolution rule.
+    """
+
+    def __init__(self, slots: Sequence[RuleSlot]):
+        self.slots = list(slots)
+        self._all: list[Rule] | None = None
+
+    def _rules(self) -> list[Rule]:
+        if self._all is None:
+            seen: set[str] = set()
+            rules = []
+            for slot in self.slots:
+                rule = slot.rule()
+                if rule is not None and rule.id not in seen:
+                    seen.add(rule.id)
+                    rules.append(rule)
+            self._all = rules
+        return self._all
+
+    def __len__(self) -> int:
+        return len(self._rules())
+
+    @overload
+    def __getitem__(self, index: int) -> Rule: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Rule]: ...
+
+    def __getitem__(self, index):
+        return self._rules()[index]
+
+    def __iter__(self) -> Iterator[Rule]:
+        return iter(self._rules())
+
+
+class _RuleIndex:
+    """The rules one search uses: a rule is compiled once every operator of its source has occurred in a graph the search expanded.
+
+    The operators present only grow, and a rule admitted late has an operator its graph's
+    parent lacked, so each of its matches runs through a node the rewrite added: seeded
+    matching finds them. Admitted rules stay in their original order, so the search sees
+    the same rewrites, in the same order, as with every rule compiled up front.
+    """
+
+    def __init__(self, rules: Iterable[Rule | CompiledRule]):
+        slots = rules.slots if isinstance(rules, LazyRules) else [RuleSlot.of(r) for r in rules]
+        self._pending = list(enumerate(slots))
+        self._admitted: list[tuple[int, CompiledRule]] = []
+        self._ids: set[str] = set()
+        self.present: set[str] = set()
+        self.compiled: list[CompiledRule] = []
+        self.seeds = _SeedIndex(())
+
+    def admit(self, graph: Graph) -> None:
+        """Compiles the rules that the operators of ``graph`` (with those seen before) make possible."""
+        variants = {operator_variant(op, params) for op, params in graph.op_param_set()}
+        if variants <= self.present:
+            return
+        self.present |= variants
+        ready = [(i, slot) for i, slot in self._pending if slot.source_ops <= self.present]
+        if not ready:
+            return
+        self._pending = [(i, slot) for i, slot in self._pending if not slot.source_ops <= self.present]
+        for position, slot in ready:
+            crule = slot.compiled()
+            if crule is not None and crule.rule_id not in self._ids:
+                self._ids.add(crule.rule_id)
+                self._admitted.append((position, crule))
+        self._admitted.sort(key=lambda pair: pair[0])
+        self.compiled = [crule for _, crule in self._admitted]
+        self.seeds = _SeedIndex(self.compiled)
+
+
 @dataclass(frozen=True)
 class _Option:
     """One possible rewrite of a graph, priced: what a child graph inherits when the rewrite is still valid there."""
@@ -193,7 +312,8 @@ def search(
 
     Args:
         graph: the starting graph.
-        rules: proved rules (or rules already compiled for matching).
+        rules: proved rules (or rules already compiled for matching, or :class:`LazyRules`); each is
+            compiled only once its source operators occur in a graph the search expands.
         cost_model: prices graphs.
         config: alpha, budget, time limit.
         progress: called after each expansion with (expanded, best cost).
@@ -216,9 +336,8 @@ def search(
 
 def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: CostModel, config: SearchConfig,
             progress: Callable[[int, float], None] | None) -> tuple[Graph, SearchReport]:
-    compiled: Sequence[CompiledRule] = [r if isinstance(r, CompiledRule) else CompiledRule(r) for r in rules]
-    seeds = _SeedIndex(compiled)
     start = time.perf_counter()
+    rule_index = _RuleIndex(rules)
     best, best_cost = graph, cost_model.graph_cost(graph)
     report = SearchReport(StopReason.SATURATED, best_cost, best_cost)
     tie = itertools.count()
@@ -242,11 +361,12 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
             best, best_cost, best_trace = current, current_cost, trace
         report.expanded += 1
         t0 = time.perf_counter()
+        rule_index.admit(current)
         parent_options = options_of.get(id(entry.parent)) if isinstance(entry, Plan) and config.incremental else None
         if parent_options is None:
-            options = _all_options(current, compiled, cost_model, start + config.time_limit)
+            options = _all_options(current, rule_index.compiled, cost_model, start + config.time_limit)
         else:
-            options = _inherited_options(current, entry, parent_options, seeds, compiled, cost_model, start + config.time_limit)
+            options = _inherited_options(current, entry, parent_options, rule_index.seeds, rule_index.compiled, cost_model, start + config.time_limit)
         options_of[id(current)] = options
         report.seconds_rewriting += time.perf_counter() - t0
         for option in options:

@@ -189,7 +189,7 @@ def test_export_then_import_gives_the_same_rules(imported):
 
 def test_shipped_library_round_trips_through_tasos_format():
     """A sample of the shipped library: what TASO can express comes back the same, up to constraints the generator found numerically."""
-    library = Library.load(os.path.join(os.path.dirname(ti.__file__), "..", "taso", "data", "library.json"))
+    library = Library.load(os.path.join(os.path.dirname(ti.__file__), "..", "taso", "data", "library.jsonl.gz"))
     rules = random.Random(0).sample(library.rules, 300)
     data, skipped = ti.export_rules(rules)
     assert skipped and all(reason == "input b1 is not in TASO's input pool" or "b2" in reason for _, reason in skipped)
@@ -204,7 +204,7 @@ def test_shipped_library_round_trips_through_tasos_format():
 def test_encoder_refuses_what_taso_cannot_express(imported):
     from dataclasses import replace
 
-    library = Library.load(os.path.join(os.path.dirname(ti.__file__), "..", "taso", "data", "library.json"))
+    library = Library.load(os.path.join(os.path.dirname(ti.__file__), "..", "taso", "data", "library.jsonl.gz"))
     with pytest.raises(ti.Unconvertible, match="input b1 is not in TASO's input pool"):
         ti.from_rule(next(r for r in library if any(i.name == "b1" for i in r.inputs)))
     conv = _by_name(imported.library, "taso#4")

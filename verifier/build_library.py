@@ -1,12 +1,15 @@
 """Rebuilds the library shipped in the package: ``taso generate`` + ``taso verify``.
 
     python -m taso.verifier.build_library [-j 2] [--timeout 10] [--candidates FILE] [--save-candidates FILE] [-o PATH]
+    python -m taso.verifier.build_library --convert OLD.json [-o PATH]
 
 Generation runs with the generator's default settings (the header of the library records
 them), verification with the verifier's; the proved rules are written to
-``taso/data/library.json``, which ``taso optimize`` uses by default. Every proof records
-the axioms it used. Timings are printed per step. ``--candidates`` skips generation and
-verifies an existing candidates file instead.
+``taso/data/library.jsonl.gz`` (rule format version 2), which ``taso optimize`` uses by
+default. Every proof records the axioms it used. Timings are printed per step.
+``--candidates`` skips generation and verifies an existing candidates file instead.
+``--convert`` re-saves an existing library in the format the output name selects without
+re-proving it (same rules, same proofs, same digest): a format conversion.
 """
 
 from __future__ import annotations
@@ -21,15 +24,15 @@ from collections.abc import Sequence
 import taso
 from taso.cli import main as taso_main
 from taso.errors import TasoError
-from taso.rules import Library
+from taso.rules import Library, LibraryFile
 
 from . import DEFAULT_TIMEOUT_S
 from .report import library_header, progress_bar, summary
 from .verify import Settings, verify_rules
 
-__all__ = ["main", "DEFAULT_OUTPUT"]
+__all__ = ["main", "build", "convert", "DEFAULT_OUTPUT"]
 
-DEFAULT_OUTPUT = os.path.join(os.path.dirname(taso.__file__), "data", "library.json")
+DEFAULT_OUTPUT = os.path.join(os.path.dirname(taso.__file__), "data", "library.jsonl.gz")
 
 
 def _generate(path: str, jobs: int) -> float:
@@ -69,6 +72,28 @@ def build(output: str, jobs: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S, cand
     return library
 
 
+def convert(source: str, output: str) -> Library:
+    """Re-saves ``source`` in the format ``output``'s name selects, without re-proving anything.
+
+    The source's digest is checked first (only an intact library is converted), and the
+    written file must carry the same digest: the rules, statuses and proofs are unchanged.
+
+    Raises:
+        TasoError: the source cannot be read or fails its digest, the output cannot be
+            written, or the written file's digest differs.
+    """
+    library = Library.load(source)
+    if "digest" not in library.header:
+        raise TasoError(f"{source}: has no integrity digest; re-prove it with `taso verify` instead of converting it")
+    library.save(output)
+    written = LibraryFile.read(output)
+    if written.digest != library.header["digest"] or len(written) != len(library):
+        raise TasoError(f"{output}: the converted file's digest {written.digest} differs from {library.header['digest']}")
+    print(f"converted {len(library)} rules: {source} ({os.path.getsize(source):,} bytes) -> {output} "
+          f"({os.path.getsize(output):,} bytes, format version {written.version}, digest {written.digest})")
+    return library
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m taso.verifier.build_library", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -76,9 +101,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="Z3 seconds per rule")
     parser.add_argument("--candidates", help="verify this candidates file instead of generating one")
     parser.add_argument("--save-candidates", metavar="FILE", help="keep the generated candidates in FILE")
+    parser.add_argument("--convert", metavar="LIBRARY", help="re-save this proved library in the output's format, without re-proving")
     parser.add_argument("-o", "--output", default=DEFAULT_OUTPUT, help="where to write the library (default: the package's)")
     args = parser.parse_args(argv)
     try:
+        if args.convert:
+            convert(args.convert, args.output)
+            return 0
         build(args.output, args.jobs, args.timeout, args.candidates, args.save_candidates)
     except TasoError as e:
         print(f"build_library: error: {e}", file=sys.stderr)
