@@ -1,0 +1,167 @@
+"""Scale-out on Ray (taso.generator.cluster): same bytes as the local run, faults, checkpoints, resume.
+
+One local Ray cluster of 2 CPUs serves the whole module and is shut down at its end. The
+settings are small (depth 2 over every operator; depth 3 over three) so that the module
+runs in well under a minute on the 2-core CI machine.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from taso.generator import Settings, generate, parse_ops
+from taso.generator import parallel
+from taso.generator.cluster import RayBackend, Shard, plan_shards, ray_available, walk_shard
+from taso.generator.enumerate import Enumerator
+
+RAY_MISSING = ray_available()
+needs_ray = pytest.mark.skipif(RAY_MISSING is not None, reason=RAY_MISSING or "")
+
+DEPTH2 = Settings(max_ops=2)
+DEPTH3 = Settings(max_ops=3, ops=parse_ops("matmul,add,transpose"))
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+_LOCAL: dict[Settings, bytes] = {}
+
+
+def local_bytes(settings: Settings, tmp_path) -> bytes:
+    """The rule file of the local run (one process), computed once per settings."""
+    if settings not in _LOCAL:
+        path = tmp_path / "local.json"
+        generate(settings).library.save(path)
+        _LOCAL[settings] = path.read_bytes()
+    return _LOCAL[settings]
+
+
+def ray_bytes(settings: Settings, backend: RayBackend, tmp_path) -> bytes:
+    path = tmp_path / "ray.json"
+    generate(settings, make_workers=backend.workers).library.save(path)
+    return path.read_bytes()
+
+
+def test_the_shards_of_a_root_visit_its_graphs_in_the_order_walk_does():
+    enumerator = Enumerator(DEPTH3)
+    roots = enumerator.roots()
+    shards = plan_shards(enumerator, target=40)
+    assert any(s.children for s in shards), "the plan should split some root at this target"
+
+    def visits(run) -> list:
+        seen = []
+        run(lambda key, ops, last, outputs: seen.append((key, tuple(ops), last, tuple(outputs))))
+        return seen
+
+    for i, root in enumerate(roots):
+        whole = visits(lambda visit: enumerator.walk(root, visit))
+        parts = [v for s in shards if s.root == i for v in visits(lambda visit, s=s: walk_shard(enumerator, root, s, visit))]
+        assert parts == whole
+
+
+def test_with_two_operators_at_most_every_root_is_one_shard():
+    enumerator = Enumerator(Settings(max_ops=2, ops=parse_ops("matmul,add")))
+    assert plan_shards(enumerator, target=1000) == [Shard(f"r{i:05d}", i) for i in range(len(enumerator.roots()))]
+
+
+@needs_ray
+@pytest.mark.parametrize("settings", [DEPTH2, DEPTH3], ids=["depth2-all-ops", "depth3-matmul-add-transpose"])
+def test_ray_gives_the_local_rule_file_byte_for_byte(ray_cluster, settings, tmp_path):
+    backend = RayBackend(run_dir=str(tmp_path / "run"), shards=40)
+    assert ray_bytes(settings, backend, tmp_path) == local_bytes(settings, tmp_path)
+    (report,) = backend.reports
+    assert report.run == report.total and report.reused == 0
+    assert sum(graphs for graphs, _ in report.cost.values()) == sum(generate_counts(settings))
+
+
+def generate_counts(settings: Settings) -> list[int]:
+    with parallel.Workers(settings) as workers:
+        return workers.count_and_key(keep=False).per_depth
+
+
+@needs_ray
+def test_the_two_pass_enumeration_on_ray_gives_the_same_file(ray_cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr(parallel, "KEEP_GRAPHS_MAX_OPS", 2)  # depth 3 now keeps keys only, then re-enumerates
+    backend = RayBackend(run_dir=str(tmp_path / "run"), shards=40)
+    assert ray_bytes(DEPTH3, backend, tmp_path) == local_bytes(DEPTH3, tmp_path)
+    assert [r.name for r in backend.reports] == ["enumerate", "collect"]
+
+
+@needs_ray
+def test_a_worker_killed_mid_shard_is_retried_and_the_file_is_unchanged(ray_cluster, tmp_path):
+    marker = tmp_path / "killed-once"
+    backend = RayBackend(run_dir=str(tmp_path / "run"), shards=40, fault=str(marker))
+    assert ray_bytes(DEPTH3, backend, tmp_path) == local_bytes(DEPTH3, tmp_path)
+    assert marker.exists(), "no task killed its worker: the fault was not injected"
+
+
+@needs_ray
+def test_resume_after_an_interrupted_run_redoes_only_the_unfinished_shards(ray_cluster, tmp_path):
+    run_dir = str(tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt):
+        ray_bytes(DEPTH3, RayBackend(run_dir=run_dir, shards=40, stop_after=7), tmp_path)
+    assert len([n for n in os.listdir(run_dir) if n.endswith(".shard")]) == 7
+
+    resumed = RayBackend(run_dir=run_dir, resume=True, shards=40)
+    assert ray_bytes(DEPTH3, resumed, tmp_path) == local_bytes(DEPTH3, tmp_path)
+    (report,) = resumed.reports
+    assert (report.reused, report.run, report.corrupt) == (7, report.total - 7, [])
+
+
+@needs_ray
+def test_a_corrupt_or_truncated_checkpoint_is_detected_and_redone_never_merged(ray_cluster, tmp_path):
+    run_dir = tmp_path / "run"
+    ray_bytes(DEPTH3, RayBackend(run_dir=str(run_dir), shards=40), tmp_path)
+    files = sorted(p for p in run_dir.iterdir() if p.suffix == ".shard")
+    flipped, truncated = files[3], files[10]
+    data = bytearray(flipped.read_bytes())
+    data[-5] ^= 0x01  # one bit of one key
+    flipped.write_bytes(bytes(data))
+    truncated.write_bytes(truncated.read_bytes()[:-16])
+
+    resumed = RayBackend(run_dir=str(run_dir), resume=True, shards=40)
+    assert ray_bytes(DEPTH3, resumed, tmp_path) == local_bytes(DEPTH3, tmp_path)
+    (report,) = resumed.reports
+    assert sorted(report.corrupt) == sorted([flipped.name, truncated.name])
+    assert (report.run, report.reused) == (2, report.total - 2)
+
+
+@needs_ray
+def test_resume_refuses_a_run_directory_of_other_settings(ray_cluster, tmp_path):
+    from taso.errors import TasoError
+
+    run_dir = str(tmp_path / "run")
+    ray_bytes(Settings(max_ops=2, ops=parse_ops("matmul,add")), RayBackend(run_dir=run_dir), tmp_path)
+    with pytest.raises(TasoError, match="other settings"):
+        ray_bytes(DEPTH3, RayBackend(run_dir=run_dir, resume=True), tmp_path)
+
+
+@needs_ray
+def test_cli_generate_ray_writes_the_local_file_and_reports_the_shards(ray_cluster, tmp_path, capsys):
+    from taso.cli import main
+
+    out = tmp_path / "ray.json"
+    argv = ["generate", "--max-ops", "3", "--ops", "matmul,add,transpose", "--quiet", "-o", str(out)]
+    assert main([*argv, "--ray", "--shards", "40"]) == 0
+    stdout = capsys.readouterr().out
+    assert "enumerate:" in stdout and "reused from checkpoints" in stdout
+    assert out.read_bytes() == local_bytes(DEPTH3, tmp_path)
+    assert (tmp_path / "ray.json.shards" / "shards.json").exists()
+    assert main([*argv, "--ray", "--resume", str(tmp_path / "ray.json.shards"), "--shards", "40"]) == 0
+    assert f"{len(plan_shards(Enumerator(DEPTH3), 40))} reused" in capsys.readouterr().out
+    assert out.read_bytes() == local_bytes(DEPTH3, tmp_path)
+
+
+def test_cli_generate_refuses_cluster_options_without_ray(tmp_path, capsys):
+    from taso.cli import main
+
+    assert main(["generate", "--max-ops", "2", "-o", str(tmp_path / "c.json"), "--resume", str(tmp_path)]) == 2
+    assert "--resume needs --ray" in capsys.readouterr().err
