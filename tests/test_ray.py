@@ -165,3 +165,40 @@ def test_cli_generate_refuses_cluster_options_without_ray(tmp_path, capsys):
 
     assert main(["generate", "--max-ops", "2", "-o", str(tmp_path / "c.json"), "--resume", str(tmp_path)]) == 2
     assert "--resume needs --ray" in capsys.readouterr().err
+
+
+def _without_timings(rule) -> dict:
+    data = rule.to_json()
+    data.get("proof", {}).pop("seconds", None)
+    return data
+
+
+@needs_ray
+def test_verify_on_ray_proves_the_same_rules_as_the_local_verifier(ray_cluster):
+    from taso.generator.cluster import verify_rules_on_ray
+    from taso.verifier.verify import Settings as VerifySettings
+    from taso.verifier.verify import verify_rules
+
+    candidates = generate(Settings(max_ops=2, ops=parse_ops("matmul,add,transpose"))).library.rules
+    settings = VerifySettings(timeout_s=20)
+    local = verify_rules(candidates, settings)
+    on_ray = verify_rules_on_ray(candidates, settings)
+    assert [_without_timings(r) for r in on_ray] == [_without_timings(r) for r in local]
+    assert {r.status for r in on_ray} == {"proved"}
+
+
+@needs_ray
+def test_a_task_running_past_its_time_limit_is_cancelled_and_the_others_finish(ray_cluster):
+    from taso.generator.cluster import _windowed
+
+    def sleep_for(i: int) -> int:  # NOTE: defined here so that Ray ships it by value (workers cannot import tests)
+        import time
+
+        time.sleep(60 if i == 1 else 0.01)
+        return i
+
+    remote = ray_cluster.remote(num_cpus=1)(sleep_for)
+    results = [None] * 4
+    finished = list(_windowed(ray_cluster, lambda i: remote.remote(i), 4, 2, 3.0, results))
+    assert sorted(finished) == [0, 1, 2, 3]
+    assert results == [0, None, 2, 3]

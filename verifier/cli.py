@@ -1,6 +1,6 @@
 """``taso verify``: prove candidate rules with Z3 and write the proved ones as a library.
 
-    taso verify candidates.json -o library.json [-j N] [--timeout S] [--explain RULE_ID]
+    taso verify candidates.json -o library.json [-j N] [--timeout S] [--explain RULE_ID] [--ray [ADDRESS]]
 
 Only proved rules go into the output, under a header that records the verifier's settings
 and the counts; the others are reported on stdout with their reason. ``--explain`` proves
@@ -33,6 +33,9 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--record-axioms", action="store_true", help="record in each proof the axioms it used (its unsat core)")
     parser.add_argument("--no-precheck", action="store_true", help="skip the NumPy pre-check (to test the prover alone)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no list of unproved rules")
+    parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help="prove the rules as Ray tasks (pip install 'taso[cluster]'): on the cluster at ADDRESS, or "
+                        "without it on a local cluster of -j CPUs (default: all when -j is 1)")
     parser.set_defaults(func=run)
 
 
@@ -81,7 +84,13 @@ def run(args: argparse.Namespace) -> int:
     _check_writable(args.output)
     _refuse_overwriting_input(args.candidates, args.output)
     start = time.perf_counter()
-    results = verify_rules(candidates.rules, settings, args.jobs, progress_bar(len(candidates), args.quiet))
+    if args.ray is not None:
+        from taso.generator.cluster import verify_rules_on_ray
+
+        results = verify_rules_on_ray(candidates.rules, settings, args.ray or None, args.jobs if args.jobs > 1 else None,
+                                      progress_bar(len(candidates), args.quiet))
+    else:
+        results = verify_rules(candidates.rules, settings, args.jobs, progress_bar(len(candidates), args.quiet))
     seconds = time.perf_counter() - start
     proved = [r for r in results if r.status == "proved"]
     Library(proved, library_header(candidates, results, settings, args.jobs, seconds)).save(args.output)
