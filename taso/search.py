@@ -219,7 +219,9 @@ class _RuleIndex:
 
     def admit(self, graph: Graph) -> None:
         """Compiles the rules that the operators of ``graph`` (with those seen before) make possible."""
-        variants = {operator_variant(op, params) for op, params in graph.op_param_set()}
+        self.admit_variants({operator_variant(op, params) for op, params in graph.op_param_set()})
+
+    def admit_variants(self, variants: set[str]) -> None:
         if variants <= self.present:
             return
         self.present |= variants
