@@ -416,7 +416,8 @@ class IndexEntry(NamedTuple):
     @classmethod
     def from_json(cls, data: Any) -> IndexEntry:
         status, source, target, reverse_id = data
-        return cls(str(status), frozenset(source.split()), frozenset(target.split()), str(reverse_id))
+        # NOTE: tuple.__new__ directly: the generated NamedTuple constructor doubled the cost of reading an index.
+        return tuple.__new__(cls, (str(status), frozenset(source.split()), frozenset(target.split()), str(reverse_id)))
 
 
 def operator_variant(op: str, params: Mapping[str, Any]) -> str:
@@ -447,14 +448,30 @@ class LibraryFile:
     lines are then what ``Library.save`` wrote, and stored ids are taken as they are.
     """
 
-    def __init__(self, path: str, version: int, header: dict[str, Any], index: list[IndexEntry],
+    def __init__(self, path: str, version: int, header: dict[str, Any], index: list[IndexEntry] | list[list],
                  lines: list[bytes] | None = None, rules: list[Rule] | None = None, trusted: bool = False):
-        self.path, self.version, self.header, self.index, self.trusted = path, version, header, index, trusted
+        self.path, self.version, self.header, self.trusted = path, version, header, trusted
+        self._index_json = index  # IndexEntry objects are built on first use: a cached library never needs them
+        self._index: list[IndexEntry] | None = None
         self._lines = lines
         self._rules: list[Rule | None] = list(rules) if rules is not None else [None] * len(index)
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self._rules)
+
+    @property
+    def index(self) -> list[IndexEntry]:
+        """One entry per rule, in order.
+
+        Raises:
+            RuleFormatError: a malformed index in the head line.
+        """
+        if self._index is None:
+            try:
+                self._index = [e if isinstance(e, IndexEntry) else IndexEntry.from_json(e) for e in self._index_json]
+            except (TypeError, ValueError, AttributeError):
+                raise RuleFormatError(f"{self.path}: malformed index in its header line") from None
+        return self._index
 
     @property
     def digest(self) -> str | None:
@@ -530,10 +547,9 @@ class LibraryFile:
         lines = body.split(b"\n")
         if lines and lines[-1] == b"":
             lines.pop()
-        try:
-            index = [IndexEntry.from_json(e) for e in first.get("index", ())]
-        except (TypeError, ValueError, AttributeError):
-            raise RuleFormatError(f"{path}: malformed index in its header line") from None
+        index = first.get("index", [])
+        if not isinstance(index, list):
+            raise RuleFormatError(f"{path}: malformed index in its header line")
         if len(index) != len(lines):
             raise RuleFormatError(f"{path}: its index lists {len(index)} rules but it holds {len(lines)} rule lines (truncated?)")
         header = dict(first.get("header", {}))
