@@ -1,9 +1,11 @@
 """Resize (nearest, linear, cubic) with a static output shape: upsampling in FPNs, UNets and OCR detectors.
 
-The importer reads ONNX's scales or sizes from constants, so the op carries its output
-shape and the scale of each axis as parameters (and a measured cost model times it with its
-real sizes); roi, antialiasing and crop modes stay opaque. The NumPy semantics are separable per axis: x_original from x_resized by the coordinate
-transform, then the nearest pixel or the two neighbours of a linear blend, clamped to the edge.
+The importer reads ONNX's scales or sizes from constants (Resize from opset 11, Resize-10 and
+Upsample-9 with scales >= 1), so the op carries its output shape and each axis's scale as
+parameters, and a measured cost model times it with its real sizes; roi, antialiasing, axes
+and crop modes stay opaque. The NumPy semantics are separable per axis: x_original from
+x_resized by the coordinate transform, then the nearest pixel, a linear blend of two
+neighbours or a cubic blend of four, edge-clamped.
 """
 
 from __future__ import annotations
