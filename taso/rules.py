@@ -526,16 +526,13 @@ class LibraryFile:
         """
         path = os.fspath(path)
         raw = _read_bytes(path)
-        compressed = raw[:2] == _GZIP_MAGIC
-        if compressed:
+        if raw[:2] == _GZIP_MAGIC:
             raw = _gunzip(raw, path)
         head, _, body = raw.partition(b"\n")
         first = _json_object_or_none(head)
-        if compressed or (first is not None and "rules" not in first):
-            if first is None:
-                raise RuleFormatError(f"{path}: its first line is not a JSON object (a version-2 rule file starts with its header line)")
+        if first is not None and "rules" not in first:  # a head line: version 2
             return cls._from_lines(path, first, body, check_digest)
-        data = first if first is not None else _parse_document(raw, path)
+        data = first if first is not None else _parse_document(raw, path)  # one document (gzip'd or not): version 1
         library = Library.from_json(data, path, check_digest)
         return cls(path, data["version"], library.header, [IndexEntry.of(r, with_reverse=False) for r in library.rules], rules=library.rules)
 
@@ -552,7 +549,10 @@ class LibraryFile:
             raise RuleFormatError(f"{path}: malformed index in its header line")
         if len(index) != len(lines):
             raise RuleFormatError(f"{path}: its index lists {len(index)} rules but it holds {len(lines)} rule lines (truncated?)")
-        header = dict(first.get("header", {}))
+        header = first.get("header", {})
+        if not isinstance(header, Mapping):
+            raise RuleFormatError(f"{path}: its header must be a JSON object")
+        header = dict(header)
         recorded = header.get("digest")
         trusted = check_digest and recorded is not None
         if trusted and _digest_bytes(body) != recorded:

@@ -45,10 +45,12 @@ def test_a_jsonl_gz_library_round_trips_with_the_digest_of_its_version_1_form(tm
     assert json.loads((tmp_path / "lib.json").read_text())["version"] == 1  # a .json name still gets the version-1 document
 
 
-def test_an_uncompressed_jsonl_library_reads_the_same(tmp_path):
+def test_an_uncompressed_jsonl_library_and_a_gzipped_version_1_document_read_the_same(tmp_path):
     library = _proved_library()
     library.save(tmp_path / "lib.jsonl")
     assert Library.load(tmp_path / "lib.jsonl").rules == library.rules
+    (tmp_path / "lib.json.gz").write_bytes(gzip.compress(library.dumps().encode()))
+    assert Library.load(tmp_path / "lib.json.gz").rules == library.rules
 
 
 def test_the_digest_is_a_hash_of_the_raw_rule_lines(tmp_path):
@@ -134,7 +136,8 @@ def test_an_index_that_lies_about_a_rule_is_caught_when_the_rule_is_read(tmp_pat
     (lambda raw: raw[: len(raw) // 2], "damaged gzip"),
     (lambda raw: gzip.compress(gzip.decompress(raw).rsplit(b"\n", 2)[0] + b"\n"), "index lists"),
     (lambda raw: gzip.compress(b'{"format":"taso-rules","version":%d,"header":{},"index":[]}\n' % (VERSION + 1)), "newer.*upgrade"),
-    (lambda raw: gzip.compress(b"not json\n"), "first line"),
+    (lambda raw: gzip.compress(b"not json\n"), "not valid JSON"),
+    (lambda raw: gzip.compress(b'{"format":"taso-rules","version":2,"header":[],"index":[]}\n'), "header must be"),
 ])
 def test_a_damaged_or_newer_file_gives_a_clear_error(tmp_path, damage, message):
     path = tmp_path / "lib.jsonl.gz"
