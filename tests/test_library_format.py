@@ -228,3 +228,14 @@ def test_the_directed_rules_as_a_list_hold_each_rule_and_its_usable_reverse():
     assert all(r.id in ids for r in sample)
     assert all(rev.id in ids for r in sample if (rev := usable_reverse(r)) is not None)
     assert len(directed) == len(ids)
+
+
+def test_a_version_2_library_over_an_unknown_operator_is_refused_at_load(tmp_path):
+    import dataclasses
+
+    rule = next(r for r in all_rules() if r.name == "fuse-matmul-relu")
+    source = tuple(dataclasses.replace(n, op="frobnicate") if n.op == "relu" else n for n in rule.source)
+    path = tmp_path / "unknown-op.jsonl.gz"
+    Library([dataclasses.replace(rule, source=source, status="proved")]).save(path)
+    with pytest.raises(TasoError, match="unknown operator 'frobnicate'"):
+        load_rules(str(path))
