@@ -226,6 +226,17 @@ def test_masked_fill_attention_mask_is_native_equal_and_where():
     assert {"equal", "where"} <= {n.op.name for n in graph.nodes}
 
 
+@pytest.mark.parametrize("seq", [64, 512])
+def test_an_expanded_causal_mask_is_not_materialised_in_the_file(seq):
+    """Expand of a constant [1, 1, S, S] mask to [batch, heads, S, S]: folding it would multiply the file by 24."""
+    mask = np.triu(np.full((1, 1, seq, seq), -1e4, np.float32), 1)
+    nodes = [_const("shape", [2, 12, seq, seq]), helper.make_node("Expand", ["mask", "shape"], ["m"]), helper.make_node("Add", ["scores", "m"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("scores", FLOAT, [2, 12, seq, seq])], [helper.make_tensor_value_info("y", FLOAT, [2, 12, seq, seq])],
+                   [_init("mask", mask)])
+    _, exported = _roundtrip(model, _float_feeds({"scores": (2, 12, seq, seq)}))
+    assert exported.ByteSize() < 2 * model.ByteSize()
+
+
 # ---- 4. TorchScript NASNet: computed pads, then an Add of two branches -------------------------------------
 
 

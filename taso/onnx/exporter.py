@@ -25,6 +25,10 @@ __all__ = ["export_onnx", "save_onnx"]
 # Constants that stay lazy: materialising ConstantOfShape would bloat "light" models.
 _KEEP_LAZY = {"fill", "opaque"}
 _MAX_FOLDED_BYTES = 1 << 30
+# Broadcasts of weights stay nodes once their output is this large: a causal mask expanded to
+# [batch, heads, seq, seq] would multiply the file's size.
+_BROADCASTS = {"expand"}
+_MAX_FOLDED_BROADCAST_BYTES = 1 << 16
 # Models larger than this are written with external data (protobuf's hard limit is 2 GiB).
 _EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 
@@ -95,7 +99,8 @@ def _weight_only_values(graph: Graph) -> list[Node]:
         if node.op.name in _KEEP_LAZY:
             continue
         if all(v in constant for v in node.inputs):
-            if sum(graph.type(o).nbytes for o in node.outputs) > _MAX_FOLDED_BYTES:
+            out_bytes = sum(graph.type(o).nbytes for o in node.outputs)
+            if out_bytes > _MAX_FOLDED_BYTES or (node.op.name in _BROADCASTS and out_bytes > _MAX_FOLDED_BROADCAST_BYTES):
                 continue
             folded.append(node)
             constant.update(node.outputs)

@@ -489,9 +489,17 @@ def _fold_constant_node(state: _ImportState, node: onnx.NodeProto) -> bool:
         results = ReferenceEvaluator(m).run(None, {n: state.weights[state.resolve(n)] for n in node.input if n})
     except Exception:  # noqa: BLE001 - not foldable here; import normally
         return False
+    if _grows_too_much([state.weights[n] for n in names], results):
+        return False
     for name, value in zip([o for o in node.output if o], results):
         _add_weight(state, name, np.asarray(value))
     return True
+
+
+def _grows_too_much(inputs: list[np.ndarray], results) -> bool:
+    """A fold that turns small constants into a large one (Expand, Tile of a mask) stays a node."""
+    largest_input = max(a.size for a in inputs)
+    return any(np.asarray(r).size > max(_FOLD_MAX_INPUT_ELEMENTS, 4 * largest_input) for r in results)
 
 
 def _add_weight(state: _ImportState, name: str, array: np.ndarray) -> None:
