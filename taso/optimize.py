@@ -83,7 +83,8 @@ def load_rules(path: str | None = None) -> LazyRules:
     if not proved:
         raise TasoError(f"{path}: holds no proved rule ({len(library)} rules, none proved); run `taso verify` on it first")
     _require_known_operators(library, proved, path)
-    rules = _LOADED[library.digest] = LazyRules([slot for k in proved for slot in _directed_slots(library, k)])
+    slots = [slot for k in proved for slot in _directed_slots(library, k)]
+    rules = _LOADED[library.digest] = LazyRules(slots, library.directed_count(proved) if library.trusted else None)
     return rules
 
 

@@ -383,14 +383,16 @@ class Library:
 
 
 class IndexEntry(NamedTuple):
-    """What a version-2 file says about a rule before it is parsed: enough to skip it, and the id of its reverse.
+    """What a version-2 file says about a rule before it is parsed: enough to skip it, and the ids of both its directions.
 
     The index sits in the head line, outside the digest, so it is a hint: a parsed rule is
-    checked against its status and operators, an entry that lies about them can only make
-    a rule be skipped, never applied where it should not; a wrong ``reverse_id`` (trusted,
-    like stored ids, when the digest matched) could only mislabel a reversed rule.
+    checked against its id, status and operators, and an entry that lies about them can
+    only make a rule be skipped, never applied where it should not. ``reverse_id`` is
+    trusted like stored ids when the digest matched ("" then means: no reverse is used), so
+    a wrong one could only mislabel a reversed rule or leave it out.
     """
 
+    rule_id: str
     status: str
     source_ops: frozenset[str]  # operator variants (see operator_variant) of the source
     target_ops: frozenset[str]
@@ -399,7 +401,7 @@ class IndexEntry(NamedTuple):
     @classmethod
     def of(cls, rule: Rule, with_reverse: bool = True) -> IndexEntry:
         reverse = usable_reverse(rule) if with_reverse else None
-        return cls(rule.status, side_variants(rule.source), side_variants(rule.target), reverse.id if reverse else "")
+        return cls(rule.id, rule.status, side_variants(rule.source), side_variants(rule.target), reverse.id if reverse else "")
 
     @property
     def op_names(self) -> frozenset[str]:
@@ -407,17 +409,17 @@ class IndexEntry(NamedTuple):
         return frozenset(v.partition("+")[0] for v in self.source_ops | self.target_ops)
 
     def agrees_with(self, rule: Rule) -> bool:
-        """Status and operators match the parsed rule (the reverse id is not recomputed)."""
-        return self[:3] == IndexEntry.of(rule, with_reverse=False)[:3]
+        """Id, status and operators match the parsed rule (the reverse id is not recomputed)."""
+        return self[:4] == IndexEntry.of(rule, with_reverse=False)[:4]
 
     def to_json(self) -> list:
-        return [self.status, " ".join(sorted(self.source_ops)), " ".join(sorted(self.target_ops)), self.reverse_id]
+        return [self.rule_id, self.status, " ".join(sorted(self.source_ops)), " ".join(sorted(self.target_ops)), self.reverse_id]
 
     @classmethod
     def from_json(cls, data: Any) -> IndexEntry:
-        status, source, target, reverse_id = data
+        rule_id, status, source, target, reverse_id = data
         # NOTE: tuple.__new__ directly: the generated NamedTuple constructor doubled the cost of reading an index.
-        return tuple.__new__(cls, (str(status), frozenset(source.split()), frozenset(target.split()), str(reverse_id)))
+        return tuple.__new__(cls, (str(rule_id), str(status), frozenset(source.split()), frozenset(target.split()), str(reverse_id)))
 
 
 def operator_variant(op: str, params: Mapping[str, Any]) -> str:
@@ -493,12 +495,22 @@ class LibraryFile:
         return [self.rule(i) for i in range(len(self))]
 
     def reverse(self, position: int) -> Rule | None:
-        """The rule at ``position`` read right to left (None when unusable); its id comes from the index when the file is trusted."""
-        reverse = usable_reverse(self.rule(position))
+        """The rule at ``position`` read right to left, or None when unusable.
+
+        When the file is trusted, its index says which reverses are used and their ids.
+        """
         stored = self.index[position].reverse_id
-        if reverse is not None and self.trusted and stored:
+        if self.trusted and not stored:
+            return None
+        reverse = usable_reverse(self.rule(position))
+        if reverse is not None and self.trusted:
             reverse.__dict__["id"] = stored  # fills the cached property, as for stored ids
         return reverse
+
+    def directed_count(self, positions: Iterable[int]) -> int:
+        """How many distinct rules the rules at ``positions`` give in both directions, by the index's ids."""
+        entries = [self.index[k] for k in positions]
+        return len({e.rule_id for e in entries} | {e.reverse_id for e in entries if e.reverse_id})
 
     def library(self) -> Library:
         return Library(self.rules(), dict(self.header))

@@ -168,8 +168,10 @@ class LazyRules(Sequence[Rule]):
     (:class:`_RuleIndex`), so a model without convolutions never parses a convolution rule.
     """
 
-    def __init__(self, slots: Sequence[RuleSlot]):
+    def __init__(self, slots: Sequence[RuleSlot], size: int | None = None):
+        """``size``: the length when known without parsing (a library's index counts its rules)."""
         self.slots = list(slots)
+        self._size = size
         self._all: list[Rule] | None = None
 
     def _rules(self) -> list[Rule]:
@@ -185,7 +187,7 @@ class LazyRules(Sequence[Rule]):
         return self._all
 
     def __len__(self) -> int:
-        return len(self._rules())
+        return self._size if self._all is None and self._size is not None else len(self._rules())
 
     @overload
     def __getitem__(self, index: int) -> Rule: ...

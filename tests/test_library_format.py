@@ -75,7 +75,7 @@ def test_a_status_flipped_by_hand_in_a_rule_line_is_refused(tmp_path):
     lines = _lines(path)
     lines[1] = lines[1].replace(b'"status":"candidate"', b'"status":"proved"')
     head = json.loads(lines[0])
-    head["index"][0][0] = "proved"
+    head["index"][0][1] = "proved"
     lines[0] = json.dumps(head).encode()
     _write_lines(path, lines)
     with pytest.raises(TasoError, match="digest"):
@@ -125,7 +125,7 @@ def test_an_index_that_lies_about_a_rule_is_caught_when_the_rule_is_read(tmp_pat
     _proved_library().save(path)
     lines = _lines(path)
     head = json.loads(lines[0])
-    head["index"][0][1] = "tanh"
+    head["index"][0][2] = "tanh"
     lines[0] = json.dumps(head).encode()
     _write_lines(path, lines)
     with pytest.raises(RuleFormatError, match="index entry"):
@@ -228,6 +228,15 @@ def test_the_directed_rules_as_a_list_hold_each_rule_and_its_usable_reverse():
     assert all(r.id in ids for r in sample)
     assert all(rev.id in ids for r in sample if (rev := usable_reverse(r)) is not None)
     assert len(directed) == len(ids)
+
+
+def test_the_number_of_directed_rules_comes_from_the_index_without_parsing():
+    from taso.optimize import _LOADED
+
+    _LOADED.clear()
+    rules = load_rules()
+    assert len(rules) == 2 * 6696 and rules._all is None
+    assert len(list(rules)) == len(rules)
 
 
 def test_a_version_2_library_over_an_unknown_operator_is_refused_at_load(tmp_path):
