@@ -137,7 +137,8 @@ class OrtCpuCost(CostModel):
         inputs, weights = {}, {}
         for v in node.inputs:
             (weights if v in consts else inputs)[v] = graph.type(v)
-        arrays = {v: _random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
+        # A weight keeps its value: a shape operand (Resize sizes, OneHot depth) filled at random is another kernel, or none.
+        arrays = {v: graph.weights[v] if v in graph.weights else _random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
         single = Graph(inputs, {v: arrays[v] for v in weights}, [node], list(node.outputs),
                        meta=GraphMeta(opset=max(graph.meta.opset, 13), output_names=tuple(node.outputs)))
         from .onnx import export_onnx

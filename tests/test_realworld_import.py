@@ -347,10 +347,8 @@ def test_paddle_resize_is_native_and_its_measured_cost_uses_its_real_sizes(tmp_p
     assert OrtCpuCost(threads=1).graph_cost(graph) > 0
 
 
-@pytest.mark.xfail(strict=True, reason="taso/cost_ort.py: OrtCpuCost.measure feeds random values (zeros for integers) to a "
-                   "node's constant inputs, so an opaque Resize (here tf_crop_and_resize) is timed with sizes = 0 and ONNX "
-                   "Runtime refuses it ('Scale value should be greater than 0'); it must use the weights' values")
 def test_measured_cost_of_an_opaque_resize_uses_its_real_sizes(tmp_path, monkeypatch):
+    """An opaque Resize (tf_crop_and_resize) is timed with its real sizes: random constants (zeros for integers) made ONNX Runtime refuse it."""
     from taso.cost_ort import OrtCpuCost
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
