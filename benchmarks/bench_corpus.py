@@ -3,9 +3,11 @@
 For each corpus model (benchmarks/corpus.py; build it first), runs ``taso optimize`` through the
 CLI exactly as a user would, with the measured cost model (``--cost ort-cpu``, 1 thread), then
 times its output against the input *file* on ONNX Runtime (CPU, ORT_ENABLE_ALL, 1 intra-op
-thread), interleaved round by round so machine noise hits both alike. The result per model is
-the ratio input time / output time (above 1: taso's file is faster); a ratio below 0.98 is a
-slower model, which taso must never write. Prints a Markdown table and writes JSON.
+thread), interleaved: each round times the two back to back, in alternating order, so machine
+noise hits both alike. The result per model is the median over rounds of input time / output
+time (above 1: taso's file is faster), with half the interquartile range as its noise; a ratio
+below 0.98 is a slower model, which taso must never write. A model for which taso wrote the
+input's bytes back is not timed (ratio 1 by construction). Prints a Markdown table, writes JSON.
 
 Run: python benchmarks/corpus.py build && python benchmarks/bench_corpus.py [--only NAME ...] [--source S ...]
      [--time-limit 10] [--rounds 15] [--json FILE]
@@ -40,7 +42,9 @@ class Row:
     source: str
     nodes: int
     exit_code: int
-    ratio: float | None  # input ms / output ms; None when nothing was written
+    kept: str  # what taso optimize wrote: "optimized", "original" (the input's bytes), ... (its --report); "" when nothing was written
+    ratio: float | None  # median over rounds of input ms / output ms, measured back to back; None when nothing was timed
+    spread: float | None  # half the interquartile range of the per-round ratios: the noise of this measurement
     input_ms: float | None
     output_ms: float | None
     same_bytes: bool
@@ -68,62 +72,87 @@ def _one_round(session: ort.InferenceSession, feeds: dict, min_seconds: float = 
     return statistics.median(times)
 
 
-def interleaved_ms(paths: dict[str, Path], feeds: dict, rounds: int) -> dict[str, float]:
-    """Median milliseconds per model, timing each model in turn every round (after a warm-up)."""
-    sessions = {k: _session(p) for k, p in paths.items()}
+def paired_ratios(input_path: Path, output_path: Path, feeds: dict, rounds: int) -> tuple[list[float], float, float]:
+    """Per-round ratios input time / output time, the two timed back to back in alternating order, and the median ms of each.
+
+    A ratio of two neighbouring bursts cancels most of the load that other processes put on a
+    shared machine; the median over rounds is the result, the spread of the rounds its noise.
+    """
+    sessions = {"input": _session(input_path), "output": _session(output_path)}
     for s in sessions.values():
         for _ in range(3):
             s.run(None, feeds)
-    samples: dict[str, list[float]] = {k: [] for k in sessions}
-    for _ in range(rounds):
-        for k, s in sessions.items():
-            samples[k].append(_one_round(s, feeds))
-    return {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+    ratios, times = [], {"input": [], "output": []}
+    for r in range(rounds):
+        order = ("input", "output") if r % 2 == 0 else ("output", "input")
+        burst = {k: _one_round(sessions[k], feeds) for k in order}
+        ratios.append(burst["input"] / burst["output"])
+        for k, t in burst.items():
+            times[k].append(t)
+    return ratios, statistics.median(times["input"]) * 1e3, statistics.median(times["output"]) * 1e3
 
 
-def _optimize(entry: corpus.Entry, out: Path, time_limit: float) -> tuple[subprocess.CompletedProcess, float]:
+def _optimize(entry: corpus.Entry, out: Path, report: Path, time_limit: float) -> tuple[subprocess.CompletedProcess, float]:
     command = [sys.executable, "-m", "taso", "optimize", str(entry.path()), "-o", str(out), "--cost", "ort-cpu", "--threads", "1",
-               "--time-limit", str(time_limit), "--quiet", *corpus.input_shape_args(entry)]
+               "--time-limit", str(time_limit), "--report", str(report), "--quiet", *corpus.input_shape_args(entry)]
     start = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True)
     return proc, time.perf_counter() - start
 
 
-def _verdict(ratio: float, same_bytes: bool) -> str:
-    if same_bytes:
-        return "input bytes kept"
+def _verdict(ratio: float) -> str:
     if ratio < SLOWER:
         return "SLOWER"
     return "faster" if ratio >= FASTER else "equal (within 2%)"
 
 
+def _kept(report: Path) -> str:
+    try:
+        return str(json.loads(report.read_text()).get("kept", "?"))
+    except (OSError, ValueError):
+        return "?"
+
+
 def bench_entry(entry: corpus.Entry, time_limit: float, rounds: int, workdir: Path) -> Row:
-    """Optimizes one corpus model with the CLI and times its output against the input file."""
+    """Optimizes one corpus model with the CLI and times its output against the input file.
+
+    When taso wrote the input's bytes back, the ratio is 1 by construction and nothing is timed.
+    """
     model = onnx.load(str(entry.path()))
     nodes = len(model.graph.node)
-    out = workdir / (entry.name.replace("/", "__") + ".taso.onnx")
-    proc, seconds = _optimize(entry, out, time_limit)
+    stem = workdir / entry.name.replace("/", "__")
+    out, report = stem.with_suffix(".taso.onnx"), stem.with_suffix(".report.json")
+    proc, seconds = _optimize(entry, out, report, time_limit)
     if proc.returncode != 0:
         reason = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
-        return Row(entry.name, entry.source, nodes, proc.returncode, None, None, None, False, round(seconds, 1), f"exit {proc.returncode}: {reason[:160]}")
-    same = out.read_bytes() == entry.path().read_bytes()
+        return Row(entry.name, entry.source, nodes, proc.returncode, "", None, None, None, None, False, round(seconds, 1),
+                   f"exit {proc.returncode}: {reason[:160]}")
+    kept = _kept(report)
+    if out.read_bytes() == entry.path().read_bytes():
+        return Row(entry.name, entry.source, nodes, 0, kept, 1.0, 0.0, None, None, True, round(seconds, 1), "input bytes kept")
     feeds = random_inputs(corpus.with_static_inputs(model, entry.input_shapes), 0)
-    ms = interleaved_ms({"input": entry.path(), "output": out}, feeds, rounds)
-    ratio = ms["input"] / ms["output"]
-    return Row(entry.name, entry.source, nodes, 0, round(ratio, 3), round(ms["input"], 3), round(ms["output"], 3), same, round(seconds, 1), _verdict(ratio, same))
+    ratios, input_ms, output_ms = paired_ratios(entry.path(), out, feeds, rounds)
+    q1, median, q3 = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else (ratios[0],) * 3
+    return Row(entry.name, entry.source, nodes, 0, kept, round(median, 3), round((q3 - q1) / 2, 3), round(input_ms, 3), round(output_ms, 3),
+               False, round(seconds, 1), _verdict(median))
 
 
 def markdown(rows: list[Row]) -> str:
-    lines = ["| model | source | nodes | ratio (input ms / output ms) | verdict |", "|---|---|---:|---:|---|"]
+    lines = ["| model | source | nodes | ratio (input / output time) | verdict |", "|---|---|---:|---:|---|"]
     for r in rows:
-        ratio = f"{r.ratio:.3f} ({r.input_ms:.3f} / {r.output_ms:.3f})" if r.ratio is not None else "—"
-        lines.append(f"| {r.model.split('/', 1)[1]} | {r.source} | {r.nodes} | {ratio} | {r.verdict} |")
-    timed = [r for r in rows if r.ratio is not None]
-    slower = [r.model for r in timed if r.verdict == "SLOWER"]
+        if r.ratio is None:
+            ratio = "—"
+        elif r.same_bytes:
+            ratio = "1 (same file)"
+        else:
+            ratio = f"{r.ratio:.3f} ± {r.spread:.3f} ({r.input_ms:.3f} / {r.output_ms:.3f} ms)"
+        lines.append(f"| {r.model.split('/', 1)[1]} | {r.source} | {r.nodes} | {ratio} | {r.verdict}{'' if r.same_bytes or not r.kept else f' (kept: {r.kept})'} |")
+    ran = [r for r in rows if r.ratio is not None]
+    slower = [r.model for r in ran if r.verdict == "SLOWER"]
     lines.append("")
-    lines.append(f"{len(rows)} models, {len(timed)} timed: {sum(r.verdict == 'faster' for r in timed)} faster, "
-                 f"{sum(r.verdict == 'input bytes kept' for r in timed)} kept as the input bytes, {len(slower)} slower"
-                 + (f" ({', '.join(slower)})" if slower else ""))
+    lines.append(f"{len(rows)} models, {len(ran)} written: {sum(r.verdict == 'faster' for r in ran)} faster, "
+                 f"{sum(r.verdict.startswith('equal') for r in ran)} equal within 2%, {sum(r.same_bytes for r in ran)} kept as the input bytes, "
+                 f"{len(slower)} slower" + (f" ({', '.join(slower)})" if slower else "") + f"; {len(rows) - len(ran)} refused")
     return "\n".join(lines)
 
 
