@@ -519,3 +519,23 @@ def test_constant_whose_data_does_not_fit_its_dims_is_a_clear_error():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(ImportError_, match="Constant node 'empty_scales' holds a tensor that cannot be read"):
         taso.load_onnx(model)
+
+
+def test_linear_layers_applied_per_time_step_read_one_transposed_weight():
+    """Issue 12: an unrolled nn.LSTMCell exports one Gemm(x_t, W, b, transB=1) per step. Each used to
+    import with a transpose node of its own, so no two products shared a weight and no merge rule
+    could match; now the transposed weight is one initializer that every step's matmul reads."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "W")
+    b = numpy_helper.from_array(rng.standard_normal((8,)).astype(np.float32), "b")
+    nodes = [helper.make_node("Gemm", [f"x{t}", "W", "b"], [f"y{t}"], transB=1) for t in range(3)]
+    model = _model(nodes, [helper.make_tensor_value_info(f"x{t}", FLOAT, [1, 4]) for t in range(3)],
+                   [helper.make_tensor_value_info(f"y{t}", FLOAT, [1, 8]) for t in range(3)], [w, b])
+    graph = taso.load_onnx(model)
+    assert "transpose" not in {n.op.name for n in graph.nodes}
+    weights = {n.inputs[1] for n in graph.nodes if n.op.name == "matmul"}
+    assert len(weights) == 1 and np.array_equal(graph.weights[weights.pop()], numpy_helper.to_array(w).T)
+    feeds = {f"x{t}": rng.standard_normal((1, 4)).astype(np.float32) for t in range(3)}
+    exported = taso.export_onnx(graph)
+    for want, got in zip(run_ort(model, feeds), run_ort(exported, feeds)):
+        assert_close(got, want)

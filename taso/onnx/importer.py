@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -148,6 +148,7 @@ class ImportContext:
         self.pending_nodes: list[Node] = []
         self.pending_types: dict[str, TensorType] = {}
         self.pending_weights: dict[str, np.ndarray] = {}
+        self.pending_derived: dict[tuple[str, str], str] = {}
         self.pending_aliases: dict[str, str] = {}
 
     def attr(self, name: str, default: Any = None) -> Any:
@@ -194,6 +195,18 @@ class ImportContext:
         self.pending_types[name] = TensorType.of(array)
         return name
 
+    def derived_weight(self, source: str, how: str, make: Callable[[np.ndarray], np.ndarray]) -> str:
+        """The name of ``make(source's value)``, one weight per (source, how) for the whole model.
+
+        Every ``Gemm(x_t, W, transB=1)`` of an unrolled RNN then reads the *same* transposed
+        weight, so rules that merge products sharing a weight can see that they do.
+        """
+        key = (self._state.resolve(source), how)
+        name = self._state.derived.get(key) or self.pending_derived.get(key)
+        if name is None:
+            name = self.pending_derived[key] = self.weight(np.ascontiguousarray(make(self.const(source))), how)
+        return name
+
     def alias(self, dst: str, src: str) -> None:
         self.pending_aliases[dst] = self.pending_aliases.get(src, src)
 
@@ -207,6 +220,7 @@ class _ImportState:
         self.types: dict[str, TensorType] = {}
         self.nodes: list[Node] = []
         self.aliases: dict[str, str] = {}
+        self.derived: dict[tuple[str, str], str] = {}  # (weight, how) -> the derived weight (see ImportContext.derived_weight)
         self.used_names: set[str] = set()
         self._counter = 0
 
@@ -231,6 +245,7 @@ class _ImportState:
         self.nodes.extend(ctx.pending_nodes)
         self.types.update(ctx.pending_types)
         self.weights.update(ctx.pending_weights)
+        self.derived.update(ctx.pending_derived)
         for dst, src in ctx.pending_aliases.items():
             self.aliases[dst] = self.resolve(src)
 

@@ -60,7 +60,8 @@ def _import_gemm(ctx) -> bool:
     if ctx.attr("transA", 0):
         a = ctx.emit(transpose, [a], perm=(1, 0))[0]
     if ctx.attr("transB", 0):
-        b = ctx.emit(transpose, [b], perm=(1, 0))[0]
+        # nn.Linear's constant weight is transposed once for the whole model, not once per Gemm
+        b = ctx.derived_weight(b, "transposed", np.transpose) if ctx.const(b) is not None else ctx.emit(transpose, [b], perm=(1, 0))[0]
     product_out = ctx.outputs if not c and alpha == 1.0 else None
     y = ctx.emit(matmul, [a, b], product_out)[0]
     if alpha != 1.0:
