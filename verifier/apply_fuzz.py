@@ -14,7 +14,6 @@ outside the proof, a constraint false, the target ill-typed) is fine.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -27,6 +26,7 @@ from taso.ir import Graph
 from taso.rewrite import CompiledRule, apply_match, find_matches
 from taso.rules import Rule
 
+from .batch import process_map, sample_evenly
 from .numeric import close, random_shapes
 
 __all__ = ["RuleFuzz", "fuzz_rule", "fuzz_rules", "main"]
@@ -102,11 +102,7 @@ def _fuzz_job(job: tuple[dict, int, int]) -> RuleFuzz:
 
 def fuzz_rules(rules: Sequence[Rule], shapes: int = 5, seed: int = 0, jobs: int = 1) -> list[RuleFuzz]:
     """Fuzzes every rule (in parallel with ``jobs`` processes)."""
-    work = [(r.to_json(), shapes, seed + i) for i, r in enumerate(rules)]
-    if jobs <= 1:
-        return [_fuzz_job(w) for w in work]
-    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        return pool.map(_fuzz_job, work, chunksize=16)
+    return process_map(_fuzz_job, [(r.to_json(), shapes, seed + i) for i, r in enumerate(rules)], jobs, chunksize=16)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -125,8 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TasoError as e:
         print(f"apply_fuzz: error: {e}", file=sys.stderr)
         return 2
-    if args.sample:
-        rules = rules[:: max(1, len(rules) // args.sample)]
+    rules = sample_evenly(rules, args.sample)
     start = time.perf_counter()
     reports = fuzz_rules(rules, args.shapes, args.seed, args.jobs)
     wrong = [r for r in reports if r.wrong]

@@ -13,7 +13,6 @@ rule's facts; when it succeeds, the unsat core names the axioms to blame.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import sys
 import time
 from collections.abc import Sequence
@@ -23,6 +22,7 @@ import z3
 from taso.rules import Rule
 from taso.specs import AXIOMS, Axiom
 
+from .batch import process_map, sample_evenly
 from .encode import encode_rule
 from .prove import _solver
 
@@ -66,15 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TasoError as e:
         print(f"vacuity: error: {e}", file=sys.stderr)
         return 2
-    if args.sample:
-        rules = rules[:: max(1, len(rules) // args.sample)]
+    rules = sample_evenly(rules, args.sample)
     start = time.perf_counter()
-    work = [(r.to_json(), args.timeout) for r in rules]
-    if args.jobs > 1:
-        with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-            results = pool.map(_job, work, chunksize=8)
-    else:
-        results = [_job(w) for w in work]
+    results = process_map(_job, [(r.to_json(), args.timeout) for r in rules], args.jobs)
     bad = [(rule_id, core) for rule_id, core in results if core is not None]
     for rule_id, core in bad:
         print(f"CONTRADICTION {rule_id}: from the axioms {', '.join(core)}")
