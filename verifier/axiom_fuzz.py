@@ -119,15 +119,16 @@ def _check(axiom: Axiom, valuation: Mapping[str, Any], rng: np.random.Generator,
         report.defined += evaluate(axiom.lhs, env, "float64") is not None
 
 
-def fuzz_axiom(axiom: Axiom, count: int = 600, seed: int = 0, patience: int = 25) -> FuzzReport:
+def fuzz_axiom(axiom: Axiom, count: int = 600, seed: int = 0, patience: int = 25, first_failure: bool = False) -> FuzzReport:
     """Checks one axiom on adversarial valuations until ``count`` of them satisfy its guards
-    (or ``patience * count`` were drawn), in float64 with the axiom's tolerance."""
+    (or ``patience * count`` were drawn), in float64 with the axiom's tolerance; with
+    ``first_failure``, stops at the first valuation where it fails (enough to kill a mutant)."""
     rng = np.random.default_rng(stable_seed(axiom.name, seed + 7))
     report = FuzzReport(axiom.name)
     with np.errstate(all="ignore"):
         for valuation in adversarial_valuations(axiom, rng, patience * count):
             _check(axiom, valuation, rng, report)
-            if report.guarded >= count:
+            if report.guarded >= count or first_failure and report.failures:
                 break
     return report
 
