@@ -75,7 +75,18 @@ def _cmd_info(args: argparse.Namespace) -> int:
         summary = describe_library(Library.load(args.file))
         print(to_json(summary) if args.json else "\n".join([f"{args.file}: {len(summary['rules'])} rules"] + [f"  {r['id']}  [{r['status']}]  {r['text']}" for r in summary["rules"]]))
         return 0
-    graph = load_onnx(args.file, parse_input_shapes(args.input_shape))
+    from .onnx import read_model
+    from .onnx.importer import dynamic_input_hints
+
+    model, shapes = read_model(args.file), parse_input_shapes(args.input_shape)
+    hints = dynamic_input_hints(model, shapes)
+    if hints:  # describe what is declared instead of refusing: the user came to find out what to fix
+        from .info import describe_dynamic_model, format_dynamic_description
+
+        summary = describe_dynamic_model(model, args.file, hints)
+        print(to_json(summary) if args.json else format_dynamic_description(summary))
+        return 0
+    graph = load_onnx(model, shapes)
     summary = describe_graph(graph)
     print(to_json(summary) if args.json else format_description(summary, args.file))
     return 0

@@ -64,3 +64,28 @@ def format_description(summary: dict[str, Any], title: str) -> str:
 
 def to_json(summary: dict[str, Any]) -> str:
     return json.dumps(summary, indent=2)
+
+
+def describe_dynamic_model(model, path: str, hints: list[str]) -> dict[str, Any]:
+    """What can be said of a model whose inputs are not yet fixed: its declared interface and ONNX operators."""
+    from collections import Counter
+
+    from .onnx.importer import declared_interface
+
+    interface = declared_interface(model)
+    ops = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}" for n in model.graph.node)
+    return {"file": path, "dynamic": True, "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None),
+            "nodes": len(model.graph.node), **{k: [{"name": n, "shape": d, "dtype": t} for n, d, t in v] for k, v in interface.items()},
+            "onnx_operators": dict(ops.most_common()), "fix": hints}
+
+
+def format_dynamic_description(summary: dict[str, Any]) -> str:
+    lines = [f"{summary['file']}  (opset {summary['opset']}, {summary['nodes']} nodes; dynamic shapes: describe after fixing them)"]
+    for kind in ("inputs", "outputs"):
+        lines.append(f"{kind}:")
+        lines += [f"  {t['name']}: {t['dtype']}[{','.join(t['shape'])}]" for t in summary[kind]]
+    lines.append("ONNX operators:")
+    width = max((len(k) for k in summary["onnx_operators"]), default=0)
+    lines += [f"  {k:<{width}}  {v}" for k, v in summary["onnx_operators"].items()]
+    lines += [f"to optimize: {hint}" for hint in summary["fix"]]
+    return "\n".join(lines)

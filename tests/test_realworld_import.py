@@ -482,7 +482,20 @@ def test_minus_one_dimension_is_dynamic_and_the_hint_parses():
     assert taso.load_onnx(_minus_one_model(), shapes).inputs["x"].shape == (1, 3, 1, 1)
 
 
-@pytest.mark.parametrize("command", [["info"], ["optimize", "--cost", "analytic", "-o", "OUT"]], ids=["info", "optimize"])
+def test_info_describes_a_model_with_dynamic_dimensions_and_names_the_fix(tmp_path, capsys):
+    """Defect 9: `taso info` printed a -1 as a static size; now it shows it as dynamic, and says what to pass."""
+    from taso.cli import main
+
+    path = str(tmp_path / "minus_one.onnx")
+    onnx.save(_minus_one_model(), path)
+    assert main(["info", path]) == 0
+    out = capsys.readouterr().out
+    assert "x: float32[?,3,height,width]" in out and "Conv  1" in out and "--input-shape x=1,3,1,1 " in out
+    assert main(["info", path, "--input-shape", "x=1,3,8,8"]) == 0
+    assert "x: float32[1,3,8,8]" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["optimize", "--cost", "analytic", "-o", "OUT"]], ids=["optimize"])
 def test_minus_one_dimension_is_exit_2_on_the_cli(tmp_path, capsys, command):
     from taso.cli import main
 

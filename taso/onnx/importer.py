@@ -282,6 +282,36 @@ def _fix_input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence
     return types
 
 
+def declared_interface(model: onnx.ModelProto) -> dict[str, list[tuple[str, list[str], str]]]:
+    """The model's real inputs and its outputs as declared: (name, dimension labels, dtype).
+
+    A dynamic dimension shows its symbol, or "?" (a -1 from an old converter is dynamic too):
+    what ``taso info`` prints for a model it cannot import until its shapes are fixed.
+    """
+    initializers = {t.name for t in model.graph.initializer}
+
+    def entry(vi: onnx.ValueInfoProto) -> tuple[str, list[str], str]:
+        tt = vi.type.tensor_type
+        dims = [_dim_label(d) if _is_static_dim(d) or d.dim_param else "?" for d in tt.shape.dim] if tt.HasField("shape") else ["?..."]
+        return vi.name, dims, _np_dtype(tt.elem_type) or "?"
+
+    return {"inputs": [entry(vi) for vi in model.graph.input if vi.name not in initializers], "outputs": [entry(vi) for vi in model.graph.output]}
+
+
+def dynamic_input_hints(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> list[str]:
+    """For each real input still dynamic after ``input_shapes``, the message naming its dims and the --input-shape to give."""
+    initializers = {t.name for t in model.graph.initializer}
+    hints = []
+    for vi in model.graph.input:
+        if vi.name in initializers or vi.name in (input_shapes or {}) or not vi.type.HasField("tensor_type"):
+            continue
+        dims = list(vi.type.tensor_type.shape.dim)
+        dynamic = [(i, _dim_label(d)) for i, d in enumerate(dims) if not _is_static_dim(d)]
+        if dynamic:
+            hints.append(_dynamic_dim_message(vi.name, dims, dynamic))
+    return hints
+
+
 def _dynamic_dim_message(name: str, dims, dynamic: list[tuple[int, str]]) -> str:
     """Names the dynamic dimensions and suggests an --input-shape the CLI parses (1 where a size is needed)."""
     declared = ",".join(_dim_label(d) for d in dims)
