@@ -202,3 +202,31 @@ def test_a_task_running_past_its_time_limit_is_cancelled_and_the_others_finish(r
     finished = list(_windowed(ray_cluster, lambda i: remote.remote(i), 4, 2, 3.0, results))
     assert sorted(finished) == [0, 1, 2, 3]
     assert results == [0, None, 2, 3]
+
+
+@needs_ray
+def test_cli_generate_joins_a_running_cluster_by_its_address(ray_cluster, tmp_path):
+    import subprocess
+    import sys
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    out = tmp_path / "joined.json"
+    argv = [sys.executable, "-m", "taso.cli", "generate", "--max-ops", "3", "--ops", "matmul,add,transpose", "--quiet",
+            "-o", str(out), "--ray", address, "--shards", "40"]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == local_bytes(DEPTH3, tmp_path)
+    assert ray_cluster.is_initialized(), "the joining process must leave the cluster running"
+
+
+@needs_ray
+def test_cli_verify_ray_writes_the_rules_the_local_verifier_writes(ray_cluster, tmp_path, capsys):
+    from taso.cli import main
+    from taso.rules import Library
+
+    candidates = tmp_path / "c.json"
+    generate(Settings(max_ops=2, ops=parse_ops("matmul,add,transpose"))).library.save(candidates)
+    assert main(["verify", str(candidates), "-o", str(tmp_path / "local.json"), "--quiet"]) == 0
+    assert main(["verify", str(candidates), "-o", str(tmp_path / "ray.json"), "--quiet", "--ray"]) == 0
+    local, on_ray = Library.load(tmp_path / "local.json"), Library.load(tmp_path / "ray.json")
+    assert [_without_timings(r) for r in on_ray.rules] == [_without_timings(r) for r in local.rules]
