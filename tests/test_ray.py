@@ -72,6 +72,22 @@ def test_with_two_operators_at_most_every_root_is_one_shard():
     assert plan_shards(enumerator, target=1000) == [Shard(f"r{i:05d}", i) for i in range(len(enumerator.roots()))]
 
 
+def test_a_root_holding_most_of_the_work_is_split_into_shards_of_about_the_target_share(monkeypatch):
+    from types import SimpleNamespace
+
+    from taso.generator import cluster
+
+    sizes = {"big": 900, "small": 50, "tiny": 50}  # second operators per root: the estimate of its work
+    fake = SimpleNamespace(settings=Settings(max_ops=3), roots=lambda: list(sizes))
+    monkeypatch.setattr(cluster, "_children", lambda enumerator, root: [None] * sizes[root])
+    shards = plan_shards(fake, target=10)
+    big = [s for s in shards if s.root == 0]
+    assert [s.id for s in shards[len(big):]] == ["r00001", "r00002"]
+    assert len(big) == 9 and big[0].children[0] == 0 and big[-1].children[1] == 900
+    assert all(a.children[1] == b.children[0] for a, b in zip(big, big[1:]))  # contiguous, in order
+    assert max(s.children[1] - s.children[0] for s in big) <= 100
+
+
 @needs_ray
 @pytest.mark.parametrize("settings", [DEPTH2, DEPTH3], ids=["depth2-all-ops", "depth3-matmul-add-transpose"])
 def test_ray_gives_the_local_rule_file_byte_for_byte(ray_cluster, settings, tmp_path):
