@@ -111,8 +111,9 @@ def _projection(rate_per_core: float, efficiency: float, imbalance: float) -> li
         "- two passes (keys, then re-enumeration keeping repeated keys), each as long",
         f"- shards: the plan aims at 4 shards per core; the largest shard is {imbalance:.1f}x the mean (this run), which "
         "adds one largest shard to each pass's makespan",
-        "- NOT included: the driver's stages after enumeration (pairing, float check, instance pruning run in one "
-        "process) and its memory: the keys alone take 8 bytes per graph on the driver",
+        "- NOT included: the driver's stages after enumeration (pairing the collected graphs, float check, instance "
+        "pruning run in one process), and the checkpoints, which pass through the driver to its disk (8 bytes per graph); "
+        "the keys themselves are reduced by range on the workers",
         "",
         "| cores | per pass | both passes |",
         "|---|---|---|",

@@ -50,6 +50,9 @@ MAX_RETRIES = 3
 # The plan aims at about this many shards of equal estimated work (independent of the cluster's size,
 # so that a resumed run on another cluster finds the same shards).
 DEFAULT_SHARDS = 64
+# Beyond KEEP_GRAPHS_MAX_OPS the first pass's keys are split into this many ranges, each reduced to its
+# repeated keys by a task of its own: no process, the driver included, holds every key.
+KEY_RANGES = 16
 _STORE_FORMAT = "taso-shards"
 _STORE_VERSION = 1
 
@@ -212,6 +215,29 @@ def _collect_shard(settings: Settings, shard: Shard, wanted: np.ndarray, fault: 
 
     walk_shard(enumerator, root, shard, visit)
     return {"keys": keys.tobytes(), "rows": bytes(rows), "per_depth": [seen], "seconds": time.perf_counter() - start}
+
+
+def _split_by_range(keys: np.ndarray, ranges: int) -> list[np.ndarray]:
+    """The keys sorted and cut into ``ranges`` equal ranges of the signed 64-bit space (in order)."""
+    keys = np.sort(keys)
+    return np.split(keys, np.searchsorted(keys, _range_bounds(ranges)))
+
+
+def _range_bounds(ranges: int) -> np.ndarray:
+    return np.array([-(1 << 63) + k * ((1 << 64) // ranges) for k in range(1, ranges)], dtype=np.int64)
+
+
+def _keys_by_range(settings: Settings, shard: Shard, ranges: int, fault: str | None) -> tuple:
+    """Pass 1 on one shard, keys only, returned as (counts and cost, then one sorted array per key range)."""
+    result = _key_shard(settings, shard, False, fault)
+    parts = _split_by_range(np.frombuffer(result["keys"], dtype=np.int64), ranges)
+    return ({"per_depth": result["per_depth"], "seconds": result["seconds"]}, *parts)
+
+
+def _repeated_in_range(*parts: np.ndarray) -> np.ndarray:
+    """The reducer of one key range: the keys that occur more than once over every shard's part."""
+    values, multiplicity = np.unique(np.concatenate(parts), return_counts=True)
+    return values[multiplicity > 1]
 
 
 def _map_chunk(settings: Settings, fn: Callable, chunk: list) -> list:
@@ -449,34 +475,46 @@ class RayWorkers(Workers):
         if self._started:
             self._ray.shutdown()
 
-    def _remote(self, fn: Callable):
-        return self._ray.remote(max_retries=MAX_RETRIES, num_cpus=1)(fn)
+    def _remote(self, fn: Callable, returns: int = 1):
+        return self._ray.remote(max_retries=MAX_RETRIES, num_cpus=1, num_returns=returns)(fn)
 
-    def _run(self, stage: str, task: Callable, extra: tuple, on_task: Callable | None) -> list[dict]:
-        """Runs ``task`` on every shard not checkpointed; results in shard order, whatever the finish order."""
+    def _run(self, stage: str, task: Callable, extra: tuple, on_task: Callable | None, ranges: int = 0) -> list[dict]:
+        """Runs ``task`` on every shard not checkpointed; results in shard order, whatever the finish order.
+
+        With ``ranges``, the task returns its keys as that many key ranges after its result; they
+        stay in the object store (``result["ranges"]``: their refs) and reach the driver only to be
+        checkpointed, one shard at a time.
+        """
         report = StageReport(stage, total=len(self.shards))
         self.backend.reports.append(report)
         results: list[dict | None] = [None] * len(self.shards)
         for i, shard in enumerate(self.shards):
             if self.store and self.backend.resume and (found := self.store.load(stage, shard)) is not None:
+                if ranges:
+                    found["ranges"] = [self._ray.put(p) for p in _split_by_range(np.frombuffer(found.pop("keys"), dtype=np.int64), ranges)]
                 results[i] = found
                 report.reused += 1
                 self._finish(report, shard, found, on_task)
         if self.store:
             report.corrupt = list(self.store.corrupt)
             self.store.corrupt.clear()
-        remote = self._remote(task)
-        pending = {remote.remote(self._settings_ref, shard, *extra, self.backend.fault): i
-                   for i, shard in enumerate(self.shards) if results[i] is None}
+        remote = self._remote(task, 1 + ranges)
+        pending = {}
+        for i, shard in enumerate(self.shards):
+            if results[i] is None:
+                refs = remote.remote(self._settings_ref, shard, *extra, self.backend.fault)
+                head, parts = (refs[0], refs[1:]) if ranges else (refs, [])
+                pending[head] = (i, parts)
         try:
             while pending:
                 done, _ = self._ray.wait(list(pending), num_returns=1)
-                i = pending.pop(done[0])
+                i, parts = pending.pop(done[0])
                 results[i] = self._ray.get(done[0])
                 report.run += 1
                 if self.store:
-                    self.store.save(stage, self.shards[i], results[i])
-                    self._checkpointed += 1
+                    self._save(stage, self.shards[i], results[i], parts)
+                if parts:
+                    results[i]["ranges"] = parts
                 self._finish(report, self.shards[i], results[i], on_task)
                 if self.backend.stop_after is not None and self._checkpointed >= self.backend.stop_after:
                     raise KeyboardInterrupt
@@ -485,12 +523,20 @@ class RayWorkers(Workers):
                 self._ray.cancel(ref, force=True)
         return results
 
+    def _save(self, stage: str, shard: Shard, result: dict, parts: list) -> None:
+        if parts:  # keys only, by range: the checkpoint holds them together
+            result = {**result, "keys": b"".join(p.tobytes() for p in self._ray.get(parts)), "rows": b""}
+        self.store.save(stage, shard, result)
+        self._checkpointed += 1
+
     @staticmethod
     def _finish(report: StageReport, shard: Shard, result: dict, on_task: Callable | None) -> None:
         report.cost[shard.id] = (sum(result["per_depth"]), result["seconds"])
         if on_task:
             if report.name == "enumerate":
                 on_task((result["keys"], result["rows"], result["per_depth"]))
+            elif report.name == "keys":
+                on_task((None, None, result["per_depth"]))
             else:
                 on_task((None,))
 
@@ -502,6 +548,20 @@ class RayWorkers(Workers):
         if keep:
             rows = np.frombuffer(b"".join(r["rows"] for r in results), dtype=self.packer.dtype).reshape(-1, self.packer.width)
         return KeyPass(keys, rows, per_depth)
+
+    def repeated_keys(self, on_task: Callable | None = None) -> tuple[KeyPass, np.ndarray]:
+        """The keys-only first pass, reduced where the keys are: the counts, and the keys seen more than once.
+
+        Each shard returns its keys cut into :data:`KEY_RANGES` ranges; one reducer task per
+        range finds the repeated keys in it. The driver gets only the repeated keys (the
+        ones pass 2 collects), never all of them. See :func:`~taso.generator.parallel.shared_graphs`.
+        """
+        results = self._run("keys", _keys_by_range, (KEY_RANGES,), on_task, ranges=KEY_RANGES)
+        per_depth = [sum(r["per_depth"][k] for r in results) for k in range(self.settings.max_ops + 1)]
+        reduce = self._remote(_repeated_in_range)
+        repeated = [reduce.remote(*[r["ranges"][k] for r in results]) for k in range(KEY_RANGES)]
+        wanted = np.concatenate(self._ray.get(repeated))
+        return KeyPass(np.zeros(0, np.int64), None, per_depth), wanted
 
     def collect_graphs(self, wanted: np.ndarray, on_task: Callable | None = None) -> list[tuple[int, GraphSpec]]:
         wanted = np.asarray(wanted, dtype=np.int64)

@@ -243,9 +243,13 @@ def shared_graphs(workers: Workers, on_task: Callable | None = None, on_phase: C
         on_phase: called with ``"collect"`` when a second pass starts.
     """
     keep = workers.settings.max_ops <= KEEP_GRAPHS_MAX_OPS
-    key_pass = workers.count_and_key(keep, on_task)
-    values, multiplicity = np.unique(key_pass.keys, return_counts=True)
-    wanted = values[multiplicity > 1]
+    if not keep and hasattr(workers, "repeated_keys"):
+        # NOTE: a back end that reduces keys where they are (by key range) never gathers them here.
+        key_pass, wanted = workers.repeated_keys(on_task)
+    else:
+        key_pass = workers.count_and_key(keep, on_task)
+        values, multiplicity = np.unique(key_pass.keys, return_counts=True)
+        wanted = values[multiplicity > 1]
     if keep:
         chosen = np.flatnonzero(np.isin(key_pass.keys, wanted))
         graphs = [(int(key_pass.keys[i]), workers.packer.unpack(key_pass.rows[i])) for i in chosen]

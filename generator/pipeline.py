@@ -135,8 +135,8 @@ def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None
         progress.stage(name, count)
 
     def on_task(result) -> None:
-        if len(result) == 3:  # first pass: keys, rows, graphs per depth
-            progress.advance(sum(result[2]), pairs.add(result[0]))
+        if len(result) == 3:  # first pass: keys (None when reduced where they are), rows, graphs per depth
+            progress.advance(sum(result[2]), None if result[0] is None else pairs.add(result[0]))
         else:  # second pass: found graphs
             progress.advance(0, None)
 
@@ -146,7 +146,7 @@ def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None
         pairs = _PairCounter(workers.units)
         progress.phase("enumerate", workers.units)
         key_pass, graphs = shared_graphs(workers, on_task, lambda name: progress.phase(name, workers.units))
-        stage("graphs", len(key_pass.keys))
+        stage("graphs", sum(key_pass.per_depth))
         candidates = pair_specs(graphs)
         stage("candidates", len(candidates))
 

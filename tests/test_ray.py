@@ -108,7 +108,32 @@ def test_the_two_pass_enumeration_on_ray_gives_the_same_file(ray_cluster, tmp_pa
     monkeypatch.setattr(parallel, "KEEP_GRAPHS_MAX_OPS", 2)  # depth 3 now keeps keys only, then re-enumerates
     backend = RayBackend(run_dir=str(tmp_path / "run"), shards=40)
     assert ray_bytes(DEPTH3, backend, tmp_path) == local_bytes(DEPTH3, tmp_path)
-    assert [r.name for r in backend.reports] == ["enumerate", "collect"]
+    assert [r.name for r in backend.reports] == ["keys", "collect"]
+
+
+@needs_ray
+def test_resume_of_the_two_pass_enumeration_redoes_only_unfinished_shards(ray_cluster, tmp_path, monkeypatch):
+    monkeypatch.setattr(parallel, "KEEP_GRAPHS_MAX_OPS", 2)
+    run_dir = str(tmp_path / "run")
+    with pytest.raises(KeyboardInterrupt):
+        ray_bytes(DEPTH3, RayBackend(run_dir=run_dir, shards=40, stop_after=5), tmp_path)
+    resumed = RayBackend(run_dir=run_dir, resume=True, shards=40)
+    assert ray_bytes(DEPTH3, resumed, tmp_path) == local_bytes(DEPTH3, tmp_path)
+    keys, collect = resumed.reports
+    assert (keys.reused, keys.run, collect.reused) == (5, keys.total - 5, 0)
+
+
+def test_keys_cut_into_ranges_stay_sorted_and_complete():
+    import numpy as np
+
+    from taso.generator.cluster import _repeated_in_range, _split_by_range
+
+    keys = np.random.default_rng(0).integers(-(1 << 63), (1 << 63) - 1, 5000, dtype=np.int64)
+    keys = np.concatenate([keys, keys[:300]])  # 300 repeated keys
+    parts = _split_by_range(keys, 16)
+    assert len(parts) == 16 and np.array_equal(np.concatenate(parts), np.sort(keys))
+    repeated = np.concatenate([_repeated_in_range(p) for p in parts])
+    assert np.array_equal(repeated, np.unique(keys[:300]))
 
 
 @needs_ray
