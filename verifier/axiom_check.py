@@ -107,9 +107,14 @@ def compare_sides(axiom: Axiom, env: Mapping[str, Any], dtype: str, rtol: float)
         return f"only the {'left' if lhs is None else 'right'} side is ill-typed"
     if lhs.shape != rhs.shape:
         return f"shapes differ: {lhs.shape} vs {rhs.shape}"
-    # NOTE: the axioms speak of real numbers; a position where either side is not finite (an
-    # all-padding max-pool window is -inf, and -inf * 0 is NaN) says nothing about them.
-    finite = np.isfinite(lhs) & np.isfinite(rhs)
+    # NOTE: the axioms speak of real numbers; a position where both sides left them (an
+    # all-padding max-pool window is -inf, and -inf * 0 is NaN) says nothing about them. Where
+    # only one side did (relu(-inf) = 0 against -inf), the values differ.
+    compared = np.isfinite(lhs) | np.isfinite(rhs)
+    lhs, rhs = lhs[compared], rhs[compared]
+    if not np.array_equal(np.isfinite(lhs), np.isfinite(rhs)):
+        return "one side is infinite or NaN where the other is finite"
+    finite = np.isfinite(rhs)
     lhs, rhs = lhs[finite], rhs[finite]
     with np.errstate(all="ignore"):
         scale = max(float(np.max(np.abs(rhs))) if rhs.size else 0.0, 1.0)
