@@ -126,7 +126,7 @@ def bench_entry(entry: corpus.Entry, time_limit: float, rounds: int, workdir: Pa
     if proc.returncode != 0:
         reason = (proc.stderr.strip().splitlines() or ["(no message)"])[-1]
         return Row(entry.name, entry.source, nodes, proc.returncode, "", None, None, None, None, False, round(seconds, 1),
-                   f"exit {proc.returncode}: {reason[:160]}")
+                   f"exit {proc.returncode}: {reason if len(reason) <= 160 else reason[:159] + '…'}")
     kept = _kept(report)
     if out.read_bytes() == entry.path().read_bytes():
         return Row(entry.name, entry.source, nodes, 0, kept, 1.0, 0.0, None, None, True, round(seconds, 1), "input bytes kept")

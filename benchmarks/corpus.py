@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import zipfile
@@ -403,15 +402,21 @@ def torch_entries() -> list[Entry]:
 
 
 def export_torch_model(arch: str, dynamo: bool, path: Path) -> None:
-    """Exports one architecture with random (seeded) weights, in eval mode, as a user would."""
+    """Exports one architecture with random (seeded) weights, in eval mode, as a user would (the exporters' chatter silenced)."""
+    import logging
+    import warnings
+
     import torch
+
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
 
     torch.manual_seed(0)
     module, args, names, dynamic_axes = _torch_models()[arch]()
     module.eval()
     tmp = path.with_suffix(".tmp.onnx")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with torch.no_grad():
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
         if dynamo:
             torch.onnx.export(module, args, str(tmp), input_names=names, dynamo=True, external_data=False, verbose=False)
         else:
