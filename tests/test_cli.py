@@ -99,13 +99,21 @@ def _old_opset(tmp_path):
     (_cycle, "cycle"),
     (_undefined, "ghost"),
     (_old_opset, "unsupported opset 7"),
-    (lambda tmp: _save(_symbolic_model(), tmp / "sym.onnx"), "--input-shape x=1,3 "),
-], ids=["missing", "not-onnx", "truncated", "cycle", "undefined-tensor", "old-opset", "symbolic-dims"])
+], ids=["missing", "not-onnx", "truncated", "cycle", "undefined-tensor", "old-opset"])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, make, message):
     assert main(["info", make(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert message in err
     assert err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_symbolic_dims_are_described_by_info_and_refused_by_optimize_in_one_line(tmp_path, capsys):
+    path = _save(_symbolic_model(), tmp_path / "sym.onnx")
+    assert main(["info", path]) == 0
+    assert "x: float32[N,3]" in capsys.readouterr().out
+    assert main(["optimize", path, "-o", str(tmp_path / "out.onnx"), "--cost", "analytic"]) == 2
+    err = capsys.readouterr().err
+    assert "--input-shape x=1,3 " in err and err.count("\n") == 1 and "Traceback" not in err
 
 
 def test_bad_input_shape_option_is_explained(capsys):
