@@ -164,7 +164,7 @@ def _format_report(args, before, outcome) -> str:
         lines.append(f"  rules applied: none kept ({sum(report.applied.values())} rewrites found did not pay end to end)")
     elif report.applied:
         lines.append("  rules applied:")
-        lines += [f"    {count:>3}  {rule}" for rule, count in report.applied.most_common()]
+        lines += [f"    {count:>3}  {rule}  {report.rule_texts.get(rule, '')}".rstrip() for rule, count in report.applied.most_common()]
     else:
         lines.append("  rules applied: none (no rewrite lowered the cost)")
     return "\n".join(lines)

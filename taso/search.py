@@ -77,6 +77,7 @@ class SearchReport:
     seconds_rewriting: float = 0.0
     seconds_costing: float = 0.0
     trace: list[Step] = field(default_factory=list)
+    rule_texts: dict[str, str] = field(default_factory=dict)  # applied rule -> its text, for people
     fired: Counter = field(default_factory=Counter)
 
     @property
@@ -94,7 +95,7 @@ class SearchReport:
             "predicted_speedup": self.predicted_speedup, "expanded": self.expanded, "generated": self.generated,
             "accepted": self.accepted, "seconds": self.seconds, "seconds_rewriting": self.seconds_rewriting,
             "seconds_costing": self.seconds_costing, "applied": dict(self.applied),
-            "trace": [{"rule": s.rule, "cost_s": s.cost} for s in self.trace],
+            "trace": [{"rule": s.rule, "cost_s": s.cost} for s in self.trace], "rule_texts": dict(self.rule_texts),
         }
 
 
@@ -403,5 +404,7 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
             break
     report.best_cost = best_cost
     report.trace = list(best_trace)
+    applied = {step.rule for step in best_trace}
+    report.rule_texts = {c.label: str(c.rule) for c in rule_index.compiled if c.label in applied}
     report.seconds = time.perf_counter() - start
     return best, report
