@@ -107,13 +107,13 @@ def compare_sides(axiom: Axiom, env: Mapping[str, Any], dtype: str, rtol: float)
         return f"only the {'left' if lhs is None else 'right'} side is ill-typed"
     if lhs.shape != rhs.shape:
         return f"shapes differ: {lhs.shape} vs {rhs.shape}"
-    # NOTE: the axioms speak of real numbers; a position where both sides left them (an
-    # all-padding max-pool window is -inf, and -inf * 0 is NaN) says nothing about them. Where
-    # only one side did (relu(-inf) = 0 against -inf), the values differ.
-    compared = np.isfinite(lhs) | np.isfinite(rhs)
-    lhs, rhs = lhs[compared], rhs[compared]
-    if not np.array_equal(np.isfinite(lhs), np.isfinite(rhs)):
-        return "one side is infinite or NaN where the other is finite"
+    # NOTE: the axioms speak of the extended reals. A NaN is no value there (inf * 0 in x @ eye,
+    # for an all-padding max-pool window's -inf), so a position where either side is NaN says
+    # nothing; an infinity is a value (relu(-inf) = 0 against -inf differs), compared exactly.
+    defined = ~(np.isnan(lhs) | np.isnan(rhs))
+    lhs, rhs = lhs[defined], rhs[defined]
+    if not np.array_equal(np.where(np.isinf(lhs), lhs, 0.0), np.where(np.isinf(rhs), rhs, 0.0)):
+        return "an infinity on one side only (or of the other sign)"
     finite = np.isfinite(rhs)
     lhs, rhs = lhs[finite], rhs[finite]
     with np.errstate(all="ignore"):
