@@ -26,6 +26,7 @@ import json
 import math
 import os
 import signal
+import socket
 import statistics
 import sys
 import time
@@ -431,6 +432,8 @@ def _connect(address: str | None, num_cpus: int | None) -> bool:
         raise TasoError(f"--ray: {reason}")
     import ray
 
+    if address:
+        _check_reachable(address)
     if ray.is_initialized():
         return False
     try:
@@ -441,6 +444,20 @@ def _connect(address: str | None, num_cpus: int | None) -> bool:
     except (ConnectionError, RuntimeError, ValueError) as e:
         raise TasoError(f"--ray {address or ''}: cannot connect to Ray: {e}".replace("  ", " ")) from None
     return True
+
+
+def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
+    """Fails in seconds when nothing listens at a ``host:port`` address (Ray itself retries for minutes).
+
+    Other forms (``auto``, ``ray://...``) are left to Ray.
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "/" in address:
+        return
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise TasoError(f"--ray {address}: no Ray cluster answers there ({e}); start one with `ray start --head`") from None
 
 
 class RayWorkers(Workers):

@@ -201,6 +201,19 @@ def test_cli_generate_ray_writes_the_local_file_and_reports_the_shards(ray_clust
     assert out.read_bytes() == local_bytes(DEPTH3, tmp_path)
 
 
+@needs_ray
+def test_cli_generate_fails_in_seconds_with_one_line_when_no_cluster_answers(tmp_path, capsys):
+    import socket
+
+    from taso.cli import main
+
+    with socket.socket() as s:  # a free loopback port, closed again: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["generate", "--max-ops", "2", "-o", str(tmp_path / "c.json"), "--ray", f"127.0.0.1:{port}"]) == 2
+    assert "no Ray cluster answers there" in capsys.readouterr().err
+
+
 def test_cli_generate_refuses_cluster_options_without_ray(tmp_path, capsys):
     from taso.cli import main
 
