@@ -27,7 +27,7 @@ def add_parser(sub) -> None:
                                    "Exit codes: 0 written; 2 bad input (one line on stderr); 3 the optimized model does not "
                                    "match the original or ONNX Runtime cannot run it (nothing written).")
     p.add_argument("input", help="the .onnx model to optimize (never overwritten)")
-    p.add_argument("-o", "--output", required=True, help="where to write the optimized model")
+    p.add_argument("-o", "--output", help="where to write the optimized model (required unless --explain)")
     p.add_argument("--library", help="a verified rule library (default: the one shipped with taso)")
     p.add_argument("--cost", choices=COST_MODELS, default="ort-cpu", help="cost model (default: ort-cpu, measured and cached)")
     p.add_argument("--alpha", type=float, default=SearchConfig.alpha, help="search relaxation (default %(default)s)")
@@ -40,6 +40,8 @@ def add_parser(sub) -> None:
     p.add_argument("--no-confirm", action="store_true",
                    help="keep the search's result even if the whole model is not measurably faster on ONNX Runtime (ort-cpu cost only)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--explain", metavar="RULE", help="instead of optimizing, say for each place the rule's operators occur "
+                   "whether it applies and why not (a rule id, or text of the rule as `taso info LIBRARY` prints it)")
     p.set_defaults(func=run)
 
 
@@ -76,6 +78,10 @@ def run(args: argparse.Namespace) -> int:
     from .search import SearchConfig
     from .validate import load_inputs
 
+    if args.explain is not None:
+        return _explain(args)
+    if args.output is None:
+        raise TasoError("taso optimize needs -o/--output FILE (or --explain RULE)")
     _check_paths(args)
     cost_model = make_cost_model(args.cost, threads=args.threads)  # fail fast: no GPU, unknown model
     source = ModelSource.from_file(args.input, parse_input_shapes(args.input_shape))
@@ -95,6 +101,19 @@ def run(args: argparse.Namespace) -> int:
     print(_format_report(args, source.graph, outcome))
     if args.report:
         _write_report(args.report, source.graph, outcome, cost_model.fingerprint)
+    return 0
+
+
+def _explain(args: argparse.Namespace) -> int:
+    """``--explain RULE``: why each directed rule the query names does or does not apply to the model."""
+    from .cli import parse_input_shapes
+    from .explain import explain_rule, find_rules
+    from .onnx import load_onnx
+    from .optimize import load_rules
+
+    graph = load_onnx(args.input, parse_input_shapes(args.input_shape))
+    for rule in find_rules(load_rules(args.library), args.explain)[:20]:
+        print("\n".join(explain_rule(graph, rule)))
     return 0
 
 

@@ -22,7 +22,7 @@ from .ir import Graph, Node, Params, TensorType
 from .ops import COMMUTATIVE, get
 from .rules import Rule, RuleNode, resolve_expr
 
-__all__ = ["CompiledRule", "Match", "Plan", "find_matches", "plan_match", "apply_match", "plans", "rewrites"]
+__all__ = ["CompiledRule", "Match", "Plan", "find_matches", "decline_reason", "plan_match", "plan_or_reason", "apply_match", "plans", "rewrites"]
 
 
 @dataclass(frozen=True)
@@ -150,11 +150,12 @@ def _candidates(graph: Graph, crule: CompiledRule, p: _PatternNode, values: dict
     return graph.nodes_of(p.op_name)
 
 
-def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | None = None) -> Iterator[Match]:
+def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | None = None, structural: bool = False) -> Iterator[Match]:
     """Every match of the rule's source in the graph (each set of nodes once per binding).
 
     With ``seed = (pattern index, node)``, only the matches where that pattern node is that
     graph node: how the search finds the matches a rewrite created without rematching all.
+    With ``structural``, also the matches :func:`decline_reason` turns down (to explain them).
     """
     order = crule.order if seed is None else crule.order_from(seed[0])
     chosen: dict[int, Node] = {}
@@ -162,7 +163,7 @@ def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | Non
     def extend(depth: int, values: dict) -> Iterator[Match]:
         if depth == len(order):
             nodes = tuple(chosen[i] for i in range(len(crule.nodes)))
-            if _complete_match_ok(graph, crule, nodes, values):
+            if structural or _complete_match_ok(graph, crule, nodes, values):
                 yield Match(crule, nodes, dict(values))
             return
         p = crule.nodes[order[depth]]
@@ -207,30 +208,36 @@ def _element_kind(dtype: str) -> str:
     return "real" if dtype.startswith(("float", "bfloat")) else dtype
 
 
-def _within_proof(graph: Graph, crule: CompiledRule, values: dict) -> bool:
-    """Every bound input has the rank and element kind the rule's proof assumed."""
+def _outside_proof(graph: Graph, crule: CompiledRule, values: dict) -> str | None:
+    """Why a binding lies outside what the rule's proof assumed (an input's rank or element kind), or None."""
     for name, rank, kind in crule.input_kinds:
         t = graph.type(values[name])
         if t.rank != rank or _element_kind(t.dtype) != kind:
-            return False
-    return True
+            return f"input {name} binds {values[name]!r} of type {t}, the proof assumed rank {rank} ({kind})"
+    return None
 
 
-def _complete_match_ok(graph: Graph, crule: CompiledRule, nodes: tuple[Node, ...], values: dict) -> bool:
+def _within_proof(graph: Graph, crule: CompiledRule, values: dict) -> bool:
+    """Every bound input has the rank and element kind the rule's proof assumed."""
+    return _outside_proof(graph, crule, values) is None
+
+
+def decline_reason(graph: Graph, crule: CompiledRule, nodes: tuple[Node, ...], values: dict) -> str | None:
+    """Why a structural match of the rule's source may not be rewritten, or None when it may."""
     rule = crule.rule
-    if not crule.variables <= values.keys() or not _within_proof(graph, crule, values):
-        return False
-    shapes = {v: graph.type(values[v]).shape for v in crule.variables if v in values}
-    if len(shapes) != len(crule.variables):
-        return False  # a rule input the source never reads (cannot be bound by matching)
+    if not crule.variables <= values.keys():
+        return "a rule input the source never reads cannot be bound"
+    if not _within_proof(graph, crule, values):
+        return _outside_proof(graph, crule, values)
+    shapes = {v: graph.type(values[v]).shape for v in crule.variables}
     try:
         for index, param, expr in crule.source_exprs:
             if nodes[index].params.get(param) != resolve_expr(expr, shapes):
-                return False
+                return f"parameter {param} of {nodes[index].name or nodes[index].op.name} is not {resolve_expr(expr, shapes)} at these shapes"
         if not rule.constraints_hold(shapes):
-            return False
-    except (KeyError, IndexError, TasoError):
-        return False
+            return "a shape constraint of the rule is false here"
+    except (KeyError, IndexError, TasoError) as e:
+        return f"a shape expression does not apply here ({e})"
     # Interior values must not escape the pattern.
     inside = {id(n) for n in nodes}
     outputs = set(graph.outputs)
@@ -239,8 +246,12 @@ def _complete_match_ok(graph: Graph, crule: CompiledRule, nodes: tuple[Node, ...
             if name in crule.mapped:
                 continue
             if value in outputs or any(id(user) not in inside for user, _ in graph.uses(value)):
-                return False
-    return True
+                return f"value {value!r} inside the pattern is used outside it"
+    return None
+
+
+def _complete_match_ok(graph: Graph, crule: CompiledRule, nodes: tuple[Node, ...], values: dict) -> bool:
+    return decline_reason(graph, crule, nodes, values) is None
 
 
 @dataclass
@@ -287,12 +298,18 @@ def _match_tag(crule: CompiledRule, match: Match) -> str:
 
 def plan_match(graph: Graph, match: Match) -> Plan | None:
     """Builds the target's nodes for a match and type-checks them; None when the rewrite does not fit."""
+    plan = plan_or_reason(graph, match)
+    return plan if isinstance(plan, Plan) else None
+
+
+def plan_or_reason(graph: Graph, match: Match) -> Plan | str:
+    """:func:`plan_match`, or why the rewrite does not fit (for ``taso optimize --explain``)."""
     crule, rule = match.rule, match.rule.rule
     values = match.values
     # A variable computed from the pattern's own outputs (two matmuls of consecutive RNN
     # steps, say) would close a cycle: reject it before building anything.
     if len(match.nodes) > 1 and graph.depends_on((values[v] for v in crule.variables), {values[v] for v in crule.interior}):
-        return None
+        return "an input of the rule is computed from the pattern's own values (the rewrite would close a cycle)"
     shapes = {v: graph.type(values[v]).shape for v in crule.variables}
     try:
         overrides: dict[int, dict] = {}
@@ -324,7 +341,7 @@ def plan_match(graph: Graph, match: Match) -> Plan | None:
             old = values[s]
             new = renames.get(old, old)
             if (types.get(new) or graph.type(new)) != graph.type(old):
-                return None
+                return f"the target's {new!r} would be {types.get(new) or graph.type(new)} where {old!r} is {graph.type(old)}"
         remove = list(match.nodes)
         outputs = None
         if renames:
@@ -338,8 +355,8 @@ def plan_match(graph: Graph, match: Match) -> Plan | None:
                     new_nodes.append(Node(user.op, user.params, tuple(renames.get(v, v) for v in user.inputs), user.outputs, user.name))
             outputs = tuple(renames.get(o, o) for o in graph.outputs)
         graph.insertion_point({id(n) for n in remove}, new_nodes)  # raises when the rewrite closes a cycle
-    except TasoError:
-        return None
+    except TasoError as e:
+        return f"the target does not fit here: {e}"
     return Plan(graph, tuple(remove), tuple(new_nodes), outputs, types)
 
 
