@@ -20,11 +20,11 @@ Run: python benchmarks/bench_cluster.py [--ops LIST] [--max-ops 3] [--repeat 1]
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import statistics
 import tempfile
 import time
 
+from _machine import available_speedup
 from taso.generator import Settings, parse_ops
 from taso.generator.cluster import RayBackend, StageReport
 from taso.generator.parallel import Workers
@@ -33,23 +33,6 @@ DEFAULT_OPS = "matmul,add,mul,scalar_mul,transpose,relu,sigmoid,tanh"
 # Graphs enumerated over the default operator set (README, "Generating and proving substitutions"):
 # depth 2 and depth 3, every depth included.
 DEFAULT_SET_GRAPHS = {2: 29_844, 3: 13_557_758}
-
-
-def _spin(n: int) -> float:
-    start, total = time.perf_counter(), 0
-    for i in range(n):
-        total += i
-    return time.perf_counter() - start
-
-
-def _available_speedup(jobs: int, n: int = 10_000_000) -> float:
-    """How much faster ``jobs`` copies of a loop finish in ``jobs`` processes than one after another."""
-    alone = _spin(n)
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        start = time.perf_counter()
-        pool.map(_spin, [n] * jobs)
-        together = time.perf_counter() - start
-    return jobs * alone / together
 
 
 def _local_pass(settings: Settings, jobs: int) -> tuple[int, float]:
@@ -140,7 +123,7 @@ def main() -> None:
     settings = Settings(max_ops=args.max_ops, ops=parse_ops(args.ops))
 
     print(f"op set: {', '.join(settings.ops)}; max ops {settings.max_ops}")
-    available = _available_speedup(2)
+    available = available_speedup(2)
     print(f"calibration: 2 processes run a pure-Python loop {available:.2f}x as fast as one")
     backends = {"local -j 1": lambda: _local_pass(settings, 1), "local -j 2": lambda: _local_pass(settings, 2),
                 "ray 1 CPU": lambda: _ray_pass(settings, 1, args.shards), "ray 2 CPUs": lambda: _ray_pass(settings, 2, args.shards)}

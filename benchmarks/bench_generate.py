@@ -20,29 +20,12 @@ The depth-3 run over TASO's op set takes minutes per job count.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import statistics
 import time
 
+from _machine import available_speedup
 from taso.generator import Settings, generate, parse_ops
 from taso.generator.enumerate import Enumerator
-
-
-def _spin(n: int) -> float:
-    start, total = time.perf_counter(), 0
-    for i in range(n):
-        total += i
-    return time.perf_counter() - start
-
-
-def _available_speedup(jobs: int, n: int = 10_000_000) -> float:
-    """How much faster ``jobs`` copies of a loop finish in ``jobs`` processes than one after another."""
-    alone = _spin(n)
-    with multiprocessing.get_context("fork").Pool(jobs) as pool:
-        start = time.perf_counter()
-        pool.map(_spin, [n] * jobs)
-        together = time.perf_counter() - start
-    return jobs * alone / together
 
 
 def _walk_all(settings: Settings, cache_limit: int) -> tuple[int, float]:
@@ -72,7 +55,7 @@ def main() -> None:
     jobs = [int(j) for j in args.jobs.split(",")]
 
     print(f"op set: {', '.join(ops)}")
-    print(f"calibration: {max(jobs)} processes run a pure-Python loop {_available_speedup(max(jobs)):.2f}x as fast as one")
+    print(f"calibration: {max(jobs)} processes run a pure-Python loop {available_speedup(max(jobs)):.2f}x as fast as one")
     print("| max ops | -j | graphs | candidates | rules | wall s | graphs/s | speed-up |")
     print("|---|---|---|---|---|---|---|---|")
     for depth in (int(d) for d in args.depths.split(",")):
