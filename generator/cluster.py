@@ -88,22 +88,11 @@ class Shard:
 
 def _children(enumerator: Enumerator, root: OpRef) -> list:
     """The admissible second operators under ``root``, in enumeration order."""
-    _push(enumerator, root)
+    enumerator.push_root(root)
     try:
         return list(enumerator._admissible_steps())
     finally:
         enumerator.pop()
-
-
-def _push(enumerator: Enumerator, op: OpRef) -> None:
-    """Pushes a first operator as :meth:`Enumerator.walk` does."""
-    vi, sizes, args = op
-    v = enumerator.variants[vi]
-    params, out_shapes = enumerator.context.bind(v, tuple(enumerator.shapes[t] for t in args), sizes)
-    used = enumerator.admissible(op)
-    outs = enumerator.evaluate(v, sizes, args, params)
-    assert used is not None and outs is not None, "not a root operator"
-    enumerator.push(v, sizes, args, outs, out_shapes, used)
 
 
 def plan_shards(enumerator: Enumerator, target: int = DEFAULT_SHARDS) -> list[Shard]:
@@ -141,7 +130,7 @@ def walk_shard(enumerator: Enumerator, root: OpRef, shard: Shard, visit) -> None
         enumerator.walk(root, visit)
         return
     lo, hi = shard.children
-    _push(enumerator, root)
+    enumerator.push_root(root)
     try:
         if lo == 0:
             enumerator._record(visit)

@@ -324,13 +324,8 @@ class Enumerator:
             if outs is not None:
                 yield v, sizes, args, params, out_shapes, outs, used
 
-    def walk(self, root: OpRef, visit: Visitor) -> None:
-        """Enumerates every graph whose first operator is ``root``.
-
-        Args:
-            root: a first operator from :meth:`roots`.
-            visit: called once per graph whose inputs form prefixes (see :data:`Visitor`).
-        """
+    def push_root(self, root: OpRef) -> None:
+        """Pushes a first operator from :meth:`roots` (what :meth:`walk` starts from; shards start there too)."""
         vi, sizes, args = root
         v = self.variants[vi]
         params, out_shapes = self.context.bind(v, tuple(self.shapes[t] for t in args), sizes)
@@ -338,6 +333,15 @@ class Enumerator:
         outs = self.evaluate(v, sizes, args, params)
         assert used is not None and outs is not None, "not a root operator"
         self.push(v, sizes, args, outs, out_shapes, used)
+
+    def walk(self, root: OpRef, visit: Visitor) -> None:
+        """Enumerates every graph whose first operator is ``root``.
+
+        Args:
+            root: a first operator from :meth:`roots`.
+            visit: called once per graph whose inputs form prefixes (see :data:`Visitor`).
+        """
+        self.push_root(root)
         try:
             self._record(visit)
             self._grow(visit)

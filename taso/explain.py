@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from .errors import TasoError
 from .ir import Graph, Node
-from .rewrite import CompiledRule, Plan, _params_fit, decline_reason, find_matches, plan_or_reason
+from .rewrite import CompiledRule, Plan, params_fit, decline_reason, find_matches, plan_or_reason
 from .rules import Rule
 
 __all__ = ["find_rules", "explain_rule"]
@@ -40,7 +40,7 @@ def _node_label(node: Node) -> str:
 def _why_at(graph: Graph, crule: CompiledRule, index: int, node: Node) -> str:
     """What happens to the rule with its source node ``index`` played by ``node``."""
     pattern = crule.nodes[index]
-    if not _params_fit(pattern, node):
+    if not params_fit(pattern, node):
         return f"no: its parameters differ from the rule's {crule.rule.source[index].params}"
     matches = list(find_matches(graph, crule, seed=(index, node), structural=True))
     if not matches:

@@ -379,7 +379,7 @@ def optimize_model(
         OutputMismatchError: the optimized model disagrees with the input, or ONNX Runtime cannot run it.
         TasoError: ONNX Runtime cannot run the input model.
     """
-    from .validate import random_inputs
+    from .validate import random_input_sets
 
     model = make_cost_model(cost, threads=threads) if isinstance(cost, str) else cost
     try:
@@ -387,7 +387,7 @@ def optimize_model(
     finally:
         model.close()
     confirm = model.name == "ort-cpu" if confirm is None else confirm
-    input_sets = [random_inputs(source.graph, seed) for seed in (0, 1)] + ([dict(extra_inputs)] if extra_inputs else [])
+    input_sets = random_input_sets(source.graph) + ([dict(extra_inputs)] if extra_inputs else [])
     outcome = Outcome(source.graph, None, "input", report)
     candidates: dict[str, tuple[Graph, onnx.ModelProto]] = {}
     if best is not source.graph:
@@ -565,9 +565,9 @@ def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None, c
     model = export_clean(graph, opset)
     provenance = _PROVENANCE.get(graph)
     if check and provenance is not None and provenance.checked != model.SerializeToString():
-        from .validate import random_inputs
+        from .validate import random_input_sets
 
-        input_sets = [random_inputs(provenance.original, seed) for seed in (0, 1)]
+        input_sets = random_input_sets(provenance.original)
         _require_match(ModelSource.from_graph(provenance.original), model, input_sets, threads=1)
     write_model(model, os.fspath(path))
 

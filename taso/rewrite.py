@@ -22,7 +22,7 @@ from .ir import Graph, Node, Params, TensorType
 from .ops import COMMUTATIVE, get
 from .rules import Rule, RuleNode, resolve_expr
 
-__all__ = ["CompiledRule", "Match", "Plan", "find_matches", "decline_reason", "plan_match", "plan_or_reason", "apply_match", "plans", "rewrites"]
+__all__ = ["CompiledRule", "Match", "Plan", "find_matches", "params_fit", "decline_reason", "plan_match", "plan_or_reason", "apply_match", "plans", "rewrites"]
 
 
 @dataclass(frozen=True)
@@ -132,7 +132,8 @@ def _operand_orders(p: _PatternNode) -> Sequence[tuple[str, ...]]:
     return (p.inputs,)
 
 
-def _params_fit(p: _PatternNode, node: Node) -> bool:
+def params_fit(p: _PatternNode, node: Node) -> bool:
+    """The node's parameters are the pattern node's (its literal ones, when some are shape expressions)."""
     if p.literal is not None:
         return node.params == p.literal
     return all(node.params.get(k) == v for k, v in p.fixed)
@@ -174,7 +175,7 @@ def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | Non
             if id(node) in used or id(node) in seen or node.op.name != p.op_name or len(node.inputs) != len(p.inputs):
                 continue
             seen.add(id(node))
-            if len(node.outputs) != len(p.outputs) or not _params_fit(p, node):
+            if len(node.outputs) != len(p.outputs) or not params_fit(p, node):
                 continue
             for operands in _operand_orders(p):
                 bound = _bind(values, operands, node.inputs)

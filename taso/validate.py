@@ -21,7 +21,7 @@ from .cost import _random_array
 from .errors import TasoError
 from .ir import TensorType
 
-__all__ = ["Comparison", "compare_models", "random_inputs", "integer_ranges", "load_inputs", "RTOL", "ATOL_SCALE"]
+__all__ = ["Comparison", "compare_models", "random_inputs", "random_input_sets", "integer_ranges", "load_inputs", "RTOL", "ATOL_SCALE"]
 
 RTOL = 1e-3
 ATOL_SCALE = 1e-4
@@ -122,18 +122,25 @@ def random_inputs(source, seed: int = 0) -> dict[str, np.ndarray]:
             model uses them, see :func:`integer_ranges`), or a mapping of input types.
         seed: the random seed.
     """
+    return random_input_sets(source, (seed,))[0]
+
+
+def random_input_sets(source, seeds: Sequence[int] = (0, 1)) -> list[dict[str, np.ndarray]]:
+    """:func:`random_inputs` for several seeds, the model's types and ranges worked out once."""
     from .ir import Graph
 
     if isinstance(source, onnx.ModelProto):
-        types = _model_input_types(source)
-        ranges = integer_ranges(source)
+        types, ranges = _model_input_types(source), integer_ranges(source)
     elif isinstance(source, Graph):
         from .onnx import export_onnx
 
         types, ranges = source.inputs, integer_ranges(export_onnx(source))
     else:
         types, ranges = source, {}
-    rng = np.random.default_rng(seed)
+    return [_draw(types, ranges, np.random.default_rng(seed)) for seed in seeds]
+
+
+def _draw(types: Mapping[str, TensorType], ranges: Mapping[str, tuple[int, int]], rng: np.random.Generator) -> dict[str, np.ndarray]:
     feeds = {}
     for name, t in types.items():
         if t.dtype.startswith(("int", "uint")):

@@ -65,7 +65,7 @@ def _scramble(shape: tuple[int, ...], rng: np.random.Generator) -> tuple[int, ..
     return tuple(out[-MAX_RANK:]) if len(out) > MAX_RANK else tuple(out)
 
 
-def _random_int(var: IntVar, sampled: int | None, rng: np.random.Generator) -> int:
+def _random_int(sampled: int | None, rng: np.random.Generator) -> int:
     if sampled is not None and rng.random() < 0.5:
         return sampled + int(rng.integers(-1, 2)) if rng.random() < 0.3 else sampled
     return int(rng.integers(0, 3)) if rng.random() < 0.6 else int(rng.integers(-MAX_RANK, MAX_RANK + 1))
@@ -92,7 +92,7 @@ def adversarial_valuations(axiom: Axiom, rng: np.random.Generator, count: int) -
         for var in axiom.variables:
             base = sampled.get(var.name)
             if isinstance(var, IntVar):
-                valuation[var.name] = _random_int(var, base, rng)
+                valuation[var.name] = _random_int(base, rng)
             elif kind == 0:
                 valuation[var.name] = _random_shape(rng)
             elif kind == 1 or base is None:
@@ -166,12 +166,12 @@ def compose(outer: Axiom, variable: str, inner: Axiom) -> Axiom:
     never only on variables, so the guards must mean the same on a term as on a variable.
     """
     lhs = _rename(inner.lhs, "_i")
-    rest = {v.name: None for v in inner.variables}
+    inner_names = {v.name for v in inner.variables}
 
     def sample(rng: np.random.Generator) -> dict[str, Any]:
         a, b = outer.sample(rng), inner.sample(rng)
         out = {k: v for k, v in a.items() if k != variable}
-        out.update({k + "_i": v for k, v in b.items() if k in rest})
+        out.update({k + "_i": v for k, v in b.items() if k in inner_names})
         return out
 
     return Axiom(f"{outer.name}[{variable}:={inner.name}]", _substitute(outer.lhs, variable, lhs), _substitute(outer.rhs, variable, lhs), sample,
