@@ -138,8 +138,7 @@ class OrtCpuCost(CostModel):
         for v in node.inputs:
             (weights if v in consts else inputs)[v] = graph.type(v)
         # A weight keeps its value: a shape operand (Resize sizes, OneHot depth) filled at random is another kernel, or none.
-        known = graph.weights if isinstance(graph, Graph) else graph.parent.weights  # a search plan prices nodes of its parent's graph
-        arrays = {v: known[v] if v in known else _random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
+        arrays = {v: graph.weights[v] if v in graph.weights else _random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
         single = Graph(inputs, {v: arrays[v] for v in weights}, [node], list(node.outputs),
                        meta=GraphMeta(opset=max(graph.meta.opset, 13), output_names=tuple(node.outputs)))
         from .onnx import export_onnx

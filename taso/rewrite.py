@@ -278,6 +278,11 @@ class Plan:
     def meta(self):
         return self.parent.meta
 
+    @property
+    def weights(self):
+        """The parent's weights: a rewrite adds nodes, never weights (a cost model reads them as from a graph)."""
+        return self.parent.weights
+
     def key(self) -> int:
         """The built graph's :meth:`Graph.search_key`, computed from the parent's."""
         return self.parent.search_key_after(self.removed, self.added, self.outputs)
