@@ -5,7 +5,7 @@
 Times the distinct convolutions, ReLUs and poolings of a zoo model twice on ONNX Runtime
 (1 thread): on the machine as it is, then while ``--hogs`` processes spin on the CPU. For each
 node it prints how far the loaded timing strays from the quiet one, for the raw wall-clock
-median (``time_session``) and for the profiled kernel time rescaled by the reference kernel
+median (``taso.timing.median_run``) and for the profiled kernel time rescaled by the reference kernel
 run beside it (``OrtCpuCost.time_model``, what the ``ort-cpu`` cost model caches). The
 closer to 1.00x, the less a cost cached under one load misleads a search run under another.
 """
@@ -17,13 +17,12 @@ import multiprocessing
 import statistics
 import sys
 
-import onnxruntime as ort
-
 from taso.cost import _random_array
-from taso.cost_ort import OrtCpuCost, session_options, time_session
+from taso.cost_ort import OrtCpuCost
 from taso.ir import Graph, GraphMeta
 from taso.models import build
 from taso.onnx import export_onnx, load_onnx
+from taso.timing import median_run, open_session
 
 
 def _spin() -> None:
@@ -55,8 +54,7 @@ def _measure(models, cost: OrtCpuCost) -> list[tuple[float, float]]:
     """(raw wall-clock seconds, load-normalized kernel seconds) per model."""
     rows = []
     for _, model, feeds in models:
-        session = ort.InferenceSession(model, session_options(1), providers=["CPUExecutionProvider"])
-        rows.append((time_session(session, feeds, min_total=0.1), cost.time_model(model, feeds)))
+        rows.append((median_run(open_session(model, 1), feeds, min_seconds=0.1), cost.time_model(model, feeds)))
     return rows
 
 

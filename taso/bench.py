@@ -2,9 +2,10 @@
 
 For each model (a zoo name or an .onnx file) and each thread count, three variants run on
 ONNX Runtime's CPU provider: the original with graph optimizations off, the original with
-ENABLE_ALL, and the taso-optimized model with ENABLE_ALL. Runs are interleaved round by
-round (so machine noise hits all three alike) after warm-up; the medians and their ratios
-are the result. Writes JSON, a Markdown table and a PNG chart, tagged with the hardware.
+ENABLE_ALL, and the taso-optimized model (from ``taso optimize``'s own pipeline,
+:func:`taso.optimize.optimize_model`) with ENABLE_ALL. After warm-up, rounds are interleaved
+in a rotating order (so machine noise hits all three alike), each round's fastest run is
+kept (:mod:`taso.timing`), and the medians over rounds and their ratios are the result. Writes JSON, a Markdown table and a PNG chart, tagged with the hardware.
 """
 
 from __future__ import annotations
@@ -42,25 +43,6 @@ class BenchRow:
     rules_applied: dict
 
 
-def _session(model: bytes | str, threads: int, optimize: bool) -> ort.InferenceSession:
-    from .cost_ort import session_options
-
-    try:
-        return ort.InferenceSession(model, session_options(threads, optimize), providers=["CPUExecutionProvider"])
-    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-        raise TasoError(f"ONNX Runtime cannot load the model: {str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__}") from None
-
-
-def _interleaved_medians(sessions: dict[str, ort.InferenceSession], feeds: dict, rounds: int) -> dict[str, float]:
-    from .cost_ort import time_session
-
-    samples: dict[str, list[float]] = {k: [] for k in sessions}
-    for _ in range(rounds):
-        for name, session in sessions.items():
-            samples[name].append(time_session(session, feeds, min_total=0.05, max_runs=50))
-    return {k: statistics.median(v) for k, v in samples.items()}
-
-
 def _load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto, str | None]:
     """The label, the model and its file (None for a zoo model built in memory)."""
     if os.path.exists(name) or name.endswith(".onnx"):
@@ -76,63 +58,52 @@ def _load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto, str | None
 
 def bench_model(name: str, model: onnx.ModelProto, threads: int, args, path: str | None = None) -> BenchRow:
     """Optimizes one model for one thread count exactly as `taso optimize` would, and times the three variants side by side."""
-    from .onnx import load_onnx
-    from .optimize import ModelSource, load_rules, optimize_model
-    from .search import SearchConfig
+    from .timing import interleaved_times
     from .validate import random_inputs
 
-    source = ModelSource(load_onnx(model), model, path)
-    outcome = optimize_model(source, load_rules(args.library), args.cost, SearchConfig(args.alpha, args.budget, args.time_limit), threads)
+    source, outcome = _optimize(model, path, args.cost, threads, args)
     report = outcome.report
     original = source.timing_source()
     optimized = original if outcome.model is None else outcome.model.SerializeToString()
-    feeds = random_inputs(source.graph)
-    sessions = {
-        "original_noopt": _session(original, threads, optimize=False),
-        "original_ortall": _session(original, threads, optimize=True),
-        "taso_ortall": _session(optimized, threads, optimize=True),
-    }
-    medians = _interleaved_medians(sessions, feeds, args.rounds)
+    labels = ("the original model (ONNX Runtime optimizations off)", "the original model", "the taso-optimized model")
+    seconds = interleaved_times([original, original, optimized], random_inputs(source.graph), threads, args.rounds, labels=labels,
+                                optimize=(False, True, True), min_runs=7, min_seconds=0.05)
+    medians = dict(zip(VARIANTS, seconds))
     ms = {k: v * 1e3 for k, v in medians.items()}
     return BenchRow(name, "ort-cpu", threads, len(source.graph), len(outcome.graph), round(report.seconds, 2), round(report.predicted_speedup, 3), ms,
                     medians["original_ortall"] / medians["taso_ortall"], medians["original_noopt"] / medians["taso_ortall"],
                     dict(report.applied) if outcome.kept == "optimized" else {})
 
 
+def _optimize(model: onnx.ModelProto, path: str | None, cost: str, threads: int, args):
+    """The model through taso optimize's own pipeline (search, output check, end-to-end guard with measured CPU costs)."""
+    from .onnx import load_onnx
+    from .optimize import ModelSource, load_rules, optimize_model
+    from .search import SearchConfig
+
+    source = ModelSource(load_onnx(model), model, path)
+    return source, optimize_model(source, load_rules(args.library), cost, SearchConfig(args.alpha, args.budget, args.time_limit), threads)
+
+
 def bench_model_gpu(name: str, model: onnx.ModelProto, args) -> BenchRow:
     """Original vs optimized on the CuPy executor (CUDA events, interleaved), cross-checked on ONNX Runtime's CUDA provider."""
-    from .cost import make_cost_model
     from .gpu import DeviceGraph, require_cupy, time_cuda
-    from .onnx import export_onnx, load_onnx
-    from .optimize import load_rules
-    from .search import SearchConfig, search
-    from .validate import compare_models, random_inputs
+    from .timing import interleaved_medians, interleaved_times
+    from .validate import random_inputs
 
     cp = require_cupy()
-    graph = load_onnx(model)
-    cost_model = make_cost_model(args.cost if args.cost != "ort-cpu" else "cupy")
-    try:
-        best, report = search(graph, load_rules(args.library), cost_model, SearchConfig(args.alpha, args.budget, args.time_limit))
-    finally:
-        cost_model.close()
-    optimized = export_onnx(best)
+    source, outcome = _optimize(model, None, args.cost if args.cost != "ort-cpu" else "cupy", 1, args)
+    graph, best, report = source.graph, outcome.graph, outcome.report
+    optimized = model if outcome.model is None else outcome.model
     host_feeds = random_inputs(graph)
-    comparison = compare_models(model, optimized, [host_feeds])
-    if not comparison.ok:
-        raise TasoError(f"{name}: the optimized model does not match the original ({comparison.describe()}); not benchmarked")
     feeds = {k: cp.asarray(v) for k, v in host_feeds.items()}
     runners = {"cupy_original": DeviceGraph(graph, cp), "cupy_taso": DeviceGraph(best, cp)}
-    samples: dict[str, list[float]] = {k: [] for k in runners}
-    for _ in range(args.rounds):
-        for key, runner in runners.items():
-            samples[key].append(time_cuda(cp, lambda r=runner: r(feeds), repeat=10))
-    ms = {k: statistics.median(v) * 1e3 for k, v in samples.items()}
+    seconds = interleaved_medians([lambda r=runner: time_cuda(cp, lambda: r(feeds), repeat=10) for runner in runners.values()], args.rounds)
+    ms = {k: s * 1e3 for k, s in zip(runners, seconds)}
     if "CUDAExecutionProvider" in ort.get_available_providers():  # an independent GPU runtime
-        for key, data in (("ort_cuda_original", model.SerializeToString()), ("ort_cuda_taso", optimized.SerializeToString())):
-            session = ort.InferenceSession(data, providers=["CUDAExecutionProvider"])
-            from .cost_ort import time_session
-
-            ms[key] = time_session(session, host_feeds, min_total=0.2) * 1e3
+        cross = interleaved_times([model.SerializeToString(), optimized.SerializeToString()], host_feeds, rounds=args.rounds,
+                                  labels=("the original model", "the taso-optimized model"), providers=("CUDAExecutionProvider",))
+        ms.update({key: s * 1e3 for key, s in zip(("ort_cuda_original", "ort_cuda_taso"), cross)})
     return BenchRow(name, "cupy", 1, len(graph), len(best), round(report.seconds, 2), round(report.predicted_speedup, 3), ms,
                     ms["cupy_original"] / ms["cupy_taso"], ms.get("ort_cuda_original", float("nan")) / ms.get("ort_cuda_taso", float("nan")),
                     dict(report.applied))

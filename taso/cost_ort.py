@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import statistics
 import tempfile
 import time
 
@@ -33,8 +32,9 @@ from onnx import TensorProto, helper
 from .cost import CostCache, CostModel, _random_array
 from .errors import TasoError
 from .ir import Graph, GraphMeta, Node
+from .timing import median_run, open_session, session_options
 
-__all__ = ["OrtCpuCost", "cpu_name", "profile_kernels", "session_options", "time_session"]
+__all__ = ["OrtCpuCost", "cpu_name", "profile_kernels"]
 
 
 def cpu_name() -> str:
@@ -46,35 +46,6 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def session_options(threads: int, optimize: bool = True) -> ort.SessionOptions:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    options.log_severity_level = 3
-    return options
-
-
-def time_session(session: ort.InferenceSession, feeds: dict, min_total: float = 0.02, max_runs: int = 200) -> float:
-    """Median seconds of one run, after warm-up."""
-    for _ in range(3):
-        session.run(None, feeds)
-    times: list[float] = []
-    total = 0.0
-    while (total < min_total or len(times) < 7) and len(times) < max_runs:
-        elapsed = _timed_run(session, feeds)
-        times.append(elapsed)
-        total += elapsed
-    return statistics.median(times)
-
-
-def _timed_run(session: ort.InferenceSession, feeds: dict) -> float:
-    start = time.perf_counter()
-    session.run(None, feeds)
-    return time.perf_counter() - start
 
 
 class OrtCpuCost(CostModel):
@@ -115,8 +86,8 @@ class OrtCpuCost(CostModel):
         self._unit = _robust_mean(reference)
         self._floor = self._normalized(kernels, reference)
         # NOTE: wall clock, not the profiler: a node's in-graph cost outside its kernel is what we add back.
-        one, many = (time_session(ort.InferenceSession(_negations(n), session_options(self.threads, optimize=False), providers=["CPUExecutionProvider"]),
-                                  {"x": np.ones(1, np.float32)}, min_total=0.05) for n in (1, 65))
+        one, many = (median_run(open_session(_negations(n), self.threads, optimize=False), {"x": np.ones(1, np.float32)}, min_seconds=0.05)
+                     for n in (1, 65))
         self._dispatch = max((many - one) / 64, 0.0)
         for key, value in zip(keys, (self._unit, self._floor, self._dispatch)):
             self.cache.record(self._fingerprint, key, value)
@@ -180,7 +151,9 @@ def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 
         for _ in range(3):
             session.run(None, feeds)
         while (total < min_total or runs < min_runs) and runs < max_runs:
-            total += _timed_run(session, feeds)
+            start = time.perf_counter()
+            session.run(None, feeds)
+            total += time.perf_counter() - start
             runs += 1
         with open(session.end_profiling(), encoding="utf-8") as f:
             events = json.load(f)

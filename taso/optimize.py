@@ -8,7 +8,7 @@ end-to-end guard:
 2. compare the optimized model with the original on ONNX Runtime (a mismatch raises
    :class:`OutputMismatchError`, exit 3: nothing is written);
 3. with measured costs, time the candidates against the input *as given* (the user's file,
-   same session options, interleaved): the optimized model, and taso's plain re-export of
+   same session options, interleaved: :mod:`taso.timing`): the optimized model, and taso's plain re-export of
    the unchanged graph (its cleaning steps: IR/opset bump, Dropout removal). A candidate is
    kept only when it is at least MIN_CONFIRMED_SPEEDUP faster than the input; otherwise the
    output is the input's bytes, unchanged.
@@ -17,7 +17,6 @@ end-to-end guard:
 from __future__ import annotations
 
 import os
-import statistics
 import tempfile
 import time
 import weakref
@@ -32,10 +31,11 @@ from .errors import TasoError
 from .ir import Graph
 from .rules import LibraryFile, Rule, usable_reverse
 from .search import LazyRules, RuleSlot, SearchConfig, SearchReport, search
+from .timing import TimingError, interleaved_times, open_session
 
 __all__ = ["DEFAULT_LIBRARY", "MIN_CONFIRMED_SPEEDUP", "OutputMismatchError", "ModelSource", "Outcome", "load_rules", "optimize",
            "optimize_with_report", "optimize_model", "save_onnx", "export_clean", "write_model", "end_to_end_speedup",
-           "confirm_end_to_end", "validate_search_settings"]
+           "validate_search_settings"]
 
 DEFAULT_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "library.jsonl.gz")
 
@@ -209,7 +209,7 @@ def export_clean(graph: Graph, opset: int | None = None, check: bool = True) -> 
     return model
 
 
-# ---- ONNX Runtime: checks and timing --------------------------------------------------------
+# ---- ONNX Runtime: checks and timing (the timing itself: taso.timing) -------------------------
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
@@ -237,71 +237,13 @@ def _check_candidate(source: ModelSource, candidate: onnx.ModelProto, input_sets
 def _ort_failure(model: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]], threads: int) -> str | None:
     """Why ONNX Runtime cannot load or run ``model`` on these inputs, or None when it can."""
     try:
-        session = _session(model.SerializeToString(), threads)
+        session = open_session(model.SerializeToString(), threads)
         names = {i.name for i in session.get_inputs()}
         for feeds in input_sets:
             session.run(None, {k: v for k, v in feeds.items() if k in names})
     except Exception as e:  # noqa: BLE001
         return _first_line(e)
     return None
-
-
-def _session(model: str | bytes, threads: int):
-    import onnxruntime as ort
-
-    from .cost_ort import session_options
-
-    return ort.InferenceSession(model, session_options(threads), providers=["CPUExecutionProvider"])
-
-
-def _fastest_run_seconds(session, feeds: Mapping[str, np.ndarray], min_runs: int = 3, min_seconds: float = 0.01) -> float:
-    """The fastest of a few runs: other processes only ever add time, so the minimum is the least noisy figure."""
-    fastest, total, runs = float("inf"), 0.0, 0
-    while runs < min_runs or total < min_seconds:
-        start = time.perf_counter()
-        session.run(None, feeds)
-        elapsed = time.perf_counter() - start
-        fastest, total, runs = min(fastest, elapsed), total + elapsed, runs + 1
-    return fastest
-
-
-def interleaved_times(models: Sequence[str | bytes], feeds: Mapping[str, np.ndarray], threads: int = 1, rounds: int = 7) -> list[float]:
-    """Seconds per run of each model on ONNX Runtime (ENABLE_ALL): the median over rounds of each round's fastest run.
-
-    Rounds alternate between the models in a rotating order, so a load change hits all of them alike.
-
-    Raises:
-        _TimingError: ONNX Runtime cannot load or run one of them (its position is in the error).
-    """
-    sessions = [_warm_session(position, model, feeds, threads) for position, model in enumerate(models)]
-    samples: list[list[float]] = [[] for _ in sessions]
-    for round_ in range(rounds):
-        for i in _rotated(len(sessions), round_):  # no model always runs first (or right after a given other one)
-            session, own_feeds = sessions[i]
-            samples[i].append(_fastest_run_seconds(session, own_feeds))
-    return [statistics.median(s) for s in samples]
-
-
-def _rotated(n: int, shift: int) -> list[int]:
-    return [(i + shift) % n for i in range(n)]
-
-
-def _warm_session(position: int, model: str | bytes, feeds: Mapping[str, np.ndarray], threads: int):
-    try:
-        session = _session(model, threads)
-        names = {i.name for i in session.get_inputs()}
-        own_feeds = {k: v for k, v in feeds.items() if k in names}
-        for _ in range(2):
-            session.run(None, own_feeds)
-    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-        raise _TimingError(position, _first_line(e)) from None
-    return session, own_feeds
-
-
-class _TimingError(TasoError):
-    def __init__(self, position: int, reason: str):
-        super().__init__(reason)
-        self.position = position
 
 
 def end_to_end_speedup(original: Graph, optimized: Graph, threads: int = 1, rounds: int = 7) -> float:
@@ -315,17 +257,6 @@ def end_to_end_speedup(original: Graph, optimized: Graph, threads: int = 1, roun
     feeds = random_inputs(original)
     before, after = interleaved_times([export_clean(g).SerializeToString() for g in (original, optimized)], feeds, threads, rounds)
     return before / after
-
-
-def confirm_end_to_end(original: Graph, optimized: Graph, threads: int = 1) -> tuple[Graph, float | None]:
-    """``optimized`` if ONNX Runtime runs it at least MIN_CONFIRMED_SPEEDUP faster than ``original``, else ``original``.
-
-    Also returns the measured speedup (None when the search changed nothing).
-    """
-    if optimized is original:
-        return original, None
-    speedup = end_to_end_speedup(original, optimized, threads)
-    return (optimized if speedup >= MIN_CONFIRMED_SPEEDUP else original), speedup
 
 
 # ---- the pipeline -----------------------------------------------------------------------------
@@ -455,8 +386,8 @@ def _still_faster(outcome: Outcome, source: ModelSource, name: str, model: onnx.
     """A second, independent measurement must agree: on a loaded machine one lucky series can show 1.5x where there is none."""
     try:
         before, after = interleaved_times([source.timing_source(), model.SerializeToString()], feeds, threads)
-    except _TimingError as e:
-        outcome.notes.append(f"the {name} model was not kept (ONNX Runtime failed while timing it again: {e})")
+    except TimingError as e:
+        outcome.notes.append(f"the {name} model was not kept (ONNX Runtime failed while timing it again: {e.reason})")
         return False
     outcome.speedups[name] = min(outcome.speedups[name], before / after)
     return outcome.speedups[name] >= MIN_CONFIRMED_SPEEDUP
@@ -473,13 +404,13 @@ def _time_candidates(outcome: Outcome, source: ModelSource, candidates: dict, fe
     while True:
         try:
             return names, interleaved_times([source.timing_source(), *(candidates[n][1].SerializeToString() for n in names)], feeds, threads)
-        except _TimingError as e:
+        except TimingError as e:
             if e.position == 0:
-                raise TasoError(f"ONNX Runtime cannot run the input model: {e}") from None
+                raise TasoError(f"ONNX Runtime cannot run the input model: {e.reason}") from None
             failed = names[e.position - 1]
             if failed == "optimized":
-                raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {e}; nothing was written") from None
-            outcome.notes.append(f"taso's re-export of the unchanged graph was not kept (ONNX Runtime cannot run it: {e})")
+                raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {e.reason}; nothing was written") from None
+            outcome.notes.append(f"taso's re-export of the unchanged graph was not kept (ONNX Runtime cannot run it: {e.reason})")
             names.remove(failed)
 
 

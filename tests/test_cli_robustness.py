@@ -23,6 +23,7 @@ import taso
 from taso.cli import main
 from taso.rules import Library, Rule, RuleInput, RuleNode
 from taso.ir import TensorType
+from taso.timing import TimingError
 
 optimize_module = importlib.import_module("taso.optimize")  # the module: `taso.optimize` is the public function
 
@@ -233,7 +234,7 @@ def test_onnx_runtime_failing_while_timing(tmp_path, library, capsys, monkeypatc
 
     def failing_times(models, feeds, threads=1, rounds=7):
         if failing < len(models):
-            raise optimize_module._TimingError(failing, "bad allocation")
+            raise TimingError(failing, "bad allocation")
         return [1.0] * len(models)
 
     monkeypatch.setattr(optimize_module, "interleaved_times", failing_times)

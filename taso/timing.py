@@ -1,0 +1,179 @@
+"""Timing whole models on ONNX Runtime: one place for every wall-clock measurement taso takes.
+
+``taso optimize``'s end-to-end guard (:mod:`taso.optimize`), ``taso bench`` and the ort-cpu
+cost model's calibration (:mod:`taso.cost_ort`) all time models here, the same way:
+
+* a session with the deployment's options (:func:`session_options`: intra-op threads,
+  sequential execution, ENABLE_ALL or no graph optimization);
+* warm-up runs when the session is opened (the first runs allocate and pre-pack);
+* per round, the fastest of a few runs (:func:`fastest_run`): other processes only ever add
+  time, so the minimum is the least noisy figure (one session timed on its own, as in a
+  calibration, takes the median of its runs instead: :func:`median_run`);
+* rounds interleaved over all the models in a rotating order (:func:`interleaved_medians`),
+  so a load change hits every model alike and no model always runs first or right after a
+  given other one;
+* the median over rounds, per model.
+
+A model ONNX Runtime cannot load or run raises :class:`TimingError`, which names it.
+(Per-kernel profiling for operator costs stays in :func:`taso.cost_ort.profile_kernels`.)
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import onnxruntime as ort
+
+from .errors import TasoError
+
+__all__ = ["TimingError", "session_options", "open_session", "fastest_run", "median_run", "interleaved_medians", "interleaved_times", "rotated"]
+
+CPU = ("CPUExecutionProvider",)
+
+
+class TimingError(TasoError):
+    """ONNX Runtime cannot load or run one of the models being timed.
+
+    Attributes:
+        position: the model's index in the list that was timed.
+        label: how the caller named it.
+        reason: ONNX Runtime's message, first line.
+    """
+
+    def __init__(self, position: int, reason: str, label: str | None = None):
+        self.position, self.reason = position, reason
+        self.label = label if label is not None else f"model {position}"
+        super().__init__(f"ONNX Runtime cannot run {self.label}: {reason}")
+
+
+def session_options(threads: int, optimize: bool = True) -> ort.SessionOptions:
+    """The deployment's options: ``threads`` intra-op threads, one inter-op thread, sequential, ENABLE_ALL (or none)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.log_severity_level = 3
+    return options
+
+
+def open_session(model: str | bytes, threads: int = 1, optimize: bool = True, providers: Sequence[str] = CPU) -> ort.InferenceSession:
+    """A session for a model file or serialized model (ONNX Runtime's own exceptions pass through)."""
+    return ort.InferenceSession(model, session_options(threads, optimize), providers=list(providers))
+
+
+def fastest_run(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray], min_runs: int = 3, min_seconds: float = 0.01) -> float:
+    """The fastest of at least ``min_runs`` runs lasting ``min_seconds`` in all."""
+    fastest, total, runs = float("inf"), 0.0, 0
+    while runs < min_runs or total < min_seconds:
+        start = time.perf_counter()
+        session.run(None, feeds)
+        elapsed = time.perf_counter() - start
+        fastest, total, runs = min(fastest, elapsed), total + elapsed, runs + 1
+    return fastest
+
+
+def median_run(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray], min_seconds: float = 0.02, min_runs: int = 7,
+               max_runs: int = 200, warmup: int = 3) -> float:
+    """The median of one session's runs after ``warmup`` untimed ones: at least ``min_runs`` and ``min_seconds``, at most ``max_runs``.
+
+    For one session on its own (a calibration); models compared with each other are timed
+    with :func:`interleaved_times`.
+    """
+    for _ in range(warmup):
+        session.run(None, feeds)
+    times: list[float] = []
+    total = 0.0
+    while (total < min_seconds or len(times) < min_runs) and len(times) < max_runs:
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append(time.perf_counter() - start)
+        total += times[-1]
+    return statistics.median(times)
+
+
+def rotated(n: int, shift: int) -> list[int]:
+    """The order of round ``shift`` over ``n`` models: 0..n-1 rotated left by ``shift``."""
+    return [(i + shift) % n for i in range(n)]
+
+
+def interleaved_medians(measures: Sequence[Callable[[], float]], rounds: int) -> list[float]:
+    """Calls every measure once per round, in an order rotated by one each round; the median per measure.
+
+    Args:
+        measures: each returns one sample of seconds (one model's timing for one round).
+        rounds: samples per measure.
+    """
+    samples: list[list[float]] = [[] for _ in measures]
+    for round_ in range(rounds):
+        for i in rotated(len(measures), round_):
+            samples[i].append(measures[i]())
+    return [statistics.median(s) for s in samples]
+
+
+def interleaved_times(
+    models: Sequence[str | bytes],
+    feeds: Mapping[str, np.ndarray],
+    threads: int = 1,
+    rounds: int = 7,
+    *,
+    labels: Sequence[str] | None = None,
+    optimize: bool | Sequence[bool] = True,
+    providers: Sequence[str] = CPU,
+    warmup: int = 2,
+    min_runs: int = 3,
+    min_seconds: float = 0.01,
+) -> list[float]:
+    """Seconds per run of each model: the median over interleaved rounds of each round's fastest run.
+
+    Args:
+        models: model files or serialized models.
+        feeds: input arrays by name; each model gets those its graph declares.
+        threads: intra-op threads.
+        rounds: interleaved rounds.
+        labels: names for errors (default "model 0", "model 1", ...).
+        optimize: ENABLE_ALL (True) or no graph optimization, for all models or per model.
+        providers: ONNX Runtime execution providers.
+        warmup: runs when a session is opened, not timed.
+        min_runs, min_seconds: what one round's fastest run is the fastest of.
+
+    Raises:
+        TimingError: ONNX Runtime cannot load or run one of the models (its position and label are in the error).
+    """
+    flags = [optimize] * len(models) if isinstance(optimize, bool) else list(optimize)
+    names = list(labels) if labels is not None else [f"model {i}" for i in range(len(models))]
+    sessions = [_warm(i, names[i], model, feeds, threads, flags[i], providers, warmup) for i, model in enumerate(models)]
+
+    def measure(position: int) -> Callable[[], float]:
+        session, own_feeds = sessions[position]
+
+        def once() -> float:
+            try:
+                return fastest_run(session, own_feeds, min_runs, min_seconds)
+            except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+                raise TimingError(position, _first_line(e), names[position]) from None
+
+        return once
+
+    return interleaved_medians([measure(i) for i in range(len(sessions))], rounds)
+
+
+def _warm(position: int, label: str, model: str | bytes, feeds: Mapping[str, np.ndarray], threads: int, optimize: bool,
+          providers: Sequence[str], warmup: int) -> tuple[ort.InferenceSession, dict[str, np.ndarray]]:
+    try:
+        session = open_session(model, threads, optimize, providers)
+        names = {i.name for i in session.get_inputs()}
+        own_feeds = {k: v for k, v in feeds.items() if k in names}
+        for _ in range(warmup):
+            session.run(None, own_feeds)
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+        raise TimingError(position, _first_line(e), label) from None
+    return session, own_feeds
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

@@ -1,0 +1,58 @@
+"""Timing models on ONNX Runtime: rounds rotate over the models, a model that fails is named, times are medians."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers import model_from_text
+
+from taso.errors import TasoError
+from taso.timing import TimingError, interleaved_medians, interleaved_times, rotated
+
+
+def _relu_model() -> bytes:
+    return model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[4, 8] x) => (float[4, 8] y) { y = Relu (x) }
+    """).SerializeToString()
+
+
+def _gather_model() -> bytes:
+    """Runs only when its integer input indexes inside the 3-row table."""
+    return model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (int64[2] i) => (float[2, 4] y) <float[3, 4] t = {1,2,3,4,5,6,7,8,9,10,11,12}> { y = Gather (t, i) }
+    """).SerializeToString()
+
+
+def test_rounds_rotate_so_no_model_always_runs_first():
+    calls: list[int] = []
+
+    def measure(i: int, seconds: list[float]):
+        samples = iter(seconds)
+        return lambda: calls.append(i) or next(samples)
+
+    medians = interleaved_medians([measure(0, [3.0, 1.0, 2.0]), measure(1, [5.0, 5.0, 4.0]), measure(2, [0.5, 0.7, 0.6])], rounds=3)
+    assert calls == [0, 1, 2, 1, 2, 0, 2, 0, 1]
+    assert medians == [2.0, 5.0, 0.6]
+    assert rotated(3, 4) == [1, 2, 0]
+
+
+def test_interleaved_times_are_positive_per_model_and_per_optimization_level():
+    feeds = {"x": np.ones((4, 8), np.float32), "unused": np.zeros(1, np.float32)}  # each model gets the inputs it declares
+    times = interleaved_times([_relu_model(), _relu_model()], feeds, rounds=3, optimize=(False, True), min_seconds=0.001)
+    assert len(times) == 2 and all(t > 0 for t in times)
+
+
+def test_a_model_onnx_runtime_cannot_load_raises_an_error_naming_it():
+    with pytest.raises(TimingError) as caught:
+        interleaved_times([_relu_model(), b"not a model"], {"x": np.ones((4, 8), np.float32)}, rounds=1, labels=("the input", "the candidate"))
+    error = caught.value
+    assert isinstance(error, TasoError) and error.position == 1 and error.label == "the candidate"
+    assert str(error).startswith("ONNX Runtime cannot run the candidate: ") and "\n" not in str(error)
+
+
+def test_a_model_failing_at_run_time_is_named_by_its_position_by_default():
+    with pytest.raises(TimingError, match=r"^ONNX Runtime cannot run model 0: ") as caught:
+        interleaved_times([_gather_model()], {"i": np.array([0, 7], np.int64)}, rounds=1)
+    assert caught.value.position == 0 and caught.value.reason
