@@ -16,6 +16,14 @@ local one). :class:`RayWorkers` has the interface of ``Workers``, so
   atomically and with a digest over its contents. A resumed run reuses the shards whose
   file checks out and redoes the others: a partial or corrupt file is never merged.
 
+* **After the enumeration.** The stages after pairing (canonical forms, common subgraphs, the
+  float check, instance facts, generalisation) run as Ray tasks over chunks of candidates
+  (:meth:`RayWorkers.map`), the same functions the local pool runs. A candidate travels as
+  its graph specs and is decoded in the task (decoded graphs hold the operators' functions,
+  which do not pickle); results come back in chunk order, so the file stays byte-identical.
+  The driver pairs the collected graphs by key and keeps or drops candidates by the tasks'
+  verdicts. These stages are not checkpointed: a resumed run redoes them.
+
 ``taso verify --ray`` fans rules out to Ray tasks as well (:func:`verify_rules_on_ray`).
 """
 
@@ -44,7 +52,8 @@ from .enumerate import Enumerator, GraphSpec, OpRef
 from .parallel import KeyPass, Workers
 from .settings import Settings
 
-__all__ = ["Shard", "plan_shards", "ShardStore", "RayBackend", "RayWorkers", "ray_available", "verify_rules_on_ray"]
+__all__ = ["Shard", "plan_shards", "ShardStore", "StageReport", "MapReport", "RayBackend", "RayWorkers", "ray_available",
+           "verify_rules_on_ray"]
 
 # Ray retries a task whose worker process died this many times before the run fails.
 MAX_RETRIES = 3
@@ -230,9 +239,12 @@ def _repeated_in_range(*parts: np.ndarray) -> np.ndarray:
     return values[multiplicity > 1]
 
 
-def _map_chunk(settings: Settings, fn: Callable, chunk: list) -> list:
+def _map_chunk(settings: Settings, fn: Callable, chunk: list) -> tuple[str, float, list]:
+    """One chunk of a stage after enumeration: (this worker's ``host:pid``, seconds, ``fn(chunk)``)."""
+    start = time.perf_counter()
     _worker_enumerator(settings)
-    return fn(chunk)
+    result = fn(chunk)
+    return f"{socket.gethostname()}:{os.getpid()}", time.perf_counter() - start, result
 
 
 # ---- checkpoints ------------------------------------------------------------------------------------------
@@ -374,6 +386,39 @@ class StageReport:
                 "shards": {k: {"graphs": g, "seconds": round(s, 4)} for k, (g, s) in self.cost.items()}}
 
 
+def _plural(n: int, one: str, many: str | None = None) -> str:
+    return f"{n:,} {one if n == 1 else many or one + 's'}"
+
+
+@dataclass
+class MapReport:
+    """One stage after enumeration run as Ray tasks over chunks of candidates (:meth:`RayWorkers.map`).
+
+    Attributes:
+        name: the stage's worker function (``holds_in_float``, ``instance_facts``...).
+        items: candidates in; chunks: Ray tasks.
+        seconds: wall time of the stage, from the first task submitted to the last result.
+        task_seconds: the tasks' own time, summed.
+        workers: the ``host:pid`` of every worker process that ran a chunk, with its chunk count.
+    """
+
+    name: str
+    items: int
+    chunks: int
+    seconds: float = 0.0
+    task_seconds: float = 0.0
+    workers: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        return (f"{self.name}: {self.items:,} candidates in {_plural(self.chunks, 'Ray task')} on "
+                f"{_plural(len(self.workers), 'worker process', 'worker processes')}, "
+                f"{self.seconds:.1f} s (tasks {self.task_seconds:.1f} s)")
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "items": self.items, "chunks": self.chunks, "seconds": round(self.seconds, 4),
+                "task_seconds": round(self.task_seconds, 4), "workers": self.workers}
+
+
 @dataclass
 class RayBackend:
     """How and where to run the enumeration on Ray; ``backend.workers(settings)`` makes the workers.
@@ -388,6 +433,8 @@ class RayBackend:
         fault: tests only: a marker file; the first task to create it kills its own worker.
         stop_after: tests only: raise KeyboardInterrupt after this many shards were checkpointed.
         reports: filled as the run goes, one per pass.
+        stages: filled as the run goes, one per stage after enumeration (canonical forms, common
+            subgraphs, float check, instance facts, generalisation), each run as Ray tasks.
     """
 
     address: str | None = None
@@ -399,18 +446,19 @@ class RayBackend:
     fault: str | None = None
     stop_after: int | None = None
     reports: list[StageReport] = field(default_factory=list)
+    stages: list[MapReport] = field(default_factory=list)
 
     def workers(self, settings: Settings) -> RayWorkers:
         return RayWorkers(settings, self)
 
     def summary(self) -> str:
-        """One line per pass: shards run and reused, and the spread of their cost."""
-        return "\n".join(r.summary() for r in self.reports)
+        """One line per pass: shards run and reused, and the spread of their cost; one per stage after it."""
+        return "\n".join([r.summary() for r in self.reports] + [r.summary() for r in self.stages])
 
     def save_report(self) -> None:
-        """Writes each shard's measured cost (graphs, seconds) to ``run_dir/shards.json``."""
+        """Writes each shard's measured cost (graphs, seconds), and each later stage's, to ``run_dir/shards.json``."""
         if self.run_dir:
-            report = json.dumps({"passes": [r.to_json() for r in self.reports]}, indent=1)
+            report = json.dumps({"passes": [r.to_json() for r in self.reports], "stages": [r.to_json() for r in self.stages]}, indent=1)
             _write_atomically(os.path.join(self.run_dir, "shards.json"), report.encode())
 
 
@@ -452,8 +500,8 @@ def _check_reachable(address: str, timeout_s: float = 10.0) -> None:
 class RayWorkers(Workers):
     """:class:`~taso.generator.parallel.Workers` whose units of work are Ray tasks over shards.
 
-    The driver keeps an enumerator too (for the context, the plan and the pipeline's
-    decoding); pass results are merged in shard order.
+    The driver keeps an enumerator too (for the context and the plan); pass results are
+    merged in shard order, and :meth:`map` runs the stages after enumeration as Ray tasks.
     """
 
     def __init__(self, settings: Settings, backend: RayBackend):
@@ -582,18 +630,36 @@ class RayWorkers(Workers):
         return found
 
     def map(self, fn: Callable, items: list, chunk: int = 1000) -> list:
-        """``fn`` over chunks of ``items`` as Ray tasks; the results flattened, in order."""
+        """``fn`` over chunks of ``items`` as Ray tasks; the results flattened, in order.
+
+        The stages after enumeration run here (see :func:`~taso.generator.pipeline.generate`):
+        the items are picklable candidates, decoded in the task. Each call is recorded in
+        ``backend.stages``; a task whose worker dies is retried like a shard.
+        """
+        start = time.perf_counter()
         chunks = [items[i : i + chunk] for i in range(0, len(items), chunk)]
+        report = MapReport(fn.__name__, len(items), len(chunks))
+        self.backend.stages.append(report)
         remote = self._remote(_map_chunk)
         refs = [remote.remote(self._settings_ref, fn, c) for c in chunks]
+        results: dict = {}
         bar = tqdm(total=len(refs), desc=fn.__name__, unit="chunk", file=sys.stderr, disable=not self.backend.progress, dynamic_ncols=True)
-        with bar:
-            pending = set(refs)
-            while pending:
-                done, _ = self._ray.wait(list(pending), num_returns=1)
-                pending.difference_update(done)
-                bar.update(len(done))
-        return [result for part in self._ray.get(refs) for result in part]
+        try:
+            with bar:
+                pending = set(refs)
+                while pending:
+                    done, _ = self._ray.wait(list(pending), num_returns=1)
+                    for ref in done:
+                        worker, seconds, results[ref] = self._ray.get(ref)
+                        report.workers[worker] = report.workers.get(worker, 0) + 1
+                        report.task_seconds += seconds
+                    pending.difference_update(done)
+                    bar.update(len(done))
+        finally:
+            for ref in set(refs) - set(results):
+                self._ray.cancel(ref, force=True)
+        report.seconds = time.perf_counter() - start
+        return [result for ref in refs for result in results[ref]]
 
 
 # ---- verification ---------------------------------------------------------------------------------------

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from taso.rules import Rule, RuleInput, RuleNode
 
+from .generalize import generalize_all
 from .graphs import Decoded
-from .prune import Canonical
+from .pairing import Decoder
+from .parallel import current_context, current_settings
+from .prune import Canonical, Found
 
-__all__ = ["build_rule", "fingerprint_text"]
+__all__ = ["build_rule", "generalized_rules", "fingerprint_text"]
 
 
 def fingerprint_text(key: int) -> str:
@@ -90,3 +93,10 @@ def build_rule(canonical: Canonical) -> Rule:
     outputs = tuple((source_names[first.outputs[i]], target_names[second.outputs[i]]) for i in order)
     inputs = tuple(RuleInput(pool.names[t], pool.classes[pool.class_of[t]].name, pool.types[t]) for t in sorted(rename.values()))
     return Rule(inputs=inputs, source=source, target=target, outputs=outputs, fingerprint=fingerprint_text(canonical.candidate.key))
+
+
+def generalized_rules(items: list[Found]) -> list[Rule | None]:
+    """For a worker process: each candidate's rule (:func:`build_rule`) generalised to shape expressions
+    (:func:`~taso.generator.generalize.generalize_all`, with the run's seed), or None where it does not generalise."""
+    decode = Decoder(current_context())
+    return generalize_all([(build_rule(item.decode(decode)), current_settings().seed) for item in items])

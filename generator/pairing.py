@@ -19,8 +19,9 @@ import numpy as np
 
 from .enumerate import Context, GraphSpec
 from .graphs import Decoded
+from .parallel import current_context, current_settings
 
-__all__ = ["Candidate", "pair_specs", "pair_graphs", "Decoder", "FloatCheck", "close"]
+__all__ = ["Candidate", "pair_specs", "pair_graphs", "Decoder", "FloatCheck", "holds_in_float", "close"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,6 +108,17 @@ class FloatCheck:
                 if not close(x, y, self.rtol):
                     return False
         return True
+
+
+def holds_in_float(pairs: list[tuple[int, GraphSpec, GraphSpec]]) -> list[bool]:
+    """For a worker process: :meth:`FloatCheck.holds` on each pair of specs, decoded here.
+
+    The inputs are drawn from the run's seed (:func:`~taso.generator.parallel.current_settings`),
+    the same in every process, so a verdict does not depend on where it is computed.
+    """
+    context = current_context()
+    decode, check = Decoder(context), FloatCheck(context, current_settings().seed)
+    return [check.holds(decode.candidate(*pair)) for pair in pairs]
 
 
 def close(x: np.ndarray, y: np.ndarray, rtol: float) -> bool:

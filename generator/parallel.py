@@ -7,8 +7,10 @@ number of processes. Only graphs whose key occurs more than once can pair. Up to
 ``KEEP_GRAPHS_MAX_OPS`` operators the first pass keeps every graph, packed in a few dozen
 bytes (:class:`Packer`), and the repeated keys pick them out; beyond, the first pass keeps
 only keys (8 bytes per graph, so depth 4 fits in memory) and a second pass re-enumerates
-and keeps the graphs with repeated keys. The same processes then canonicalise and
-generalise candidates (:meth:`Workers.map`), keeping their caches.
+and keeps the graphs with repeated keys. The same processes then run the stages after
+pairing on chunks of candidates (:meth:`Workers.map`): canonical forms, common subgraphs,
+the float check, instance facts and generalisation. A candidate travels as its graph specs
+(picklable), never decoded: decoded graphs hold the operators' functions.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 from .enumerate import Context, Enumerator, GraphSpec, OpRef
 from .settings import Settings
 
-__all__ = ["KEEP_GRAPHS_MAX_OPS", "Packer", "KeyPass", "Workers", "shared_graphs", "current_context"]
+__all__ = ["KEEP_GRAPHS_MAX_OPS", "Packer", "KeyPass", "Workers", "shared_graphs", "current_context", "current_settings"]
 
 # Up to this many operators, the first pass keeps every graph (packed, 8 bytes per operator
 # plus the key); beyond it the graphs are re-enumerated in a second pass instead.
@@ -102,6 +104,11 @@ def _init_worker(settings: Settings) -> None:
 def current_context() -> Context:
     """The context of this process's enumerator (in a worker, or in the parent once :class:`Workers` started)."""
     return _WORKER.context
+
+
+def current_settings() -> Settings:
+    """The settings of this process's enumerator (see :func:`current_context`)."""
+    return _WORKER.settings
 
 
 def _packer(enumerator: Enumerator) -> Packer:

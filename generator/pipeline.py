@@ -11,6 +11,14 @@ Stages run in this order, each counted (the counts go into the library header):
    structural stages only because it is the expensive one: none of them depends on it.
 7. ``instances``: no specialisation of another candidate, no union of smaller ones.
 8. ``rules``: generalised to shape expressions (:mod:`~taso.generator.generalize`).
+
+Stages 3 and 5 to 8 run in the workers (:meth:`Workers.map`: the local process pool, or Ray
+tasks), one function per stage over chunks of candidates: :func:`~.prune.summarize`,
+:func:`~.prune.no_common_subgraph`, :func:`~.pairing.holds_in_float`,
+:func:`~.prune.instance_facts`, :func:`~.emit.generalized_rules`. A candidate travels as its
+graph specs (:class:`~.prune.Found`) and is decoded where it is worked on; the parent pairs
+graphs by key, keeps or drops candidates by the verdicts, in order, and decides instances
+from the forms the workers found (:func:`~.prune.select_non_instances`).
 """
 
 from __future__ import annotations
@@ -24,11 +32,10 @@ import numpy as np
 from taso import __version__
 from taso.rules import FORMAT, VERSION, Library, Rule
 
-from .emit import build_rule
+from .emit import generalized_rules
+from .pairing import holds_in_float, pair_specs
 from .parallel import Workers, shared_graphs
-from .generalize import generalize_all
-from .pairing import Decoder, FloatCheck, pair_specs
-from .prune import Canonical, drop_instances, first_per_form, is_trivial, shares_subgraph, summarize
+from .prune import Found, first_per_form, instance_facts, no_common_subgraph, select_non_instances, summarize
 from .settings import Settings
 
 __all__ = ["generate", "Result", "STAGES", "Progress"]
@@ -98,13 +105,17 @@ class Result:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def _dedupe_renamings(candidates: list, summaries: list, decode: Decoder) -> list[Canonical]:
+def _dedupe_renamings(candidates: list, summaries: list) -> list[Found]:
     """One candidate per canonical form (the first met), ordered by form, from worker summaries."""
-    kept = []
-    for i in first_per_form(form for form, *_ in summaries):
-        form, rename, swapped, trivial = summaries[i]
-        kept.append(Canonical(form, decode.candidate(*candidates[i]), dict(rename), swapped, trivial))
-    return kept
+    return [Found(candidates[i], *summaries[i]) for i in first_per_form(form for form, *_ in summaries)]
+
+
+def _where(items: list, keep: list[bool]) -> list:
+    return [item for item, ok in zip(items, keep, strict=True) if ok]
+
+
+# Candidates per chunk of work for each stage after pairing (a chunk is one task of a process pool or of Ray).
+CHUNKS = {"renaming": 2000, "common_subgraph": 2000, "float_checked": 250, "instances": 250, "rules": 50}
 
 
 def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None,
@@ -113,7 +124,7 @@ def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None
 
     Args:
         settings: what to enumerate.
-        jobs: worker processes for the enumeration (the output does not depend on it).
+        jobs: worker processes for the enumeration and the stages after it (the output does not depend on it).
         progress: optional callbacks.
         make_workers: makes the workers instead of ``jobs`` local processes, e.g.
             :meth:`taso.generator.cluster.RayBackend.workers` (the output does not depend on it either).
@@ -150,25 +161,27 @@ def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None
         candidates = pair_specs(graphs)
         stage("candidates", len(candidates))
 
-        kept = _dedupe_renamings(candidates, workers.map(summarize, candidates, chunk=2000), Decoder(context))
+        # Every stage below runs in the workers on chunks of picklable candidates (specs, never
+        # decoded graphs); the parent only keeps or drops them, in order.
+        kept = _dedupe_renamings(candidates, workers.map(summarize, candidates, chunk=CHUNKS["renaming"]))
         stage("renaming", len(kept))
-        kept = [k for k in kept if not is_trivial(k)]
+        kept = [k for k in kept if not k.trivial]
         stage("nontrivial", len(kept))
-        kept = [k for k in kept if not shares_subgraph(k.candidate)]
+        kept = _where(kept, workers.map(no_common_subgraph, [k.pair for k in kept], chunk=CHUNKS["common_subgraph"]))
         stage("common_subgraph", len(kept))
-        check = FloatCheck(context, settings.seed)
-        kept = [k for k in kept if check.holds(k.candidate)]
+        kept = _where(kept, workers.map(holds_in_float, [k.pair for k in kept], chunk=CHUNKS["float_checked"]))
         stage("float_checked", len(kept))
-        kept, _, _ = drop_instances(kept)
+        remaining, _, _ = select_non_instances([k.form for k in kept], workers.map(instance_facts, kept, chunk=CHUNKS["instances"]))
+        kept = [kept[i] for i in remaining]
         stage("instances", len(kept))
 
-        general = workers.map(generalize_all, [(build_rule(k), settings.seed) for k in kept], chunk=50)
-    rules: dict[str, Rule] = {}
-    for rule in general:
-        if rule is not None:
-            rules.setdefault(rule.id, rule)
-    ordered = sorted(rules.values(), key=lambda r: (max(r.size), r.size, r.id))
-    stage("rules", len(ordered))
+        general = workers.map(generalized_rules, kept, chunk=CHUNKS["rules"])
+        rules: dict[str, Rule] = {}
+        for rule in general:
+            if rule is not None:
+                rules.setdefault(rule.id, rule)
+        ordered = sorted(rules.values(), key=lambda r: (max(r.size), r.size, r.id))
+        stage("rules", len(ordered))  # before the workers stop (a Ray cluster's shutdown is not the stage's)
 
     header = {
         "description": "candidate substitutions from taso generate; see docs/rules.md",

@@ -30,7 +30,8 @@ from .graphs import Decoded, Expr
 from .pairing import Candidate, Decoder
 from .parallel import current_context
 
-__all__ = ["Canonical", "canonicalize", "first_per_form", "dedupe_renamings", "summarize", "is_trivial", "shares_subgraph", "drop_instances"]
+__all__ = ["Canonical", "Found", "canonicalize", "first_per_form", "dedupe_renamings", "summarize", "is_trivial", "shares_subgraph",
+           "no_common_subgraph", "drop_instances", "unified_forms", "instance_facts", "select_non_instances"]
 
 Form = tuple[tuple[Expr, Expr], ...]
 
@@ -54,6 +55,29 @@ class Canonical:
     rename: Mapping[int, int]
     swapped: bool
     trivial: bool = False
+
+
+@dataclass(frozen=True)
+class Found:
+    """A candidate as its graph specs with its canonical form: :class:`Canonical` in a form that pickles.
+
+    Decoded graphs hold the operators' functions, which do not pickle, so the stages after
+    renaming hand these to worker processes or Ray tasks, which decode them (:meth:`decode`).
+
+    Attributes:
+        pair: (key, first graph, second graph), as :func:`~taso.generator.pairing.pair_specs` made it.
+        form, swapped, trivial: as in :class:`Canonical`.
+        rename: the renaming's items, sorted.
+    """
+
+    pair: tuple[int, GraphSpec, GraphSpec]
+    form: bytes
+    rename: tuple[tuple[int, int], ...]
+    swapped: bool
+    trivial: bool
+
+    def decode(self, decode: Decoder) -> Canonical:
+        return Canonical(self.form, decode.candidate(*self.pair), dict(self.rename), self.swapped, self.trivial)
 
 
 def _renamings(used: Iterable[int], context) -> Iterator[dict[int, int]]:
@@ -116,7 +140,7 @@ def dedupe_renamings(candidates: Iterable[Candidate]) -> list[Canonical]:
 def summarize(pairs: list[tuple[int, GraphSpec, GraphSpec]]) -> list[tuple[bytes, tuple, bool, bool]]:
     """Canonical forms of candidate pairs, for a worker process: (form, rename items, swapped, trivial).
 
-    The parent keeps one pair per form and rebuilds :class:`Canonical` only for those.
+    The parent keeps one pair per form, as a :class:`Found` (``Found(pair, *summary)``).
     """
     decode = Decoder(current_context())
     out = []
@@ -137,6 +161,12 @@ def shares_subgraph(candidate: Candidate) -> bool:
     if a.leaf_ops() & b.leaf_ops():
         return True
     return all(_same_context(a, x, b, y) for x, y in zip(a.outputs, b.outputs))
+
+
+def no_common_subgraph(pairs: list[tuple[int, GraphSpec, GraphSpec]]) -> list[bool]:
+    """For a worker process: whether each pair of specs is clear of :func:`shares_subgraph`."""
+    decode = Decoder(current_context())
+    return [not shares_subgraph(decode.candidate(*pair)) for pair in pairs]
 
 
 def _same_context(a: Decoded, x: int, b: Decoded, y: int) -> bool:
@@ -197,25 +227,55 @@ def _unifications(canonical: Canonical) -> Iterator[dict[int, int]]:
             yield {t: merge[c] for t, c in canonical.rename.items()}
 
 
+def unified_forms(canonical: Canonical) -> tuple[bytes, ...]:
+    """The canonical forms of the candidate with some inputs of a class unified, its own form left out, sorted."""
+    forms = {canonicalize(canonical.candidate, unify).form for unify in _unifications(canonical)}
+    forms.discard(canonical.form)
+    return tuple(sorted(forms))
+
+
+def instance_facts(items: list[Found]) -> list[tuple[tuple[bytes, ...], bool]]:
+    """For a worker process: each candidate's :func:`unified_forms`, and whether it is a union of independent candidates.
+
+    :func:`select_non_instances` decides from these and every kept form, in the parent.
+    """
+    decode = Decoder(current_context())
+    facts = []
+    for item in items:
+        canonical = item.decode(decode)
+        facts.append((unified_forms(canonical), _is_union(canonical.candidate)))
+    return facts
+
+
+def select_non_instances(forms: list[bytes], facts: list[tuple[tuple[bytes, ...], bool]]) -> tuple[list[int], int, int]:
+    """Which candidates are neither a specialisation of another nor a union, from :func:`instance_facts`.
+
+    Args:
+        forms: every kept candidate's canonical form.
+        facts: :func:`instance_facts` of the same candidates, in the same order.
+
+    Returns:
+        (positions of the remaining candidates, in order; how many forms were specialisations; how many unions).
+    """
+    known = set(forms)
+    special = {form for unified, _ in facts for form in unified if form in known}
+    remaining, unions = [], 0
+    for i, (form, (_, union)) in enumerate(zip(forms, facts)):
+        if form in special:
+            continue
+        if union:
+            unions += 1
+            continue
+        remaining.append(i)
+    return remaining, len(special), unions
+
+
 def drop_instances(kept: list[Canonical]) -> tuple[list[Canonical], int, int]:
-    """Drops specialisations of other kept candidates, and unions of independent candidates.
+    """Drops specialisations of other kept candidates, and unions of independent candidates, in this process.
 
     Returns:
         (the remaining candidates, how many were specialisations, how many were unions).
     """
-    forms = {k.form for k in kept}
-    special: set[bytes] = set()
-    for k in kept:
-        for unify in _unifications(k):
-            form = canonicalize(k.candidate, unify).form
-            if form != k.form and form in forms:
-                special.add(form)
-    remaining, unions = [], 0
-    for k in kept:
-        if k.form in special:
-            continue
-        if _is_union(k.candidate):
-            unions += 1
-            continue
-        remaining.append(k)
-    return remaining, len(special), unions
+    facts = [(unified_forms(k), _is_union(k.candidate)) for k in kept]
+    remaining, special, unions = select_non_instances([k.form for k in kept], facts)
+    return [kept[i] for i in remaining], special, unions

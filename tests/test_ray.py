@@ -98,6 +98,30 @@ def test_ray_gives_the_local_rule_file_byte_for_byte(ray_cluster, settings, tmp_
     assert sum(graphs for graphs, _ in report.cost.values()) == sum(generate_counts(settings))
 
 
+# The stages after enumeration, each a worker function of generator/pipeline.py's generate().
+AFTER_ENUMERATION = ["summarize", "no_common_subgraph", "holds_in_float", "instance_facts", "generalized_rules"]
+
+
+@needs_ray
+def test_the_stages_after_enumeration_run_as_ray_tasks_not_on_the_driver(ray_cluster, tmp_path):
+    import socket
+
+    backend = RayBackend(shards=40)
+    result = generate(DEPTH3, make_workers=backend.workers)
+    assert [s.name for s in backend.stages] == AFTER_ENUMERATION
+    counts = result.counts
+    items = {s.name: s.items for s in backend.stages}
+    assert items == {"summarize": counts["candidates"], "no_common_subgraph": counts["nontrivial"],
+                     "holds_in_float": counts["common_subgraph"], "instance_facts": counts["float_checked"],
+                     "generalized_rules": counts["instances"]}
+    driver = f"{socket.gethostname()}:{os.getpid()}"
+    for stage in backend.stages:
+        assert sum(stage.workers.values()) == stage.chunks > 0, stage.name
+        assert driver not in stage.workers, f"{stage.name} ran on the driver"
+    assert len({w for s in backend.stages for w in s.workers}) >= 2, "2 CPUs: both should take chunks"
+    assert "holds_in_float: " in backend.summary() and "Ray tasks" in backend.summary()
+
+
 def generate_counts(settings: Settings) -> list[int]:
     with parallel.Workers(settings) as workers:
         return workers.count_and_key(keep=False).per_depth
