@@ -9,12 +9,16 @@ compared, so load from other processes hits all of them alike):
 * the per-shard work distribution of the Ray plan (graphs and seconds per shard), and of
   one shard per root, which is what splitting large roots buys;
 * a projection of depth-4 time over the default operator set on 16, 64 and 256 cores,
-  with its assumptions printed beside it.
+  with its assumptions printed beside it;
+* the stages after enumeration (canonical forms, common subgraphs, float check, instance
+  facts, generalisation: ``taso generate``'s whole run, the seconds ``Result.seconds`` gives
+  each stage) in one process, on the local pool of 2, and as Ray tasks on 1 and 2 CPUs,
+  with the rule files compared byte for byte (``--skip-stages`` leaves this out).
 
 A calibration runs first: the same pure-Python loop in 1 and 2 processes. Its ratio is the
 speed-up the machine offers right now; the back ends' speed-ups are read against it.
 
-Run: python benchmarks/bench_cluster.py [--ops LIST] [--max-ops 3] [--repeat 1]
+Run: python benchmarks/bench_cluster.py [--ops LIST] [--max-ops 3] [--repeat 1] [--skip-stages]
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import tempfile
 import time
 
 from _machine import available_speedup
-from taso.generator import Settings, parse_ops
+from taso.generator import Settings, generate, parse_ops
 from taso.generator.cluster import RayBackend, StageReport
 from taso.generator.parallel import Workers
 
@@ -61,6 +65,59 @@ def _ray_pass(settings: Settings, cpus: int, shards: int) -> tuple[int, float, f
         ray.shutdown()
 
 
+# The stages after enumeration, which run in the workers (generator/pipeline.py).
+AFTER = ("renaming", "common_subgraph", "float_checked", "instances", "rules")
+
+
+def _library_bytes(result) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="taso-bench-cluster-") as folder:
+        path = f"{folder}/candidates.json"
+        result.library.save(path)
+        with open(path, "rb") as f:
+            return f.read()
+
+
+def _local_stages(settings: Settings, jobs: int) -> tuple[dict[str, float], bytes]:
+    """(seconds per stage, the rule file) of a whole run on the local pool (``jobs=1``: in this process)."""
+    result = generate(settings, jobs)
+    return result.seconds, _library_bytes(result)
+
+
+def _ray_stages(settings: Settings, cpus: int, shards: int) -> tuple[dict[str, float], bytes]:
+    """(seconds per stage, the rule file) of a whole run on a local Ray cluster, started before the clock."""
+    import ray
+
+    ray.init(num_cpus=cpus, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    try:
+        result = generate(settings, make_workers=RayBackend(shards=shards).workers)
+        return result.seconds, _library_bytes(result)
+    finally:
+        ray.shutdown()
+
+
+def _stages_table(settings: Settings, shards: int, repeat: int) -> list[str]:
+    """The stages after enumeration on each back end, interleaved over ``repeat`` rounds; medians."""
+    backends = {"one process (-j 1)": lambda: _local_stages(settings, 1), "local -j 2": lambda: _local_stages(settings, 2),
+                "ray 1 CPU": lambda: _ray_stages(settings, 1, shards), "ray 2 CPUs": lambda: _ray_stages(settings, 2, shards)}
+    seconds: dict[str, dict[str, list[float]]] = {name: {stage: [] for stage in AFTER} for name in backends}
+    files: dict[str, bytes] = {}
+    for _ in range(repeat):
+        for name, run in backends.items():
+            times, files[name] = run()
+            for stage in AFTER:
+                seconds[name][stage].append(times[stage])
+    median = {name: {stage: statistics.median(v) for stage, v in per.items()} for name, per in seconds.items()}
+    base = sum(median["one process (-j 1)"].values())
+    same = len(set(files.values())) == 1
+    lines = ["", f"stages after enumeration (seconds, medians of {repeat} round(s); Ray's start not included); "
+             f"rule files byte-identical across back ends: {'yes' if same else 'NO'}",
+             f"| back end | {' | '.join(AFTER)} | all | vs one process |", "|---|" + "---|" * (len(AFTER) + 2)]
+    for name in backends:
+        total = sum(median[name].values())
+        lines.append(f"| {name} | {' | '.join(f'{median[name][s]:.2f}' for s in AFTER)} | {total:.2f} | {base / total:.2f}x |")
+    return lines
+
+
 def _distribution(label: str, cost: dict[str, tuple[int, float]]) -> str:
     graphs = sorted(g for g, _ in cost.values())
     seconds = sorted(s for _, s in cost.values())
@@ -94,9 +151,9 @@ def _projection(rate_per_core: float, efficiency: float, imbalance: float) -> li
         "- two passes (keys, then re-enumeration keeping repeated keys), each as long",
         f"- shards: the plan aims at 4 shards per core; the largest shard is {imbalance:.1f}x the mean (this run), which "
         "adds one largest shard to each pass's makespan",
-        "- NOT included: the driver's stages after enumeration (pairing the collected graphs, float check, instance "
-        "pruning run in one process), and the checkpoints, which pass through the driver to its disk (8 bytes per graph); "
-        "the keys themselves are reduced by range on the workers",
+        "- NOT included: the stages after enumeration (they run as Ray tasks over chunks of candidates, see the table "
+        "below; the driver only pairs the collected graphs by key and keeps or drops candidates), and the checkpoints, "
+        "which pass through the driver to its disk (8 bytes per graph); the keys themselves are reduced by range on the workers",
         "",
         "| cores | per pass | both passes |",
         "|---|---|---|",
@@ -119,6 +176,7 @@ def main() -> None:
     parser.add_argument("--max-ops", type=int, default=3, help="operators per graph (default: 3)")
     parser.add_argument("--shards", type=int, default=64, help="the Ray plan's target shard count (default: 64)")
     parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds; medians are compared (default: 1)")
+    parser.add_argument("--skip-stages", action="store_true", help="leave out the timing of the stages after enumeration")
     args = parser.parse_args()
     settings = Settings(max_ops=args.max_ops, ops=parse_ops(args.ops))
 
@@ -160,6 +218,9 @@ def main() -> None:
     efficiency = min(1.0, ray_speedup / available)  # of the parallelism the machine offered, how much the shards used
     for line in _projection(graphs / wall["ray 1 CPU"], efficiency, imbalance):
         print(line)
+    if not args.skip_stages:
+        for line in _stages_table(settings, args.shards, args.repeat):
+            print(line)
 
 
 if __name__ == "__main__":
