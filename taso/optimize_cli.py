@@ -175,7 +175,8 @@ def _format_report(args, before, outcome) -> str:
                      f"({'kept' if outcome.kept == name else 'not kept'})")
     lines += [
         f"  nodes    {len(before)} -> {len(after)}",
-        f"  search   {report.seconds:.1f} s, {report.expanded} graphs expanded, {report.generated} rewrites tried, stopped: {report.stop_reason.value}",
+        f"  search   {report.seconds:.1f} s ({report.seconds_rewriting:.1f} s rewriting, {report.seconds_costing:.1f} s costing), "
+        f"{report.expanded} graphs expanded, {report.generated} rewrites tried, {report.accepted} queued, stopped: {report.stop_reason.value}",
     ]
     if outcome.comparison is not None:
         lines.append(f"  check    {outcome.comparison.describe()} ({outcome.check_seconds:.1f} s)")

@@ -25,7 +25,7 @@ from .ir import Graph
 from .rewrite import CompiledRule, Plan, find_matches, plan_match
 from .rules import Rule, operator_variant, side_variants
 
-__all__ = ["SearchConfig", "SearchReport", "StopReason", "Step", "search", "RuleSlot", "LazyRules"]
+__all__ = ["SearchConfig", "SearchReport", "StopReason", "Step", "Expansion", "search", "RuleSlot", "LazyRules"]
 
 
 class StopReason(Enum):
@@ -63,9 +63,36 @@ class Step:
     cost: float
 
 
+@dataclass(frozen=True)
+class Expansion:
+    """What one expansion (a graph popped and rewritten) did: egg's per-iteration statistics, for TASO.
+
+    Attributes:
+        tried: rewrites of the graph found and priced (its matches whose target fits, inherited ones included).
+        accepted: those queued (cheaper than alpha x the best cost, and a graph not seen before).
+        queue: graphs waiting in the queue afterwards.
+        seconds_rewriting: building the graph, matching and planning its rewrites.
+        seconds_costing: in the cost model, pricing them.
+    """
+
+    tried: int
+    accepted: int
+    queue: int
+    seconds_rewriting: float
+    seconds_costing: float
+
+    def to_json(self) -> dict:
+        return {"tried": self.tried, "accepted": self.accepted, "queue": self.queue, "seconds_rewriting": self.seconds_rewriting,
+                "seconds_costing": self.seconds_costing}
+
+
 @dataclass
 class SearchReport:
-    """What the search did: why it stopped, costs, and how rules fired (egg's Report, for TASO)."""
+    """What the search did: why it stopped, costs, how rules fired and what each expansion did (egg's Report, for TASO).
+
+    ``generated`` and ``accepted`` total the expansions' ``tried`` and ``accepted``;
+    ``seconds_rewriting`` totals theirs, and ``seconds_costing`` theirs plus pricing the input.
+    """
 
     stop_reason: StopReason
     initial_cost: float
@@ -79,6 +106,7 @@ class SearchReport:
     trace: list[Step] = field(default_factory=list)
     rule_texts: dict[str, str] = field(default_factory=dict)  # applied rule -> its text, for people
     fired: Counter = field(default_factory=Counter)
+    expansions: list[Expansion] = field(default_factory=list)  # one per expanded graph, in order
 
     @property
     def predicted_speedup(self) -> float:
@@ -96,6 +124,7 @@ class SearchReport:
             "accepted": self.accepted, "seconds": self.seconds, "seconds_rewriting": self.seconds_rewriting,
             "seconds_costing": self.seconds_costing, "applied": dict(self.applied),
             "trace": [{"rule": s.rule, "cost_s": s.cost} for s in self.trace], "rule_texts": dict(self.rule_texts),
+            "expansions": [e.to_json() for e in self.expansions],
         }
 
 
@@ -256,14 +285,35 @@ class _Option:
     delta_cost: float
 
 
-def _option(graph: Graph, plan: Plan, match, cost_model: CostModel) -> _Option:
+class _Pricer:
+    """The cost model as the search calls it, with the seconds spent inside it (one perf_counter pair per call)."""
+
+    def __init__(self, cost_model: CostModel):
+        self.cost_model = cost_model
+        self.seconds = 0.0
+
+    def graph_cost(self, graph: Graph) -> float:
+        started = time.perf_counter()
+        cost = self.cost_model.graph_cost(graph)
+        self.seconds += time.perf_counter() - started
+        return cost
+
+    def delta(self, graph: Graph, plan: Plan) -> float:
+        """What applying ``plan`` to ``graph`` changes the cost by."""
+        started = time.perf_counter()
+        delta = self.cost_model.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan)
+        self.seconds += time.perf_counter() - started
+        return delta
+
+
+def _option(graph: Graph, plan: Plan, match, pricer: _Pricer) -> _Option:
     crule = match.rule
     interior = frozenset(match.values[v] for v in crule.interior if v not in crule.mapped)
-    delta = cost_model.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan)
+    delta = pricer.delta(graph, plan)
     return _Option(crule.label, frozenset(id(n) for n in plan.removed), interior, plan.removed, plan.added, plan.outputs, plan.types, delta)
 
 
-def _all_options(graph: Graph, compiled: Sequence[CompiledRule], cost_model: CostModel, deadline: float = float("inf")) -> list[_Option]:
+def _all_options(graph: Graph, compiled: Sequence[CompiledRule], pricer: _Pricer, deadline: float = float("inf")) -> list[_Option]:
     """Every rewrite of ``graph``, priced; those not reached by ``deadline`` are left out."""
     options = []
     for crule in compiled:
@@ -273,11 +323,11 @@ def _all_options(graph: Graph, compiled: Sequence[CompiledRule], cost_model: Cos
                     return options  # pricing new nodes measures them: a cold cost cache must not overrun the time limit
                 plan = plan_match(graph, match)
                 if plan is not None:
-                    options.append(_option(graph, plan, match, cost_model))
+                    options.append(_option(graph, plan, match, pricer))
     return options
 
 
-def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], seeds: _SeedIndex, compiled, cost_model: CostModel,
+def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], seeds: _SeedIndex, compiled, pricer: _Pricer,
                        deadline: float = float("inf")) -> list[_Option]:
     """The child's rewrites: the parent's that the applied rewrite left intact, plus those through its new nodes.
 
@@ -285,7 +335,7 @@ def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], 
     (it involves no new node); the search loses that option, never soundness.
     """
     if plan.outputs is not None:
-        return _all_options(graph, compiled, cost_model, deadline)  # the outputs moved: rematch everything
+        return _all_options(graph, compiled, pricer, deadline)  # the outputs moved: rematch everything
     removed = {id(n) for n in plan.removed}
     read = {v for n in plan.added for v in n.inputs}
     options = [o for o in parent_options if not (o.node_ids & removed) and not (o.interior & read)]
@@ -302,7 +352,7 @@ def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], 
                 if key in seen:
                     continue
                 seen.add(key)
-                options.append(_option(graph, new_plan, match, cost_model))
+                options.append(_option(graph, new_plan, match, pricer))
     return options
 
 
@@ -343,7 +393,8 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
             progress: Callable[[int, float], None] | None) -> tuple[Graph, SearchReport]:
     start = time.perf_counter()
     rule_index = _RuleIndex(rules)
-    best, best_cost = graph, cost_model.graph_cost(graph)
+    pricer = _Pricer(cost_model)
+    best, best_cost = graph, pricer.graph_cost(graph)
     report = SearchReport(StopReason.SATURATED, best_cost, best_cost)
     tie = itertools.count()
     # Queue entries hold a graph or a plan (a rewrite not built yet): only popped plans are built.
@@ -359,23 +410,23 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
             report.stop_reason = StopReason.TIME_LIMIT
             break
         current_cost, _, entry, trace = heapq.heappop(queue)
+        started, costing_before = time.perf_counter(), pricer.seconds
         current = entry.materialize() if isinstance(entry, Plan) else entry
         if current is None:
             continue  # building it revealed a cycle
         if current_cost < best_cost:
             best, best_cost, best_trace = current, current_cost, trace
         report.expanded += 1
-        t0 = time.perf_counter()
         rule_index.admit(current)
         parent_options = options_of.get(id(entry.parent)) if isinstance(entry, Plan) and config.incremental else None
         if parent_options is None:
-            options = _all_options(current, rule_index.compiled, cost_model, start + config.time_limit)
+            options = _all_options(current, rule_index.compiled, pricer, start + config.time_limit)
         else:
-            options = _inherited_options(current, entry, parent_options, rule_index.seeds, rule_index.compiled, cost_model, start + config.time_limit)
+            options = _inherited_options(current, entry, parent_options, rule_index.seeds, rule_index.compiled, pricer, start + config.time_limit)
         options_of[id(current)] = options
-        report.seconds_rewriting += time.perf_counter() - t0
+        rewriting = time.perf_counter() - started
+        accepted = 0
         for option in options:
-            report.generated += 1
             report.fired[option.label] += 1
             cost = current_cost + option.delta_cost
             if cost >= config.alpha * best_cost:
@@ -384,14 +435,22 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
             if digest in seen:
                 continue
             seen.add(digest)
-            report.accepted += 1
+            accepted += 1
             plan = Plan(current, option.removed, option.added, option.outputs, option.types)
-            entry = plan if config.lazy else plan.materialize()
-            if entry is not None:
-                heapq.heappush(queue, (cost, next(tie), entry, trace + (Step(option.label, cost),)))
+            if not config.lazy:
+                building = time.perf_counter()
+                plan = plan.materialize()
+                rewriting += time.perf_counter() - building
+            if plan is not None:
+                heapq.heappush(queue, (cost, next(tie), plan, trace + (Step(option.label, cost),)))
         if len(queue) > config.max_queue:
             queue = heapq.nsmallest(config.max_queue, queue)
             heapq.heapify(queue)
+        costing = pricer.seconds - costing_before
+        report.expansions.append(Expansion(len(options), accepted, len(queue), rewriting - costing, costing))
+        report.generated += len(options)
+        report.accepted += accepted
+        report.seconds_rewriting += rewriting - costing
         gc.collect(1)
         if progress is not None:
             progress(report.expanded, best_cost)
@@ -406,5 +465,6 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
     report.trace = list(best_trace)
     applied = {step.rule for step in best_trace}
     report.rule_texts = {c.label: str(c.rule) for c in rule_index.compiled if c.label in applied}
+    report.seconds_costing = pricer.seconds
     report.seconds = time.perf_counter() - start
     return best, report

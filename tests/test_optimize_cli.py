@@ -57,9 +57,12 @@ def test_optimize_writes_a_checked_faster_model_and_a_report(tmp_path, library, 
     code = main(["optimize", src, "-o", str(out), "--library", library, "--cost", "analytic", "--budget", "20", "--report", str(report), "--quiet"])
     assert code == 0, capsys.readouterr().err
     text = capsys.readouterr().out
-    assert "predicted speedup" in text and "rules applied" in text
+    assert "predicted speedup" in text and "rules applied" in text and "s costing)" in text
     data = json.loads(report.read_text())
     assert data["nodes_before"] > 0 and data["stop_reason"] in ("budget", "saturated", "time limit")
+    assert len(data["expansions"]) == data["expanded"] > 0 and data["seconds_costing"] > 0
+    assert sum(e["tried"] for e in data["expansions"]) == data["generated"]
+    assert all(e["accepted"] <= e["tried"] for e in data["expansions"])
     optimized = taso.load_onnx(str(out))
     assert [i for i in optimized.inputs] == [i for i in taso.load_onnx(src).inputs]
 

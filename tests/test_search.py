@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from helpers import assert_close, run_ort
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -99,6 +100,31 @@ def test_a_cold_cost_cache_does_not_overrun_the_time_limit():
     model = _SlowToMeasure()
     search(_rnn_like(8), all_rules(), model, SearchConfig(budget=10**6, time_limit=0.2, alpha=1.5))
     assert model.slow <= 2  # one rule's rewrite (a concat and a split), then the deadline stops the pricing
+
+
+def test_the_report_has_statistics_per_expansion_on_a_zoo_model():
+    from taso.models import build
+    from taso.optimize import load_rules
+
+    graph = taso.load_onnx(build("nasrnn", steps=2, hidden=64))
+    _, report = search(graph, load_rules(), AnalyticCost(), SearchConfig(budget=8))
+    assert report.expanded == len(report.expansions) == 8
+    assert all(0 <= e.accepted <= e.tried and e.queue >= 0 and e.seconds_rewriting >= 0 and e.seconds_costing >= 0 for e in report.expansions)
+    assert sum(e.tried for e in report.expansions) == report.generated > 0
+    assert sum(e.accepted for e in report.expansions) == report.accepted > 0
+    assert report.seconds_costing > 0 and sum(e.seconds_costing for e in report.expansions) <= report.seconds_costing
+    assert report.seconds_rewriting == pytest.approx(sum(e.seconds_rewriting for e in report.expansions))
+    assert report.seconds_rewriting + report.seconds_costing <= report.seconds
+    data = report.to_json()
+    assert data["seconds_costing"] == report.seconds_costing and len(data["expansions"]) == report.expanded
+    assert set(data["expansions"][0]) == {"tried", "accepted", "queue", "seconds_rewriting", "seconds_costing"}
+
+
+def test_seconds_costing_counts_the_time_inside_the_cost_model():
+    model = _SlowToMeasure()  # 0.3 s per new concat or split it prices
+    _, report = search(_rnn_like(4), all_rules(), model, SearchConfig(budget=3, alpha=1.5))
+    assert model.slow >= 1 and report.seconds_costing >= 0.3 * model.slow
+    assert report.seconds_rewriting < report.seconds_costing
 
 
 def test_search_saturates_when_nothing_applies():
