@@ -70,7 +70,7 @@ def bench_model(name: str, model: onnx.ModelProto, threads: int, args, path: str
                                 optimize=(False, True, True), min_runs=7, min_seconds=0.05)
     medians = dict(zip(VARIANTS, seconds))
     ms = {k: v * 1e3 for k, v in medians.items()}
-    return BenchRow(name, "ort-cpu", threads, len(source.graph), len(outcome.graph), round(report.seconds, 2), round(report.predicted_speedup, 3), ms,
+    return BenchRow(name, args.cost, threads, len(source.graph), len(outcome.graph), round(report.seconds, 2), round(report.predicted_speedup, 3), ms,
                     medians["original_ortall"] / medians["taso_ortall"], medians["original_noopt"] / medians["taso_ortall"],
                     dict(report.applied) if outcome.kept == "optimized" else {})
 
@@ -92,7 +92,7 @@ def bench_model_gpu(name: str, model: onnx.ModelProto, args) -> BenchRow:
     from .validate import random_inputs
 
     cp = require_cupy()
-    source, outcome = _optimize(model, None, args.cost if args.cost != "ort-cpu" else "cupy", 1, args)
+    source, outcome = _optimize(model, None, args.cost if not args.cost.startswith("ort-cpu") else "cupy", 1, args)
     graph, best, report = source.graph, outcome.graph, outcome.report
     optimized = model if outcome.model is None else outcome.model
     host_feeds = random_inputs(graph)

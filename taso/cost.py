@@ -179,11 +179,11 @@ class CostCache:
         self._dirty = False
 
 
-COST_MODELS = ("ort-cpu", "analytic", "cupy")
+COST_MODELS = ("ort-cpu", "ort-cpu-region", "analytic", "cupy")
 
 
 def make_cost_model(name: str, threads: int = 1, cache: CostCache | None = None, **options: Mapping) -> CostModel:
-    """The cost model called ``name`` ('ort-cpu', 'analytic' or 'cupy').
+    """The cost model called ``name`` ('ort-cpu', 'ort-cpu-region', 'analytic' or 'cupy').
 
     Raises:
         TasoError: an unknown name, or a model whose runtime is not available here.
@@ -194,6 +194,11 @@ def make_cost_model(name: str, threads: int = 1, cache: CostCache | None = None,
         from .cost_ort import OrtCpuCost
 
         return OrtCpuCost(threads=threads, cache=cache)
+    if name == "ort-cpu-region":
+        from .cost_ort import OrtCpuCost
+        from .cost_region import RegionCost
+
+        return RegionCost(OrtCpuCost(threads=threads, cache=cache))
     if name == "cupy":
         try:
             from .cost_cupy import CupyCost

@@ -302,7 +302,7 @@ def optimize_model(
 
     Args:
         confirm: time candidates against the input end to end (default: when the cost model
-            is ort-cpu, i.e. the deployment is ONNX Runtime on this CPU).
+            is ort-cpu or ort-cpu-region, i.e. the deployment is ONNX Runtime on this CPU).
         check: compare outputs on ONNX Runtime (two seeded random input sets, plus
             ``extra_inputs``) before anything is kept.
 
@@ -317,7 +317,7 @@ def optimize_model(
         best, report = search(source.graph, load_rules() if rules is None else rules, model, config or SearchConfig(), progress)
     finally:
         model.close()
-    confirm = model.name == "ort-cpu" if confirm is None else confirm
+    confirm = model.name.startswith("ort-cpu") if confirm is None else confirm
     input_sets = random_input_sets(source.graph) + ([dict(extra_inputs)] if extra_inputs else [])
     outcome = Outcome(source.graph, None, "input", report)
     candidates: dict[str, tuple[Graph, onnx.ModelProto]] = {}

@@ -1,0 +1,146 @@
+"""Fusion-aware region costs: what a region holds, that both sides compute the same thing, and the bookkeeping.
+
+Timings belong in benchmarks (benchmarks/bench_cost_models.py compares predictions with
+measured speedups); here the timing is replaced where the test is about caching and budgets.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from taso import ops
+from taso.cost import make_cost_model
+from taso.cost_region import RegionCost, region_pair, region_signature
+from taso.explain import find_rules
+from taso.ir import Graph, Node, TensorType
+from taso.optimize import load_rules
+from taso.rewrite import CompiledRule, find_matches, plan_match
+from tests.helpers import assert_close
+
+MERGE_SHARED_WEIGHT = "[matmul(x1, w1), matmul(x2, w1)] ⇒"  # the shipped rule that merges two products with one weight
+
+
+def _unrolled(steps: int, prefix: str = "") -> Graph:
+    """``relu(x_t · W + b)`` for ``steps`` inputs and one weight: the input projections of an unrolled RNN."""
+    mm, add, relu = ops.get("matmul"), ops.get("add"), ops.get("relu")
+    nodes, outputs = [], []
+    for t in range(steps):
+        x, y, z, r = (f"{prefix}{n}{t}" for n in ("x", "y", "z", "r"))
+        nodes += [Node(mm, mm.make_params(), (x, f"{prefix}w"), (y,), f"mm{t}"),
+                  Node(add, add.make_params(), (y, f"{prefix}b"), (z,), f"add{t}"),
+                  Node(relu, relu.make_params(), (z,), (r,), f"relu{t}")]
+        outputs.append(r)
+    rng = np.random.default_rng(0)
+    weights = {f"{prefix}w": rng.standard_normal((16, 32)).astype(np.float32), f"{prefix}b": rng.standard_normal((1, 32)).astype(np.float32)}
+    return Graph({f"{prefix}x{t}": TensorType((1, 16)) for t in range(steps)}, weights, nodes, outputs)
+
+
+def _plans(graph: Graph):
+    (rule,) = [r for r in find_rules(load_rules(), MERGE_SHARED_WEIGHT) if "concat(x1, x2, axis=0)" in str(r)][:1]
+    crule = CompiledRule(rule)
+    return [p for p in (plan_match(graph, m) for m in find_matches(graph, crule)) if p is not None]
+
+
+def _run(region: Graph, feeds: dict) -> list[np.ndarray]:
+    import onnxruntime as ort
+
+    from taso.onnx import export_onnx
+
+    session = ort.InferenceSession(export_onnx(region).SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {k: feeds[k] for k in region.inputs})
+
+
+def test_a_region_holds_the_rewrite_with_the_nodes_it_could_fuse_with():
+    graph = _unrolled(2)
+    plan = _plans(graph)[0]
+    before, after = region_pair(graph, plan.removed, plan.added, plan)
+    assert sorted(n.op.name for n in before.nodes) == ["add", "add", "matmul", "matmul"]
+    assert sorted(n.op.name for n in after.nodes) == ["add", "add", "concat", "matmul", "split"]
+    # the consumers (the bias adds ONNX Runtime fuses into Gemm) are the regions' outputs on both sides
+    assert before.outputs == after.outputs and set(before.outputs) == {"z0", "z1"}
+    assert set(before.weights) >= {"w", "b"} and set(before.inputs) == {"x0", "x1"}
+
+
+def test_both_sides_of_a_region_compute_the_same_values_on_onnx_runtime():
+    graph = _unrolled(3)
+    rng = np.random.default_rng(1)
+    feeds = {f"x{t}": rng.standard_normal((1, 16)).astype(np.float32) for t in range(3)}
+    plans = _plans(graph)
+    assert plans
+    for plan in plans:
+        before, after = region_pair(graph, plan.removed, plan.added, plan)
+        for got, want in zip(_run(after, feeds), _run(before, feeds)):
+            assert_close(got, want, what="region after vs before")
+
+
+def test_the_signature_ignores_value_names_but_not_shapes():
+    a, b = _unrolled(2), _unrolled(2, prefix="other_")
+    pa, pb = _plans(a)[0], _plans(b)[0]
+    assert region_signature(*region_pair(a, pa.removed, pa.added, pa)) == region_signature(*region_pair(b, pb.removed, pb.added, pb))
+    wider = _unrolled(2)
+    wider = Graph({k: TensorType((2, 16)) for k in wider.inputs}, wider.weights, wider.nodes, wider.outputs)
+    pw = _plans(wider)[0]
+    assert region_signature(*region_pair(wider, pw.removed, pw.added, pw)) != region_signature(*region_pair(a, pa.removed, pa.added, pa))
+
+
+class _Timed(RegionCost):
+    """Region timing replaced by a fixed answer: the tests are about what is timed, not how fast."""
+
+    def __init__(self, base, **kw):
+        super().__init__(base, **kw)
+        self.timed = 0
+
+    def _time_delta(self, before, after):
+        self.timed += 1
+        return -1e-6
+
+
+def test_regions_are_timed_once_shared_by_isomorphic_places_and_budgeted():
+    graph = _unrolled(3)
+    plans = _plans(graph)
+    model = _Timed(make_cost_model("analytic"), max_regions=1)
+    deltas = [model.rewrite_cost(graph, 0.0, p.removed, p.added, p) for p in plans]
+    # every pair of steps is the same region up to names: timed once, reused for the others
+    assert len(plans) > 1 and model.timed == 1 and model.regions_reused == len(plans) - 1 and set(deltas) == {-1e-6}
+    wider = Graph({k: TensorType((2, 16)) for k in graph.inputs}, graph.weights, graph.nodes, graph.outputs)
+    other = _plans(wider)[0]
+    per_node = make_cost_model("analytic").rewrite_cost(wider, 0.0, other.removed, other.added, other)
+    # a new region once the budget is spent: priced per node, not timed
+    assert model.rewrite_cost(wider, 0.0, other.removed, other.added, other) == pytest.approx(per_node)
+    assert model.timed == 1 and model.per_node == 1
+
+
+def test_a_region_cost_persists_per_hardware(tmp_path, monkeypatch):
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    graph = _unrolled(2)
+    plan = _plans(graph)[0]
+    from taso.cost_ort import OrtCpuCost
+
+    first = _Timed(OrtCpuCost())
+    first.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan)
+    first.close()
+    tables = json.loads((tmp_path / "costs.json").read_text())
+    (fingerprint,) = [f for f in tables if f.endswith("|regions")]
+    assert "threads=1" in fingerprint and len(tables[fingerprint]) == 1
+    second = _Timed(OrtCpuCost())
+    assert second.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan) == pytest.approx(-1e-6)
+    assert second.timed == 0 and second.regions_reused == 1
+
+
+def test_an_opaque_core_is_priced_per_node():
+    graph = _unrolled(2)
+    plan = _plans(graph)[0]
+    opaque = ops.get("opaque")
+    fake = Node(opaque, plan.removed[0].params, plan.removed[0].inputs, plan.removed[0].outputs, "opaque")
+    assert region_pair(graph, (fake,), plan.added, plan) is None
+    model = _Timed(make_cost_model("analytic"))
+    model.rewrite_cost(graph, 0.0, (fake,), plan.added, plan)
+    assert model.timed == 0 and model.per_node == 1
+
+
+def test_the_region_model_is_chosen_by_name():
+    model = make_cost_model("ort-cpu-region")
+    assert isinstance(model, RegionCost) and model.fingerprint.endswith("|regions") and model.name == "ort-cpu-region"
