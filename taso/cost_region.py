@@ -6,7 +6,9 @@ enables a fusion looks useless. Here a rewrite's price is measured instead: the 
 nodes and the added nodes, each with the same immediate producers and consumers around
 them (what ONNX Runtime could fuse them with), are exported as two small models and timed
 side by side, interleaved, with the session options the model will run with. The rewrite
-costs the difference. Regions are cached by a signature of their structure, types and
+costs the median paired difference; a gain that most rounds do not agree on counts as none,
+because the search picks the lowest prices and would otherwise collect rewrites whose only
+gain was noise. Regions are cached by a signature of their structure, types and
 constness (every step of an unrolled RNN is one signature), on disk per hardware
 fingerprint, so a second search measures nothing it knows.
 
@@ -18,6 +20,7 @@ falls back to the per-node delta, and so do new regions once the measurement bud
 from __future__ import annotations
 
 import hashlib
+import statistics
 import time
 from collections.abc import Sequence
 
@@ -88,7 +91,7 @@ class RegionCost(CostModel):
     def _time_delta(self, before: Graph, after: Graph) -> float | None:
         """Seconds ``after`` takes more than ``before`` (negative: the rewrite pays), timed interleaved."""
         from .onnx import export_onnx
-        from .timing import interleaved_medians, open_session
+        from .timing import interleaved_samples, open_session
 
         measures = []
         try:
@@ -102,8 +105,8 @@ class RegionCost(CostModel):
             return None
         once = sum(_seconds_per_run(session, feeds, 1) for session, feeds in measures)
         runs = max(1, int(self.min_seconds / _ROUNDS / max(once, 1e-6)))
-        first, second = interleaved_medians([lambda m=m: _seconds_per_run(*m, runs) for m in measures], _ROUNDS)
-        return second - first
+        first, second = interleaved_samples([lambda m=m: _seconds_per_run(*m, runs) for m in measures], _ROUNDS)
+        return _significant_difference(first, second)
 
     def prepare(self, graphs) -> None:
         self.base.prepare(graphs)
@@ -113,6 +116,21 @@ class RegionCost(CostModel):
 
 
 _ROUNDS = 9
+# A gain counts only when at least this many of the _ROUNDS paired rounds agree (a sign test, p < 0.1):
+# the search picks the lowest prices, so a gain that is only noise would be picked and accumulate.
+_AGREEING_ROUNDS = 7
+
+
+def _significant_difference(before: list[float], after: list[float]) -> float:
+    """The median paired difference ``after - before``; a gain not seen in most rounds counts as none.
+
+    A loss is kept as measured: pricing a rewrite too high only makes the search cautious.
+    """
+    differences = [a - b for a, b in zip(after, before)]
+    median = statistics.median(differences)
+    if median < 0 and sum(d < 0 for d in differences) < _AGREEING_ROUNDS:
+        return 0.0
+    return median
 
 
 def _seconds_per_run(session, feeds, runs: int) -> float:

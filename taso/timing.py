@@ -29,7 +29,7 @@ import onnxruntime as ort
 
 from .errors import TasoError
 
-__all__ = ["TimingError", "session_options", "open_session", "fastest_run", "median_run", "interleaved_medians", "interleaved_times", "rotated"]
+__all__ = ["TimingError", "session_options", "open_session", "fastest_run", "median_run", "interleaved_samples", "interleaved_medians", "interleaved_times", "rotated"]
 
 CPU = ("CPUExecutionProvider",)
 
@@ -100,8 +100,8 @@ def rotated(n: int, shift: int) -> list[int]:
     return [(i + shift) % n for i in range(n)]
 
 
-def interleaved_medians(measures: Sequence[Callable[[], float]], rounds: int) -> list[float]:
-    """Calls every measure once per round, in an order rotated by one each round; the median per measure.
+def interleaved_samples(measures: Sequence[Callable[[], float]], rounds: int) -> list[list[float]]:
+    """Calls every measure once per round, in an order rotated by one each round; every sample, per measure, by round.
 
     Args:
         measures: each returns one sample of seconds (one model's timing for one round).
@@ -111,7 +111,12 @@ def interleaved_medians(measures: Sequence[Callable[[], float]], rounds: int) ->
     for round_ in range(rounds):
         for i in rotated(len(measures), round_):
             samples[i].append(measures[i]())
-    return [statistics.median(s) for s in samples]
+    return samples
+
+
+def interleaved_medians(measures: Sequence[Callable[[], float]], rounds: int) -> list[float]:
+    """:func:`interleaved_samples`' median per measure."""
+    return [statistics.median(s) for s in interleaved_samples(measures, rounds)]
 
 
 def interleaved_times(

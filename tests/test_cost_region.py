@@ -144,3 +144,12 @@ def test_an_opaque_core_is_priced_per_node():
 def test_the_region_model_is_chosen_by_name():
     model = make_cost_model("ort-cpu-region")
     assert isinstance(model, RegionCost) and model.fingerprint.endswith("|regions") and model.name == "ort-cpu-region"
+
+
+def test_a_gain_most_rounds_do_not_agree_on_counts_as_none():
+    from taso.cost_region import _significant_difference
+
+    before = [10.0] * 9
+    assert _significant_difference(before, [9.0] * 9) == -1.0  # every round faster: a gain
+    assert _significant_difference(before, [9.0] * 5 + [10.5] * 4) == 0.0  # 5 of 9: noise
+    assert _significant_difference(before, [11.0] * 5 + [9.5] * 4) == 1.0  # a loss is kept as measured
