@@ -2,7 +2,7 @@
 
 Both models run on ONNX Runtime (CPU, full optimizations) on the same inputs: seeded
 random ones (standard normal floats, random booleans, integers in the range the model can
-index with, never all zeros) and, when given, the user's own. Every output must satisfy ``|optimized - original| <= atol + rtol * |original|``
+index with, never all zeros, or drawn from the constants an If's condition compares them with) and, when given, the user's own. Every output must satisfy ``|optimized - original| <= atol + rtol * |original|``
 elementwise with ``rtol = 1e-3`` and ``atol = 1e-4 * max(1, max|original|)``: tight enough
 to catch any wrong rewrite (which changes outputs by O(1)), loose enough for float32
 re-association.
@@ -21,7 +21,7 @@ from .cost import _random_array
 from .errors import TasoError
 from .ir import TensorType
 
-__all__ = ["Comparison", "compare_models", "random_inputs", "random_input_sets", "integer_ranges", "load_inputs", "RTOL", "ATOL_SCALE"]
+__all__ = ["Comparison", "compare_models", "random_inputs", "random_input_sets", "integer_ranges", "integer_choices", "load_inputs", "RTOL", "ATOL_SCALE"]
 
 RTOL = 1e-3
 ATOL_SCALE = 1e-4
@@ -73,10 +73,7 @@ def integer_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
     for vi in [*graph.input, *graph.value_info, *graph.output]:
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             dims.setdefault(vi.name, [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim])
-    users: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
-    for node in graph.node:
-        for slot, name in enumerate(node.input):
-            users.setdefault(name, []).append((node, slot))
+    users = _users(graph)
     initializers = {t.name for t in graph.initializer}
     ranges = {}
     for vi in graph.input:
@@ -114,12 +111,84 @@ def _index_bound(name: str, users: Mapping[str, list], dims: Mapping[str, list])
     return bound
 
 
+# A condition keeps its truth through these on its way to an If (And/Or: any operand).
+_CONDITION_PRESERVING = {"Not", "And", "Or", "Xor", "Cast", "Identity", "Reshape", "Squeeze", "Unsqueeze", "Flatten"}
+
+
+def integer_choices(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
+    """The values to draw for each integer graph input that selects an If's branch by equality.
+
+    An input whose value reaches (unchanged: casts, reshapes, Gather of its elements) one side
+    of an ``Equal`` with a constant on the other side, where that comparison decides an If's
+    condition, is a mode switch: silero-vad's sample rate ``sr`` picks the 16 kHz network when
+    ``sr == 16000``. Such an input draws from the constants it is compared with, so the check
+    runs the branches the model names; a small random integer would take the else branch, which
+    may not run at the fixed input shapes at all (the importer checked, for each branch, that it
+    runs with the node's output types or not at all).
+    """
+    graph = model.graph
+    constants = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+    for node in graph.node:
+        if node.op_type == "Constant" and node.attribute and node.attribute[0].name in ("value", "value_int", "value_ints"):
+            value = onnx.helper.get_attribute_value(node.attribute[0])
+            constants[node.output[0]] = onnx.numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
+    users = _users(graph)
+    choices = {}
+    for vi in graph.input:
+        elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
+        if vi.name in constants or elem not in _INTEGER_TYPES:
+            continue
+        values = _branch_selecting_constants(vi.name, users, constants)
+        if values:
+            choices[vi.name] = values
+    return choices
+
+
+def _users(graph: onnx.GraphProto) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
+    users: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for slot, name in enumerate(node.input):
+            users.setdefault(name, []).append((node, slot))
+    return users
+
+
+def _branch_selecting_constants(name: str, users: Mapping[str, list], constants: Mapping[str, np.ndarray]) -> tuple[int, ...]:
+    """The integral constants that ``name``'s values are compared with for equality to decide an If's condition."""
+    found: list[int] = []
+    frontier, seen = [name], {name}
+    while frontier:
+        for node, slot in users.get(frontier.pop(), ()):
+            if node.op_type == "Equal":
+                other = constants.get(node.input[1 - slot])
+                if other is not None and other.size and np.all(np.mod(other, 1) == 0) and _decides_if(node.output[0], users):
+                    found.extend(int(v) for v in np.asarray(other).ravel())
+            elif (node.op_type in _VALUE_PRESERVING and (slot == 0 or node.op_type == "Concat")) or (node.op_type == "Gather" and slot == 0):
+                fresh = [o for o in node.output if o not in seen]
+                seen.update(fresh)
+                frontier.extend(fresh)
+    return tuple(sorted(set(found)))
+
+
+def _decides_if(condition: str, users: Mapping[str, list]) -> bool:
+    frontier, seen = [condition], {condition}
+    while frontier:
+        for node, slot in users.get(frontier.pop(), ()):
+            if node.op_type == "If" and slot == 0:
+                return True
+            if node.op_type in _CONDITION_PRESERVING and (slot == 0 or node.op_type in ("And", "Or", "Xor")):
+                fresh = [o for o in node.output if o not in seen]
+                seen.update(fresh)
+                frontier.extend(fresh)
+    return False
+
+
 def random_inputs(source, seed: int = 0) -> dict[str, np.ndarray]:
     """Seeded random inputs for a model: standard normal floats, random booleans, integers in a valid range.
 
     Args:
         source: an ONNX model or a taso Graph (integer inputs then get ranges from how the
-            model uses them, see :func:`integer_ranges`), or a mapping of input types.
+            model uses them, see :func:`integer_ranges`, or the values that select an If's
+            branch, see :func:`integer_choices`), or a mapping of input types.
         seed: the random seed.
     """
     return random_input_sets(source, (seed,))[0]
@@ -129,21 +198,26 @@ def random_input_sets(source, seeds: Sequence[int] = (0, 1)) -> list[dict[str, n
     """:func:`random_inputs` for several seeds, the model's types and ranges worked out once."""
     from .ir import Graph
 
-    if isinstance(source, onnx.ModelProto):
-        types, ranges = _model_input_types(source), integer_ranges(source)
-    elif isinstance(source, Graph):
-        from .onnx import export_onnx
+    if isinstance(source, (onnx.ModelProto, Graph)):
+        if isinstance(source, onnx.ModelProto):
+            types, model = _model_input_types(source), source
+        else:
+            from .onnx import export_onnx
 
-        types, ranges = source.inputs, integer_ranges(export_onnx(source))
+            types, model = source.inputs, export_onnx(source)
+        ranges, choices = integer_ranges(model), integer_choices(model)
     else:
-        types, ranges = source, {}
-    return [_draw(types, ranges, np.random.default_rng(seed)) for seed in seeds]
+        types, ranges, choices = source, {}, {}
+    return [_draw(types, ranges, choices, np.random.default_rng(seed)) for seed in seeds]
 
 
-def _draw(types: Mapping[str, TensorType], ranges: Mapping[str, tuple[int, int]], rng: np.random.Generator) -> dict[str, np.ndarray]:
+def _draw(types: Mapping[str, TensorType], ranges: Mapping[str, tuple[int, int]], choices: Mapping[str, tuple[int, ...]],
+          rng: np.random.Generator) -> dict[str, np.ndarray]:
     feeds = {}
     for name, t in types.items():
-        if t.dtype.startswith(("int", "uint")):
+        if t.dtype.startswith(("int", "uint")) and choices.get(name):
+            feeds[name] = np.asarray(rng.choice(np.asarray(choices[name]), t.shape)).astype(t.dtype)
+        elif t.dtype.startswith(("int", "uint")):
             low, high = ranges.get(name, _DEFAULT_INT_RANGE)
             feeds[name] = rng.integers(low, max(high, low + 1), t.shape).astype(t.dtype)
         else:

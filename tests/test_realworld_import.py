@@ -7,6 +7,8 @@ pattern stays covered without shipping binary models.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -16,7 +18,8 @@ from helpers import assert_close, run_ort
 from onnx import TensorProto, helper, numpy_helper
 
 import taso
-from taso.errors import ImportError_
+from taso.errors import ExportError, ImportError_
+from taso.validate import compare_models, integer_choices, random_input_sets
 
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 Feeds = Callable[[np.random.Generator], dict[str, np.ndarray]]
@@ -458,6 +461,113 @@ def test_if_on_a_constant_condition_is_typed_by_its_branch():
                       helper.make_tensor_value_info("unused", FLOAT, [1]))
     graph, _ = _roundtrip(model, _float_feeds({"x": (1, 4), "unused": (1,)}))
     assert str(graph.type(graph.outputs[0])) == "float32[1,8]"
+
+
+def _sample_rate_model(post: str = "", both_run: bool = False) -> onnx.ModelProto:
+    """silero-vad in miniature: ``If(sr == 16000)`` between two networks that each run only at their own length.
+
+    Each branch frames the samples into 4 rows (``Reshape(x, [4, -1])``) and projects the summed frame
+    with a weight sized for its own length (16 kHz: 512 samples, 8 kHz: 256), so the 8 kHz branch fails
+    at 512 samples (a MatMul of [1,128] by [64,4]), and ONNX Runtime, which infers shapes inside both
+    branches at load, refuses the model once ``x`` is declared [1,512]. ``both_run``: the 8 kHz branch
+    pools to a fixed width first, so both run at any length (silero_vad_op18_ifless, openwakeword's).
+    ``post``: an op taso models applied to the If's output.
+    """
+    rng = np.random.default_rng(10)
+
+    def branch(tag: str, length: int) -> onnx.GraphProto:
+        width = 128 if both_run else length // 4
+        nodes = [_const(f"{tag}_frame", [4, -1]), helper.make_node("Reshape", ["x", f"{tag}_frame"], [f"{tag}_frames"]),
+                 _const(f"{tag}_axes", [0]), helper.make_node("ReduceSum", [f"{tag}_frames", f"{tag}_axes"], [f"{tag}_sum"], keepdims=1)]
+        if both_run and tag == "k8":
+            nodes += [_const("k8_pooled", [1, 128]), helper.make_node("Resize", [f"{tag}_sum", "", "", "k8_pooled"], ["k8_wide"], mode="nearest")]
+        nodes += [helper.make_node("Constant", [], [f"{tag}_w"], value=_init(f"{tag}_w", rng.standard_normal((width, 4)) * 0.1)),
+                  helper.make_node("MatMul", ["k8_wide" if both_run and tag == "k8" else f"{tag}_sum", f"{tag}_w"], [f"{tag}_out"])]
+        return helper.make_graph(nodes, tag, [], [helper.make_tensor_value_info(f"{tag}_out", FLOAT, [1, 4])])
+
+    nodes = [_const("rate", 16000), helper.make_node("Equal", ["sr", "rate"], ["cond"]),
+             helper.make_node("If", ["cond"], ["speech" if post else "y"], then_branch=branch("k16", 512), else_branch=branch("k8", 256), name="sr_switch")]
+    if post:
+        nodes.append(helper.make_node(post, ["speech"], ["y"]))
+    return _model(nodes, [helper.make_tensor_value_info("x", FLOAT, [1, "samples"]), helper.make_tensor_value_info("sr", INT64, [])],
+                  [helper.make_tensor_value_info("y", FLOAT, [1, 4])])
+
+
+def _declared(vi: onnx.ValueInfoProto) -> list:
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param for d in vi.type.tensor_type.shape.dim]
+
+
+def _run(model: onnx.ModelProto, samples: int, sr: int) -> np.ndarray:
+    x = np.random.default_rng(samples + sr).standard_normal((1, samples)).astype(np.float32)
+    return run_ort(model, {"x": x, "sr": np.asarray(sr, np.int64)})[0]
+
+
+@pytest.mark.parametrize("samples,rate", [(512, 16000), (256, 8000)])
+def test_if_on_the_sample_rate_is_typed_by_the_branch_that_runs_at_the_fixed_length(samples, rate):
+    """silero-vad (issue 10, defect 8): typed by the branch that runs; exported with x declared as the original
+    declared it, so ONNX Runtime loads it (declared [1,512], it infers the 8 kHz branch at load and refuses)."""
+    model = _sample_rate_model()
+    graph = taso.load_onnx(model, {"x": (1, samples)})
+    assert str(graph.type(graph.outputs[0])) == "float32[1,4]"
+    exported = taso.export_onnx(graph)
+    assert [_declared(vi) for vi in exported.graph.input] == [[1, "samples"], []]
+    input_sets = random_input_sets(graph)
+    assert [int(feeds["sr"]) for feeds in input_sets] == [16000, 16000], "sr draws from the constant the If compares it with"
+    assert compare_models(model, exported, [{**feeds, "sr": np.asarray(rate, np.int64)} for feeds in input_sets]).ok
+
+
+def test_if_on_the_sample_rate_takes_the_other_branch_as_the_original_does():
+    """Soundness: the 16 kHz branch's types are not baked in for a value that takes the 8 kHz branch. At the fixed
+    length sr=8000 fails on ONNX Runtime exactly as the original does (no 16 kHz answer), and at 256 samples the
+    export computes what the original computes (nothing but the verbatim If reads x)."""
+    model = _sample_rate_model()
+    exported = taso.export_onnx(taso.load_onnx(model, {"x": (1, 512)}))
+    for m in (model, exported):
+        with pytest.raises(Exception, match="MatMul"):
+            _run(m, 512, 8000)
+    assert_close(_run(exported, 256, 8000), _run(model, 256, 8000), 1e-6, "y")
+    assert_close(_run(exported, 512, 16000), _run(model, 512, 16000), 1e-6, "y")
+
+
+def test_if_on_the_sample_rate_whose_branches_both_run_stays_static():
+    """silero_vad_op18_ifless and openwakeword's silero: both branches run at 512 samples with one output type,
+    so nothing is relaxed and both sample rates round-trip."""
+    model = _sample_rate_model(both_run=True)
+    graph = taso.load_onnx(model, {"x": (1, 512)})
+    exported = taso.export_onnx(graph)
+    assert [_declared(vi) for vi in exported.graph.input] == [[1, 512], []]
+    for rate in (16000, 8000):
+        assert_close(_run(exported, 512, rate), _run(model, 512, rate), 1e-6, "y")
+
+
+def test_if_on_the_sample_rate_with_neither_branch_running_is_refused():
+    with pytest.raises(ImportError_, match=r"If node 'sr_switch': neither branch runs at the fixed input shapes"):
+        taso.load_onnx(_sample_rate_model(), {"x": (1, 384)})
+
+
+def test_if_output_read_by_a_taso_node_is_refused_at_export_in_one_line(tmp_path):
+    """A node taso models (typed for the fixed shapes) reads the If's output: declaring x as the original did
+    would let it run at other lengths on values of other shapes, and declared [1,512] ONNX Runtime refuses the
+    file. Export says so (and `taso optimize` exits 2 with that line) rather than write either."""
+    model = _sample_rate_model(post="Relu")
+    graph = taso.load_onnx(model, {"x": (1, 512)})
+    assert any(n.op.name == "relu" for n in graph.nodes)
+    with pytest.raises(ExportError, match=r"relu node reads 'speech', which depends on input\(s\) \['x'\]"):
+        taso.export_onnx(graph)
+    path = tmp_path / "vad.onnx"
+    onnx.save(model, str(path))
+    proc = subprocess.run([sys.executable, "-m", "taso", "optimize", str(path), "-o", str(tmp_path / "out.onnx"), "--cost", "analytic",
+                           "--time-limit", "2", "--quiet", "--input-shape", "x=1,512"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and "taso cannot write a node typed for the fixed shapes" in proc.stderr, proc.stderr
+
+
+def test_integer_choices_only_for_inputs_that_select_a_branch():
+    """An integer compared with a constant that decides an If draws from the constants; a token id compared with the
+    padding id to build a mask does not (all-padding inputs would mask everything)."""
+    assert integer_choices(_sample_rate_model()) == {"sr": (16000,)}
+    nodes = [_const("pad", 0), helper.make_node("Equal", ["ids", "pad"], ["mask"])]
+    model = _model(nodes, [helper.make_tensor_value_info("ids", INT64, [1, 8])], [helper.make_tensor_value_info("mask", TensorProto.BOOL, [1, 8])])
+    assert integer_choices(model) == {}
 
 
 # ---- 9. dimensions declared -1, IR versions from the future ------------------------------------------------

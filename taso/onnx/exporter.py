@@ -138,13 +138,15 @@ def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> o
         node.op.onnx.exporter(ctx, node)
     ctx._node_name = ""
     output_names = graph.meta.output_names or graph.outputs
+    declared_inputs, declared_outputs, verbatim = _declared_interface(live, folded_ids)
     outputs = []
     for value, name in zip(graph.outputs, output_names):
         if value != name:
             ctx.nodes.append(helper.make_node("Identity", [value], [name], name=ctx.fresh("output")))
         t = graph.type(value)
-        outputs.append(helper.make_tensor_value_info(name, ctx.onnx_dtype(t.dtype), t.shape))
-    inputs = [helper.make_tensor_value_info(n, ctx.onnx_dtype(t.dtype), t.shape) for n, t in graph.inputs.items()]
+        shape = declared_outputs.get(name, t.shape) if value in verbatim else t.shape
+        outputs.append(helper.make_tensor_value_info(name, ctx.onnx_dtype(t.dtype), shape))
+    inputs = [helper.make_tensor_value_info(n, ctx.onnx_dtype(t.dtype), declared_inputs.get(n, t.shape)) for n, t in graph.inputs.items()]
     for name in graph.meta.initializer_inputs:
         if name in ctx.initializers:
             t = TensorType.of(weights[name])
@@ -156,6 +158,39 @@ def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> o
     if check:
         _check(model)
     return model
+
+
+def _declared_interface(graph: Graph, folded_ids: set[int]) -> tuple[dict, dict, set[str]]:
+    """The inputs to declare with the original's (symbolic) dims, the outputs likewise, and the values
+    computed from those inputs by verbatim (opaque) nodes alone.
+
+    An If whose condition comes from the inputs and one of whose branches cannot run at the fixed
+    shapes (recorded at import, see ``taso.onnx.importer._types_by_branch_probe``) makes ONNX
+    Runtime refuse the model if the inputs it reads are declared static: it infers shapes inside
+    both branches at load. Those inputs are declared as the original declared them, which is sound
+    while only verbatim ONNX reads them, directly or through other verbatim nodes: that computes
+    what the original computes at any shape. A node taso models there (typed for the fixed shapes)
+    would run on values of other shapes, and ONNX has no cheap strict shape assertion to guard it
+    with (ONNX Runtime's Concat skips its check on empty operands), so such a graph is refused.
+
+    Raises:
+        ExportError: a node taso models reads such a value.
+    """
+    declared = dict(graph.meta.extra.get("declared_inputs", {})) if graph.meta.extra else {}
+    declared = {n: dims for n, dims in declared.items() if n in graph.inputs}
+    if not declared:
+        return {}, {}, set()
+    verbatim = set(declared)
+    for node in graph.topological_order():
+        read = verbatim.intersection(node.inputs)
+        if id(node) in folded_ids or not read:
+            continue
+        if node.op.name != "opaque":
+            raise ExportError(f"{node.op.name} node{' ' + repr(node.name) if node.name else ''} reads {sorted(read)[0]!r}, which depends on input(s) {sorted(declared)} "
+                              "that keep their declared dims (an If on them has a branch that cannot run at the fixed shapes, so ONNX "
+                              "Runtime refuses them static); taso cannot write a node typed for the fixed shapes there")
+        verbatim.update(node.outputs)
+    return declared, dict(graph.meta.extra.get("declared_outputs", {})), verbatim
 
 
 def _min_ir_version(opset: int) -> int:

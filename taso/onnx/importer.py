@@ -222,6 +222,9 @@ class _ImportState:
         self.aliases: dict[str, str] = {}
         self.derived: dict[tuple[str, str], str] = {}  # (weight, how) -> the derived weight (see ImportContext.derived_weight)
         self.used_names: set[str] = set()
+        self.input_names: set[str] = set()
+        # Graph inputs read by an If with a branch that cannot run at the fixed shapes (see _types_by_branch_probe).
+        self.branch_inputs: set[str] = set()
         self._counter = 0
 
     def resolve(self, name: str) -> str:
@@ -434,6 +437,7 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
     input_types = _fix_input_types(model, input_shapes or {})
     state = _ImportState(model, opset, _InferredTypes(model, input_types))
     state.types.update(input_types)
+    state.input_names.update(input_types)
     for init in g.initializer:
         try:
             array = numpy_helper.to_array(init)
@@ -468,9 +472,27 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
         extra_opsets=other_opsets,
         producer=model.producer_name,
         graph_name=g.name or "graph",
+        extra=_declared_dims(g, state.branch_inputs),
     )
     graph = Graph(input_types, state.weights, state.nodes, outputs, types=state.types, meta=meta)
     return graph.pruned()
+
+
+def _declared_dims(graph: onnx.GraphProto, branch_inputs: set[str]) -> dict[str, Any]:
+    """What export needs to declare the graph inputs read by an If with a branch that cannot run at the
+    fixed shapes, and the outputs, as the original did: ``{"declared_inputs": {name: dims}, "declared_outputs": ...}``,
+    a dim an int, a symbol, or None (unknown); dims None when no shape is declared. Empty for other models."""
+    if not branch_inputs:
+        return {}
+
+    def dims(vi: onnx.ValueInfoProto) -> tuple[int | str | None, ...] | None:
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape"):
+            return None
+        return tuple(int(d.dim_value) if _is_static_dim(d) else (d.dim_param or None) for d in tt.shape.dim)
+
+    return {"declared_inputs": {vi.name: dims(vi) for vi in graph.input if vi.name in branch_inputs},
+            "declared_outputs": {vi.name: dims(vi) for vi in graph.output}}
 
 
 def _import_node(state: _ImportState, node: onnx.NodeProto, importers, all_opsets) -> None:
@@ -580,26 +602,68 @@ def _import_opaque(state: _ImportState, node: onnx.NodeProto, all_opsets, shape_
 
 def _opaque_output_types(state: _ImportState, node: onnx.NodeProto, captures: list[str], inputs: list[str], params: dict) -> list[TensorType]:
     """Output types of an opaque node: ONNX shape inference over the model, then over the node
-    alone with its (folded) constant inputs, and only then a checked probe on random values."""
+    alone with its (folded) constant inputs, and only then a checked probe on random values.
+    An If on a condition known only at run time is typed by running each branch (see
+    :func:`_types_by_branch_probe`): inference merges the branches and cannot tell which run."""
+    if _is_runtime_if(state, node):
+        return _types_by_branch_probe(state, node, captures, inputs, params)
     outputs = [o for o in node.output if o]
     types = [state.known_types.get(o) for o in outputs]
     if None in types:
         types = _types_by_node_inference(state, node, captures)
     if types is None or None in types:
-        _refuse_runtime_branch(state, node)
         types = _types_by_probe(state, node, inputs, params)
     return types
 
 
-def _refuse_runtime_branch(state: _ImportState, node: onnx.NodeProto) -> None:
-    """An If whose branches shape inference cannot reconcile, on a condition known only at run time.
+def _is_runtime_if(state: _ImportState, node: onnx.NodeProto) -> bool:
+    return node.op_type == "If" and node.domain in _ONNX_DOMAINS and bool(node.input) and state.resolve(node.input[0]) not in state.weights
 
-    A probe would pick one branch by the probe's values (silero-vad's ``sr == 16000`` is false
-    for any small integer), so the other branch's shapes would be baked in silently.
+
+def _types_by_branch_probe(state: _ImportState, node: onnx.NodeProto, captures: list[str], inputs: list[str], params: dict) -> list[TensorType]:
+    """An If whose condition is computed from the inputs: each branch is run with the condition
+    forced, on two sets of plausible values, at the fixed input shapes.
+
+    Every run that succeeds must give the same output types, which are then the node's, whatever
+    the condition turns out to be. A branch that fails on both probes cannot run at these shapes
+    (silero-vad's 8 kHz network at 512 samples): the node, kept verbatim, fails there on ONNX
+    Runtime exactly as the original does, so it is typed by the branch that runs, and the graph
+    inputs it reads keep their declared dimensions at export (ONNX Runtime infers shapes inside
+    both branches when it loads a model, and refuses the one that cannot run at static shapes).
+    Refused: branches that run with different output types (a probe would pick one silently),
+    and an If no branch of which runs.
     """
-    if node.op_type == "If" and state.resolve(node.input[0]) not in state.weights:
-        raise ImportError_(f"If node {node.name!r} chooses at run time between branches whose output shapes differ "
-                           f"or cannot be inferred (its condition {node.input[0]!r} is computed from the inputs): taso needs static shapes")
+    where = f"If node {node.name!r}"
+    probe = Params({**params, "out_types": ()})
+    seen: dict[bool, list[list[TensorType]]] = {True: [], False: []}
+    errors: dict[bool, str] = {}
+    for branch in (True, False):
+        for probe_index in (0, 1):
+            rng = np.random.default_rng(probe_index)
+            arrays = [np.asarray(branch) if i == 0 else state.weights[n] if n in state.weights else _plausible_array(state.type(n), rng, probe_index)
+                      for i, n in enumerate(inputs)]
+            try:
+                results = opaque.evaluate(arrays, probe)
+            except TasoError as e:
+                errors[branch] = str(e)
+                continue
+            seen[branch].append([TensorType.of(np.asarray(r)) for r in results])
+    runs = [types for branch in (True, False) for types in seen[branch]]
+    if not runs:
+        raise ImportError_(f"{where}: neither branch runs at the fixed input shapes (then: {errors.get(True, '?')}; else: {errors.get(False, '?')})")
+    if any(types != runs[0] for types in runs):
+        shapes = " vs ".join(dict.fromkeys(str([str(t) for t in types]) for types in runs))
+        raise ImportError_(f"{where} chooses at run time between branches whose output types differ ({shapes}; its condition "
+                           f"{node.input[0]!r} is computed from the inputs): taso needs static shapes")
+    if not seen[True] or not seen[False]:
+        state.branch_inputs.update(_graph_inputs_read(state, node, captures))
+    return runs[0]
+
+
+def _graph_inputs_read(state: _ImportState, node: onnx.NodeProto, captures: list[str]) -> list[str]:
+    """The real graph inputs a node reads, directly or through its subgraphs (aliases resolved)."""
+    names = [state.resolve(n) for n in list(node.input) + captures if n]
+    return [n for n in dict.fromkeys(names) if n in state.input_names]
 
 
 def _types_by_node_inference(state: _ImportState, node: onnx.NodeProto, captures: list[str]) -> list[TensorType | None] | None:
