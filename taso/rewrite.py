@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from .errors import TasoError
 from .ir import Graph, Node, Params, TensorType
@@ -261,7 +262,8 @@ class Plan:
 
     The search keeps plans in its queue and builds (:meth:`materialize`) only the graphs it
     pops, so a graph with hundreds of possible rewrites costs hundreds of small plans, not
-    hundreds of graph copies.
+    hundreds of graph copies. A plan is also what a child graph inherits from its parent when
+    the rewrite it applied left the plan's nodes and interior values alone (:meth:`on`).
     """
 
     parent: Graph
@@ -269,6 +271,17 @@ class Plan:
     added: tuple[Node, ...]  # topologically ordered among themselves
     outputs: tuple[str, ...] | None  # new graph outputs when a rewrite renames one
     types: dict[str, TensorType]  # types of the values the added nodes create
+    label: str = ""  # the rule that made it, as reports name it
+    interior: frozenset[str] = frozenset()  # matched values that must keep all their users inside the match
+
+    @cached_property
+    def removed_ids(self) -> frozenset[int]:
+        """The removed (matched and rewired) nodes, by identity."""
+        return frozenset(id(n) for n in self.removed)
+
+    def on(self, graph: Graph) -> Plan:
+        """The same rewrite of ``graph``, a descendant of the parent where it is still valid (the caller's judgement)."""
+        return self if graph is self.parent else Plan(graph, self.removed, self.added, self.outputs, self.types, self.label, self.interior)
 
     def type(self, value: str) -> TensorType:
         t = self.types.get(value)
@@ -363,7 +376,8 @@ def plan_or_reason(graph: Graph, match: Match) -> Plan | str:
         graph.insertion_point({id(n) for n in remove}, new_nodes)  # raises when the rewrite closes a cycle
     except TasoError as e:
         return f"the target does not fit here: {e}"
-    return Plan(graph, tuple(remove), tuple(new_nodes), outputs, types)
+    interior = frozenset(values[v] for v in crule.interior if v not in crule.mapped)
+    return Plan(graph, tuple(remove), tuple(new_nodes), outputs, types, label, interior)
 
 
 def apply_match(graph: Graph, match: Match) -> Graph | None:

@@ -271,18 +271,8 @@ class _RuleIndex:
         self.seeds = _SeedIndex(self.compiled)
 
 
-@dataclass(frozen=True)
-class _Option:
-    """One possible rewrite of a graph, priced: what a child graph inherits when the rewrite is still valid there."""
-
-    label: str
-    node_ids: frozenset[int]  # the matched (and rewired) nodes
-    interior: frozenset[str]  # values that must keep all their users inside the match
-    removed: tuple
-    added: tuple
-    outputs: tuple | None
-    types: dict
-    delta_cost: float
+# One possible rewrite of a graph, priced: the plan and what it changes the graph's cost by.
+_Option = tuple[Plan, float]
 
 
 class _Pricer:
@@ -306,13 +296,6 @@ class _Pricer:
         return delta
 
 
-def _option(graph: Graph, plan: Plan, match, pricer: _Pricer) -> _Option:
-    crule = match.rule
-    interior = frozenset(match.values[v] for v in crule.interior if v not in crule.mapped)
-    delta = pricer.delta(graph, plan)
-    return _Option(crule.label, frozenset(id(n) for n in plan.removed), interior, plan.removed, plan.added, plan.outputs, plan.types, delta)
-
-
 def _all_options(graph: Graph, compiled: Sequence[CompiledRule], pricer: _Pricer, deadline: float = float("inf")) -> list[_Option]:
     """Every rewrite of ``graph``, priced; those not reached by ``deadline`` are left out."""
     options = []
@@ -323,7 +306,7 @@ def _all_options(graph: Graph, compiled: Sequence[CompiledRule], pricer: _Pricer
                     return options  # pricing new nodes measures them: a cold cost cache must not overrun the time limit
                 plan = plan_match(graph, match)
                 if plan is not None:
-                    options.append(_option(graph, plan, match, pricer))
+                    options.append((plan, pricer.delta(graph, plan)))
     return options
 
 
@@ -336,10 +319,10 @@ def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], 
     """
     if plan.outputs is not None:
         return _all_options(graph, compiled, pricer, deadline)  # the outputs moved: rematch everything
-    removed = {id(n) for n in plan.removed}
+    removed = plan.removed_ids
     read = {v for n in plan.added for v in n.inputs}
-    options = [o for o in parent_options if not (o.node_ids & removed) and not (o.interior & read)]
-    seen = {(o.label, o.node_ids) for o in options}
+    options = [o for o in parent_options if removed.isdisjoint(o[0].removed_ids) and read.isdisjoint(o[0].interior)]
+    seen = {(o.label, o.removed_ids) for o, _ in options}
     for node in plan.added:
         for crule, index in seeds.patterns_for(node):
             for match in find_matches(graph, crule, seed=(index, node)):
@@ -348,11 +331,11 @@ def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], 
                 new_plan = plan_match(graph, match)
                 if new_plan is None:
                     continue
-                key = (crule.label, frozenset(id(n) for n in new_plan.removed))
+                key = (new_plan.label, new_plan.removed_ids)
                 if key in seen:
                     continue
                 seen.add(key)
-                options.append(_option(graph, new_plan, match, pricer))
+                options.append((new_plan, pricer.delta(graph, new_plan)))
     return options
 
 
@@ -426,9 +409,9 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
         options_of[id(current)] = options
         rewriting = time.perf_counter() - started
         accepted = 0
-        for option in options:
+        for option, delta in options:
             report.fired[option.label] += 1
-            cost = current_cost + option.delta_cost
+            cost = current_cost + delta
             if cost >= config.alpha * best_cost:
                 continue
             digest = current.search_key_after(option.removed, option.added, option.outputs)
@@ -436,7 +419,7 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
                 continue
             seen.add(digest)
             accepted += 1
-            plan = Plan(current, option.removed, option.added, option.outputs, option.types)
+            plan = option.on(current)
             if not config.lazy:
                 building = time.perf_counter()
                 plan = plan.materialize()
