@@ -92,8 +92,9 @@ def paired_ratios(input_path: Path, output_path: Path, feeds: dict, rounds: int)
     return ratios, statistics.median(times["input"]) * 1e3, statistics.median(times["output"]) * 1e3
 
 
-def _optimize(entry: corpus.Entry, out: Path, report: Path, time_limit: float) -> tuple[subprocess.CompletedProcess, float]:
-    command = [sys.executable, "-m", "taso", "optimize", str(entry.path()), "-o", str(out), "--cost", "ort-cpu", "--threads", "1",
+def _optimize(entry: corpus.Entry, out: Path, report: Path, time_limit: float, threads: int = 1) -> tuple[subprocess.CompletedProcess, float]:
+    """Runs ``taso optimize`` through the CLI as a user would (measured costs); the process and its seconds."""
+    command = [sys.executable, "-m", "taso", "optimize", str(entry.path()), "-o", str(out), "--cost", "ort-cpu", "--threads", str(threads),
                "--time-limit", str(time_limit), "--report", str(report), "--quiet", *corpus.input_shape_args(entry)]
     start = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True)
@@ -106,11 +107,16 @@ def _verdict(ratio: float) -> str:
     return "faster" if ratio >= FASTER else "equal (within 2%)"
 
 
-def _kept(report: Path) -> str:
+def read_report(report: Path) -> dict:
+    """``taso optimize --report``'s JSON, or {} when it was not written or cannot be read."""
     try:
-        return str(json.loads(report.read_text()).get("kept", "?"))
+        return json.loads(report.read_text())
     except (OSError, ValueError):
-        return "?"
+        return {}
+
+
+def _kept(report: Path) -> str:
+    return str(read_report(report).get("kept", "?"))
 
 
 def bench_entry(entry: corpus.Entry, time_limit: float, rounds: int, workdir: Path) -> Row:
