@@ -196,6 +196,34 @@ def test_the_float_recheck_drops_pairs_whose_sides_differ():
     assert not check.holds(Candidate(0, one, other))
 
 
+def test_the_stages_after_renaming_take_picklable_candidates_and_agree_with_the_in_process_functions():
+    """Workers (a process pool, Ray) get candidates as specs (prune.Found) and decode them; the verdicts are the parent's."""
+    import pickle
+
+    from taso.generator.pairing import Decoder, holds_in_float, pair_specs
+    from taso.generator.prune import (Found, drop_instances, first_per_form, instance_facts, no_common_subgraph,
+                                      select_non_instances, shares_subgraph, summarize)
+
+    settings = Settings(max_ops=3, ops=parse_ops("matmul,add,transpose"))  # three tensors a class: instances to drop
+    with Workers(settings) as workers:
+        _, graphs = shared_graphs(workers)
+        pairs = pair_specs(graphs)
+        summaries = summarize(pairs)
+        found = [Found(pairs[i], *summaries[i]) for i in first_per_form(s[0] for s in summaries)]
+        assert len(found) > 20 and pickle.loads(pickle.dumps(found)) == found
+        decode = Decoder(workers.context)
+        canonical = [f.decode(decode) for f in found]
+        clear = no_common_subgraph([f.pair for f in found])
+        assert clear == [not shares_subgraph(c.candidate) for c in canonical]
+        found, canonical = [f for f, ok in zip(found, clear) if ok], [c for c, ok in zip(canonical, clear) if ok]
+        check = FloatCheck(workers.context, settings.seed)
+        assert holds_in_float([f.pair for f in found]) == [check.holds(c.candidate) for c in canonical]
+        remaining, special, unions = select_non_instances([f.form for f in found], instance_facts(found))
+        kept, special_here, unions_here = drop_instances(canonical)
+        assert [found[i].form for i in remaining] == [k.form for k in kept] and (special, unions) == (special_here, unions_here)
+        assert 0 < len(kept) < len(found)
+
+
 def test_class_order_pruning_loses_no_candidate(monkeypatch):
     """Recording only graphs whose inputs form prefixes (x1, x2 but never x2 alone) finds every pair up to renaming."""
     settings = Settings(max_ops=2, ops=parse_ops("matmul,add,concat,split,transpose"), classes=MATMUL_POOL)
