@@ -32,8 +32,17 @@ def _rules(path: str | None):
 
 
 class _Unindexed:
-    """A view of a graph whose per-op index returns every node: what matching costs without it."""
+    """A view of a graph without a per-op index: finding an operator's nodes scans the graph, as matching would without it."""
 
+    def __init__(self, graph):
+        self._graph = graph
+        self.index = _ScanningIndex(graph)
+
+    def __getattr__(self, name):
+        return getattr(self._graph, name)
+
+
+class _ScanningIndex:
     def __init__(self, graph):
         self._graph = graph
 
@@ -41,7 +50,7 @@ class _Unindexed:
         return [n for n in self._graph.nodes if n.op.name == op_name]
 
     def __getattr__(self, name):
-        return getattr(self._graph, name)
+        return getattr(self._graph.index, name)
 
 
 def _count(graph, compiled) -> int:

@@ -62,7 +62,7 @@ def explain_rule(graph: Graph, rule: Rule) -> list[str]:
     crule = CompiledRule(rule)
     lines = [f"rule {rule.id}: {rule}"]
     for index, pattern in enumerate(crule.nodes):
-        for node in graph.nodes_of(pattern.op_name):
+        for node in graph.index.nodes_of(pattern.op_name):
             lines.append(f"  {_node_label(node)} as source node {index} ({pattern.op_name}): {_why_at(graph, crule, index, node)}")
     if len(lines) == 1:
         lines.append(f"  the model has none of the rule's source operators ({', '.join(sorted({p.op_name for p in crule.nodes}))})")

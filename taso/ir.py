@@ -11,6 +11,8 @@ Design (see README "Graph IR"):
   old one: the search creates thousands of variants, so copy-with-change must cost a dict
   copy, not a deep copy. Use-def chains (:meth:`Graph.producer`, :meth:`Graph.uses`) and
   the topological order are derived lazily and cached, so they can never go stale.
+* What matching and the search look graphs up by (the per-op index, ancestor bit sets, the
+  search key) lives in :mod:`taso.graph_index`, reached as ``graph.index``.
 
 The IR never imports onnx; conversion lives in :mod:`taso.onnx`.
 """
@@ -30,6 +32,7 @@ import numpy as np
 from .errors import GraphError, ShapeError
 
 if TYPE_CHECKING:
+    from .graph_index import GraphIndex
     from .ops.base import Op
 
 __all__ = ["TensorType", "Params", "Node", "Graph", "check"]
@@ -142,7 +145,7 @@ class Node:
 
     @cached_property
     def signature(self) -> int:
-        """A digest of op, params and edge names (see :meth:`Graph.search_key`)."""
+        """A digest of op, params and edge names (the search keys graphs by their sum: :mod:`taso.graph_index`)."""
         text = f"{self.op.name}|{self.params.canonical()}|{','.join(self.inputs)}|{','.join(self.outputs)}"
         return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=16).digest(), "little")
 
@@ -260,21 +263,11 @@ class Graph:
         return {id(n): i for i, n in enumerate(self.topological_order())}
 
     @cached_property
-    def _by_op(self) -> dict[str, list[Node]]:
-        index: dict[str, list[Node]] = {}
-        for node in self._nodes:
-            index.setdefault(node.op.name, []).append(node)
-        return index
+    def index(self) -> GraphIndex:
+        """Lookups for matching and the search (per-op index, ancestor bit sets, search key): :mod:`taso.graph_index`."""
+        from .graph_index import GraphIndex
 
-    def op_param_set(self) -> frozenset[tuple[str, Params]]:
-        """The (op name, params) pairs present: lets the search skip rules that cannot match."""
-        if "_op_params" not in self.__dict__:
-            self.__dict__["_op_params"] = frozenset((n.op.name, n.params) for n in self._nodes)
-        return self.__dict__["_op_params"]
-
-    def nodes_of(self, op_name: str) -> list[Node]:
-        """The nodes applying one operator (an index the matcher anchors on)."""
-        return self._by_op.get(op_name, [])
+        return GraphIndex(self, self._nodes)
 
     def constant_values(self) -> frozenset[str]:
         """Values computable from weights alone (weights and weight-only subgraphs), folded at export."""
@@ -380,95 +373,23 @@ class Graph:
         if valid_at is not None:
             graph.__dict__["_topo"] = tuple(candidate)
         else:
-            graph.topological_order()
-        if "_node_sum" in self.__dict__:
-            delta = sum(n.signature for n in added) - sum(n.signature for n in order if id(n) in removed)
-            graph.__dict__["_node_sum"] = (self.__dict__["_node_sum"] + delta) % _KEY_MODULUS
+            graph.topological_order()  # raises when the replacement closes a cycle
         return graph
-
-    def search_key_after(self, removed: Iterable[Node], added: Iterable[Node], outputs: Sequence[str] | None = None) -> int:
-        """The :meth:`search_key` of ``self.replace(removed, added, outputs=outputs)``, without building it."""
-        node_sum = (self._signature_sum() + sum(n.signature for n in added) - sum(n.signature for n in removed)) % _KEY_MODULUS
-        return (node_sum + (self._outputs_key() if outputs is None else _outputs_digest(outputs))) % _KEY_MODULUS
 
     def insertion_point(self, removed: set[int], added: Sequence[Node]) -> int | None:
         """Where added nodes can go in this graph's order so that it stays topological.
 
         Returns the position after which they fit (after the last kept node producing one
         of their inputs, when every kept consumer of their outputs comes later), or None
-        when no such single place exists and the order must be recomputed.
-
-        Raises:
-            GraphError: the replacement would create a cycle.
+        when no such single place exists and the order must be recomputed (which also finds
+        a cycle the replacement would close; ``graph.index.closes_cycle`` tells beforehand).
         """
         created = {o for n in added for o in n.outputs}
         position = self._positions
         last_input = max((position[id(p[0])] for n in added for v in n.inputs if v not in created
                           for p in (self._producers.get(v),) if p is not None and id(p[0]) not in removed), default=-1)
         first_use = min((position[id(user)] for o in created for user, _ in self.uses(o) if id(user) not in removed), default=len(position))
-        if last_input < first_use:
-            return last_input
-        self._reject_cycle(added, created)
-        return None
-
-    def depends_on(self, values: Iterable[str], targets: set[str]) -> bool:
-        """Whether any of ``values`` is computed (transitively) from any of ``targets``.
-
-        One AND of two bit sets per value (see :attr:`_ancestors`): the search asks this for
-        every multi-node match, and a walk between two distant nodes of a big graph cost
-        ~0.1 ms each time.
-        """
-        position, ancestors = self._positions, self._ancestors
-        target_bits = 0
-        for t in targets:
-            p = self._producers.get(t)
-            if p is not None:
-                target_bits |= 1 << position[id(p[0])]
-        if not target_bits:
-            return False
-        for v in values:
-            p = self._producers.get(v)
-            if p is not None and ancestors[position[id(p[0])]] & target_bits:
-                return True
-        return False
-
-    @cached_property
-    def _ancestors(self) -> list[int]:
-        """Per node (by topological position): the bit set of the positions it is computed from, itself included."""
-        position, bits = self._positions, []
-        for i, node in enumerate(self.topological_order()):
-            mask = 1 << i
-            for v in node.inputs:
-                p = self._producers.get(v)
-                if p is not None:
-                    mask |= bits[position[id(p[0])]]
-            bits.append(mask)
-        return bits
-
-    def _reject_cycle(self, added: Sequence[Node], created: set[str]) -> None:
-        """Raises GraphError when an added node reads a value computed from what the added nodes create."""
-        if self.depends_on([v for n in added for v in n.inputs if v not in created], created):
-            raise GraphError("the rewrite would create a cycle")
-
-    def search_key(self) -> int:
-        """A cheap identity for the search's seen-set: the sum of node signatures plus the outputs.
-
-        Unlike :meth:`structural_hash` it depends on value names; rewrites name new values
-        deterministically, so the same graph reached by two paths gets the same key, and a
-        rewrite updates the key from its parent's in time proportional to the rewrite.
-        """
-        return (self._signature_sum() + self._outputs_key()) % _KEY_MODULUS
-
-    def _signature_sum(self) -> int:
-        if "_node_sum" not in self.__dict__:
-            self.__dict__["_node_sum"] = sum(n.signature for n in self._nodes) % _KEY_MODULUS
-        return self.__dict__["_node_sum"]
-
-    def _outputs_key(self) -> int:
-        # NOTE: cached: the search asks for it once per priced rewrite (millions on a big model).
-        if "_okey" not in self.__dict__:
-            self.__dict__["_okey"] = _outputs_digest(self._outputs)
-        return self.__dict__["_okey"]
+        return last_input if last_input < first_use else None
 
     def with_outputs(self, outputs: Sequence[str]) -> Graph:
         """Returns the same graph returning other values (for example an intermediate)."""
@@ -513,13 +434,6 @@ class Graph:
         from .execute import run
 
         return run(self, inputs, device)
-
-
-_KEY_MODULUS = 1 << 128
-
-
-def _outputs_digest(outputs: Sequence[str]) -> int:
-    return int.from_bytes(hashlib.blake2b("\0".join(outputs).encode(), digest_size=16).digest(), "little")
 
 
 def _toposort_local(nodes: list[Node]) -> list[Node]:

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from .errors import TasoError
+from .errors import GraphError, TasoError
 from .ir import Graph, Node, Params, TensorType
 from .ops import COMMUTATIVE, get
 from .rules import Rule, RuleNode, resolve_expr
@@ -73,8 +73,9 @@ class CompiledRule:
 
     def may_match(self, graph: Graph) -> bool:
         """A cheap necessary condition: every pattern op (with its exact params, when literal) occurs in the graph."""
-        present = graph.op_param_set()
-        return all((op, params) in present if params is not None else bool(graph.nodes_of(op)) for op, params in self.requirements)
+        index = graph.index
+        present = index.op_params
+        return all((op, params) in present if params is not None else bool(index.nodes_of(op)) for op, params in self.requirements)
 
     def order_from(self, start: int) -> list[int]:
         """A matching order that begins with pattern node ``start`` (for matching seeded at a graph node)."""
@@ -149,7 +150,7 @@ def _candidates(graph: Graph, crule: CompiledRule, p: _PatternNode, values: dict
     for name in p.inputs:
         if name in values:
             return [user for user, _ in graph.uses(values[name]) if user.op.name == p.op_name]
-    return graph.nodes_of(p.op_name)
+    return graph.index.nodes_of(p.op_name)
 
 
 def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | None = None, structural: bool = False) -> Iterator[Match]:
@@ -297,8 +298,8 @@ class Plan:
         return self.parent.weights
 
     def key(self) -> int:
-        """The built graph's :meth:`Graph.search_key`, computed from the parent's."""
-        return self.parent.search_key_after(self.removed, self.added, self.outputs)
+        """The built graph's search key (:meth:`taso.graph_index.GraphIndex.search_key`), computed from the parent's."""
+        return self.parent.index.search_key_after(self.removed, self.added, self.outputs)
 
     def materialize(self) -> Graph | None:
         """The rewritten graph, or None when building it reveals a cycle."""
@@ -327,7 +328,7 @@ def plan_or_reason(graph: Graph, match: Match) -> Plan | str:
     values = match.values
     # A variable computed from the pattern's own outputs (two matmuls of consecutive RNN
     # steps, say) would close a cycle: reject it before building anything.
-    if len(match.nodes) > 1 and graph.depends_on((values[v] for v in crule.variables), {values[v] for v in crule.interior}):
+    if len(match.nodes) > 1 and graph.index.depends_on((values[v] for v in crule.variables), {values[v] for v in crule.interior}):
         return "an input of the rule is computed from the pattern's own values (the rewrite would close a cycle)"
     shapes = {v: graph.type(values[v]).shape for v in crule.variables}
     try:
@@ -373,7 +374,8 @@ def plan_or_reason(graph: Graph, match: Match) -> Plan | str:
                     remove.append(user)
                     new_nodes.append(Node(user.op, user.params, tuple(renames.get(v, v) for v in user.inputs), user.outputs, user.name))
             outputs = tuple(renames.get(o, o) for o in graph.outputs)
-        graph.insertion_point({id(n) for n in remove}, new_nodes)  # raises when the rewrite closes a cycle
+        if graph.insertion_point({id(n) for n in remove}, new_nodes) is None and graph.index.closes_cycle(new_nodes):
+            raise GraphError("the rewrite would create a cycle")
     except TasoError as e:
         return f"the target does not fit here: {e}"
     interior = frozenset(values[v] for v in crule.interior if v not in crule.mapped)

@@ -251,7 +251,7 @@ class _RuleIndex:
 
     def admit(self, graph: Graph) -> None:
         """Compiles the rules that the operators of ``graph`` (with those seen before) make possible."""
-        self.admit_variants({operator_variant(op, params) for op, params in graph.op_param_set()})
+        self.admit_variants({operator_variant(op, params) for op, params in graph.index.op_params})
 
     def admit_variants(self, variants: set[str]) -> None:
         if variants <= self.present:
@@ -382,7 +382,7 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
     tie = itertools.count()
     # Queue entries hold a graph or a plan (a rewrite not built yet): only popped plans are built.
     queue: list[tuple[float, int, Graph | Plan, tuple[Step, ...]]] = [(best_cost, next(tie), graph, ())]
-    seen = {graph.search_key()}
+    seen = {graph.index.search_key()}
     best_trace: tuple[Step, ...] = ()
     options_of: dict[int, list[_Option]] = {}  # an expanded graph's rewrites, inherited by its children
     while queue:
@@ -409,12 +409,13 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
         options_of[id(current)] = options
         rewriting = time.perf_counter() - started
         accepted = 0
+        key_after = current.index.search_key_after
         for option, delta in options:
             report.fired[option.label] += 1
             cost = current_cost + delta
             if cost >= config.alpha * best_cost:
                 continue
-            digest = current.search_key_after(option.removed, option.added, option.outputs)
+            digest = key_after(option.removed, option.added, option.outputs)
             if digest in seen:
                 continue
             seen.add(digest)

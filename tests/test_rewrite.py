@@ -60,7 +60,7 @@ def test_split_sizes_come_from_the_matched_shapes():
     graph = Graph({"x": TensorType((3, 16))}, {"a": _w(16, 5), "b": _w(16, 7, seed=1)},
                   [_n("matmul", ["x", "a"], ["p"]), _n("matmul", ["x", "b"], ["q"]), _n("concat", ["p", "q"], ["out"], axis=1)], ["out"])
     new = next(rewrites(graph, CompiledRule(shared_input_merge_rule())))
-    split = new.nodes_of("split")[0]
+    split = new.index.nodes_of("split")[0]
     assert split.params["sizes"] in ((5, 7), (7, 5))
     _assert_same_outputs(graph, new)
 
