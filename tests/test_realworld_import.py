@@ -565,6 +565,15 @@ def test_integer_choices_only_for_inputs_that_select_a_branch():
     """An integer compared with a constant that decides an If draws from the constants; a token id compared with the
     padding id to build a mask does not (all-padding inputs would mask everything)."""
     assert integer_choices(_sample_rate_model()) == {"sr": (16000,)}
+    # dynamo's silero_vad_op18_ifless: sr -> Reshape([-1]) -> Gather(0) -> Equal(16000), here negated on its way to the If.
+    model = _sample_rate_model()
+    nodes = [_const("flat", [-1]), helper.make_node("Reshape", ["sr", "flat"], ["sr_1d"]), _const("first", 0),
+             helper.make_node("Gather", ["sr_1d", "first"], ["sr_0"]), helper.make_node("Equal", ["sr_0", "rate"], ["is_16k"]),
+             helper.make_node("Not", ["is_16k"], ["cond"])]
+    kept = [model.graph.node[0], *nodes, *model.graph.node[2:]]  # the rate constant, this condition, the If
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    assert integer_choices(model) == {"sr": (16000,)}
     nodes = [_const("pad", 0), helper.make_node("Equal", ["ids", "pad"], ["mask"])]
     model = _model(nodes, [helper.make_tensor_value_info("ids", INT64, [1, 8])], [helper.make_tensor_value_info("mask", TensorProto.BOOL, [1, 8])])
     assert integer_choices(model) == {}
