@@ -120,7 +120,7 @@ def _change(report: dict) -> tuple[bool, str]:
         return True, f"yes: {sum(applied.values())} rewrites, {report.get('nodes_before')} → {report.get('nodes_after')} nodes"
     measured = report.get("measured_speedups") or {}
     found = len(report.get("trace") or [])
-    why = f"{found} rewrites found, measured {measured['optimized']:.2f}x by taso, not kept" if found and "optimized" in measured else "no rewrite found"
+    why = f"{found} rewrite{'s' if found != 1 else ''} found, measured {measured['optimized']:.2f}x by taso, not kept" if found and "optimized" in measured else "no rewrite found"
     return False, f"no ({'re-export kept' if kept == 're-export' else 'input kept'}; {why})"
 
 
