@@ -114,8 +114,16 @@ class OrtCpuCost(CostModel):
                        meta=GraphMeta(opset=max(graph.meta.opset, 13), output_names=tuple(node.outputs)))
         from .onnx import export_onnx
 
-        model = export_onnx(single, check=False).SerializeToString()
-        seconds = max(self.time_model(model, {v: arrays[v] for v in inputs}) - self._floor, 0.0) + self._dispatch
+        try:
+            model = export_onnx(single, check=False).SerializeToString()
+            seconds = max(self.time_model(model, {v: arrays[v] for v in inputs}) - self._floor, 0.0) + self._dispatch
+        except Exception:  # noqa: BLE001 - ONNX Runtime's own exception types; only an opaque node may fail here
+            if node.op.name != "opaque":
+                raise
+            # An opaque node taso never rewrites may not run alone on random values (silero-vad's If:
+            # a random sample rate takes the branch that cannot run at the fixed length); it costs
+            # the same in every candidate, so the in-graph cost of a node stands for it.
+            seconds = self._dispatch
         self.cache.record(self._fingerprint, key, seconds)
         self.measured += 1
         return seconds

@@ -7,6 +7,7 @@ pattern stays covered without shipping binary models.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -671,3 +672,17 @@ def test_linear_layers_applied_per_time_step_read_one_transposed_weight():
     exported = taso.export_onnx(graph)
     for want, got in zip(run_ort(model, feeds), run_ort(exported, feeds)):
         assert_close(got, want)
+
+
+def test_the_measured_cost_model_prices_an_if_that_cannot_run_alone(tmp_path, monkeypatch):
+    """silero_vad with the default ort-cpu cost crashed with a traceback: its If, timed as a one-node model on a
+    random sample rate, takes the branch that cannot run at the fixed length. An opaque node taso never rewrites
+    costs the same in every candidate, so it is priced as a node being there, and `taso optimize` exits 0."""
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "vad.onnx"
+    onnx.save(_sample_rate_model(), str(path))
+    proc = subprocess.run([sys.executable, "-m", "taso", "optimize", str(path), "-o", str(tmp_path / "out.onnx"), "--time-limit", "2",
+                           "--quiet", "--input-shape", "x=1,512"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TASO_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
