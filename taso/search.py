@@ -41,7 +41,9 @@ class SearchConfig:
     Attributes:
         alpha: keep graphs costing less than alpha x the best cost (TASO: 1.05).
         budget: the most graphs to expand (pop and rewrite).
-        time_limit: wall-clock seconds.
+        time_limit: wall-clock seconds (default 9: with the library ready in well under a second,
+            a model's search stays within 10 s; every zoo model's best graph was found within
+            10 s on a loaded 2-core machine, benchmarks/bench_search_time.py).
         max_queue: the most graphs waiting in the queue (the costliest are dropped).
         lazy: keep unbuilt plans in the queue and build only popped ones (False builds every
             accepted rewrite at once, as a naive implementation would: for benchmarks).
@@ -51,7 +53,7 @@ class SearchConfig:
 
     alpha: float = 1.05
     budget: int = 200
-    time_limit: float = 60.0
+    time_limit: float = 9.0
     max_queue: int = 2000
     lazy: bool = True
     incremental: bool = True
