@@ -76,13 +76,20 @@ def integer_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
     users = _users(graph)
     initializers = {t.name for t in graph.initializer}
     ranges = {}
+    for name in _integer_inputs(graph, initializers):
+        bound = _index_bound(name, users, dims)
+        ranges[name] = (0, bound) if bound is not None else _DEFAULT_INT_RANGE
+    return ranges
+
+
+def _integer_inputs(graph: onnx.GraphProto, constants) -> list[str]:
+    """The graph's integer-typed inputs that are not constants (IR-3 files list weights as inputs too)."""
+    names = []
     for vi in graph.input:
         elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
-        if vi.name in initializers or elem not in _INTEGER_TYPES:
-            continue
-        bound = _index_bound(vi.name, users, dims)
-        ranges[vi.name] = (0, bound) if bound is not None else _DEFAULT_INT_RANGE
-    return ranges
+        if vi.name not in constants and elem in _INTEGER_TYPES:
+            names.append(vi.name)
+    return names
 
 
 _INTEGER_TYPES = {onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32, onnx.TensorProto.INT64,
@@ -134,13 +141,10 @@ def integer_choices(model: onnx.ModelProto) -> dict[str, tuple[int, ...]]:
             constants[node.output[0]] = onnx.numpy_helper.to_array(value) if isinstance(value, onnx.TensorProto) else np.asarray(value)
     users = _users(graph)
     choices = {}
-    for vi in graph.input:
-        elem = vi.type.tensor_type.elem_type if vi.type.HasField("tensor_type") else 0
-        if vi.name in constants or elem not in _INTEGER_TYPES:
-            continue
-        values = _branch_selecting_constants(vi.name, users, constants)
+    for name in _integer_inputs(graph, constants):
+        values = _branch_selecting_constants(name, users, constants)
         if values:
-            choices[vi.name] = values
+            choices[name] = values
     return choices
 
 
