@@ -26,11 +26,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import onnx
-import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402 - a sibling script, not a package
 
+from taso.timing import interleaved_samples, median_run, open_session  # noqa: E402
 from taso.validate import random_inputs  # noqa: E402
 
 SLOWER, FASTER = 0.98, 1.02
@@ -52,44 +52,20 @@ class Row:
     verdict: str
 
 
-def _session(path: Path) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
-def _one_round(session: ort.InferenceSession, feeds: dict, min_seconds: float = 0.05, max_runs: int = 50) -> float:
-    """Median seconds of one run over a short burst."""
-    times: list[float] = []
-    while (sum(times) < min_seconds or len(times) < 5) and len(times) < max_runs:
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
 def paired_ratios(input_path: Path, output_path: Path, feeds: dict, rounds: int) -> tuple[list[float], float, float]:
     """Per-round ratios input time / output time, the two timed back to back in alternating order, and the median ms of each.
 
     A ratio of two neighbouring bursts cancels most of the load that other processes put on a
     shared machine; the median over rounds is the result, the spread of the rounds its noise.
     """
-    sessions = {"input": _session(input_path), "output": _session(output_path)}
-    for s in sessions.values():
+    sessions = [open_session(str(path)) for path in (input_path, output_path)]
+    for session in sessions:
         for _ in range(3):
-            s.run(None, feeds)
-    ratios, times = [], {"input": [], "output": []}
-    for r in range(rounds):
-        order = ("input", "output") if r % 2 == 0 else ("output", "input")
-        burst = {k: _one_round(sessions[k], feeds) for k in order}
-        ratios.append(burst["input"] / burst["output"])
-        for k, t in burst.items():
-            times[k].append(t)
-    return ratios, statistics.median(times["input"]) * 1e3, statistics.median(times["output"]) * 1e3
+            session.run(None, feeds)
+    bursts = [lambda s=s: median_run(s, feeds, min_seconds=0.05, min_runs=5, max_runs=50, warmup=0) for s in sessions]
+    inputs, outputs = interleaved_samples(bursts, rounds)
+    ratios = [i / o for i, o in zip(inputs, outputs)]
+    return ratios, statistics.median(inputs) * 1e3, statistics.median(outputs) * 1e3
 
 
 def _optimize(entry: corpus.Entry, out: Path, report: Path, time_limit: float, threads: int = 1) -> tuple[subprocess.CompletedProcess, float]:
