@@ -30,6 +30,7 @@ for _family in FAMILIES:
             raise ValueError(f"the spec of {_spec.name!r} leaves parameter(s) {sorted(_missing)} out of its Z3 function")
         SPECS[_spec.name] = _spec
     AXIOMS.extend(_family.axioms)
+AXIOMS.extend(linalg.batched_axioms)  # batched matmul laws, last (see linalg.batched_axioms)
 
 _BY_NAME = {a.name: a for a in AXIOMS}
 if len(_BY_NAME) != len(AXIOMS):

@@ -88,6 +88,36 @@ def _left_summands(rng: np.random.Generator):
     return {"x": (n, k), "y": (n, k), "z": (k, m)}
 
 
+def _batched_columns(rng: np.random.Generator):
+    """x (b, n, k) times y (k, m1) and z (k, m2)."""
+    b, n, k, m1, m2 = shape(rng, 5)
+    return {"x": (b, n, k), "y": (k, m1), "z": (k, m2)}
+
+
+def _batched_rows(rng: np.random.Generator):
+    """x (b, n1, k) and y (b, n2, k) times z (k, m)."""
+    b, n1, n2, k, m = shape(rng, 5)
+    return {"x": (b, n1, k), "y": (b, n2, k), "z": (k, m)}
+
+
+def _batched_blocks(rng: np.random.Generator):
+    """x (b, n, k1) y (k1, m) + z (b, n, k2) w (k2, m)."""
+    b, n, k1, k2, m = shape(rng, 5)
+    return {"x": (b, n, k1), "y": (k1, m), "z": (b, n, k2), "w": (k2, m)}
+
+
+def _batched_summands(rng: np.random.Generator):
+    """x, y of one shape (b, n, k) times z (k, m), or a batch of them."""
+    b, n, k, m = shape(rng, 4)
+    return {"x": (b, n, k), "y": (b, n, k), "z": (k, m) if rng.random() < 0.5 else (int(rng.choice([1, b])), k, m)}
+
+
+def _batched_chain(rng: np.random.Generator):
+    """x (b, n, k) times y (k, m)."""
+    b, n, k, m = shape(rng, 4)
+    return {"x": (b, n, k), "y": (k, m)}
+
+
 axioms = [
     # matmul is associative for matrices (batched or not). A vector factor changes which dims contract
     # and where batch dims land: x (1,), y (1,1,3), z (1,3,3) gives (1,1,3) on the left and (1,3) on the right.
@@ -119,4 +149,21 @@ axioms = [
     # (x y)^T = y^T x^T for matrices (with x (3,) and y (3,3,2) only the left side is well typed)
     Axiom("transpose-matmul", transpose(matmul(x, y), perm=(1, 0)), matmul(transpose(y, perm=(1, 0)), transpose(x, perm=(1, 0))), chain("x y"),
           when=(eq(rank(x), 2), eq(rank(y), 2))),
+]
+
+# The same laws for a batch of activations times unbatched weights (x (b, n, k), the weights (k, m)):
+# the batched projections of a transformer export, and what rank-lifted rules (verifier/lift.py) need.
+# Kept apart and appended after every family's axioms (specs/__init__.py), so the order of the
+# others, and the samples tests take of it, stay as they were.
+batched_axioms = [
+    Axiom("matmul-concat-columns-3d", matmul(x, concat(y, z, axis=1)), concat(matmul(x, y), matmul(x, z), axis=2), _batched_columns,
+          when=(eq(rank(x), 3), eq(rank(y), 2), eq(rank(z), 2))),
+    Axiom("matmul-concat-rows-3d", matmul(concat(x, y, axis=1), z), concat(matmul(x, z), matmul(y, z), axis=1), _batched_rows,
+          when=(eq(rank(x), 3), eq(rank(y), 3), eq(rank(z), 2))),
+    Axiom("matmul-concat-inner-3d", add(matmul(x, y), matmul(z, w)), matmul(concat(x, z, axis=2), concat(y, w, axis=0)), _batched_blocks,
+          when=(eq(rank(x), 3), eq(rank(z), 3), eq(rank(y), 2), eq(rank(w), 2), eq(dim(x, 0), dim(z, 0)), eq(dim(x, 1), dim(z, 1)),
+                eq(dim(y, 1), dim(w, 1)), eq(dim(x, 2), dim(y, 0)))),
+    Axiom("matmul-add-left-3d", matmul(add(x, y), z), add(matmul(x, z), matmul(y, z)), _batched_summands, when=same_shape(x, y, 3)),
+    Axiom("transpose-matmul-3d", transpose(matmul(x, y), perm=(0, 2, 1)), matmul(transpose(y, perm=(1, 0)), transpose(x, perm=(0, 2, 1))),
+          _batched_chain, when=(eq(rank(x), 3), eq(rank(y), 2))),
 ]

@@ -59,6 +59,7 @@ def mutants(axiom: Axiom) -> Iterator[tuple[str, Axiom]]:
 _RANK_IMPLIED = "the guards on its dimensions (or the op's own typing) already force that rank"
 _BATCHED = "the op works per sample and per channel, so broadcasting along that axis commutes with it"
 _NEG_AXIS = "rank(x) - ax == rank(y) - bx with the other axis non-negative forces it (a negative dim() is -1 and equals no size)"
+_BROADCAST_ROWS = "a row broadcast through a sum stays a broadcast row of the products, which the sum of products broadcasts the same way"
 _EITHER_RANK = "with the other operand a matrix, a vector or batched operand leaves both sides ill typed"
 
 # Survivors reviewed by hand: (axiom, mutation) -> why the mutant states the same equation.
@@ -78,6 +79,11 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("mul-concat-4d", "drop guard rank(z) == 4"): _RANK_IMPLIED,
     ("mul-concat-4d", "drop guard rank(w) == 4"): _RANK_IMPLIED,
     ("conv2d-pool_kernel", "drop guard rank(x) == 4"): _RANK_IMPLIED,
+    ("matmul-concat-rows-3d", "drop guard rank(x) == 3"): _RANK_IMPLIED,
+    ("matmul-concat-rows-3d", "drop guard rank(y) == 3"): _RANK_IMPLIED,
+    ("transpose-matmul-3d", "drop guard rank(x) == 3"): _RANK_IMPLIED,
+    ("matmul-add-left-3d", "drop guard dim(x, 0) == dim(y, 0)"): _BATCHED,
+    ("matmul-add-left-3d", "drop guard dim(x, 1) == dim(y, 1)"): _BROADCAST_ROWS,
 }
 
 
