@@ -74,7 +74,7 @@ class RegionCost(CostModel):
         delta = self._table.get(key)
         if delta is not None:
             self.regions_reused += 1
-            return parent_cost + delta
+            return parent_cost + self._at_most_the_region(delta, parent, before)
         if self.regions_timed >= self.max_regions:
             self.per_node += 1
             return super().rewrite_cost(parent, parent_cost, removed, added, child)
@@ -86,7 +86,12 @@ class RegionCost(CostModel):
         self._table[key] = delta
         if self.cache is not None:
             self.cache.record(self._fingerprint, key, delta)
-        return parent_cost + delta
+        return parent_cost + self._at_most_the_region(delta, parent, before)
+
+    def _at_most_the_region(self, delta: float, parent: Graph, before: Graph) -> float:
+        """A rewrite saves at most what its whole region costs per node; a larger measured gain is noise."""
+        consts = parent.constant_values()
+        return max(delta, -sum(self._runtime_cost(node, parent, consts) for node in before.nodes))
 
     def _time_delta(self, before: Graph, after: Graph) -> float | None:
         """Seconds ``after`` takes more than ``before`` (negative: the rewrite pays), timed interleaved."""

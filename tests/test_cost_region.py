@@ -23,7 +23,7 @@ from tests.helpers import assert_close
 MERGE_SHARED_WEIGHT = "[matmul(x1, w1), matmul(x2, w1)] ⇒"  # the shipped rule that merges two products with one weight
 
 
-def _unrolled(steps: int, prefix: str = "") -> Graph:
+def _unrolled(steps: int, prefix: str = "", rows: int = 1) -> Graph:
     """``relu(x_t · W + b)`` for ``steps`` inputs and one weight: the input projections of an unrolled RNN."""
     mm, add, relu = ops.get("matmul"), ops.get("add"), ops.get("relu")
     nodes, outputs = [], []
@@ -35,7 +35,7 @@ def _unrolled(steps: int, prefix: str = "") -> Graph:
         outputs.append(r)
     rng = np.random.default_rng(0)
     weights = {f"{prefix}w": rng.standard_normal((16, 32)).astype(np.float32), f"{prefix}b": rng.standard_normal((1, 32)).astype(np.float32)}
-    return Graph({f"{prefix}x{t}": TensorType((1, 16)) for t in range(steps)}, weights, nodes, outputs)
+    return Graph({f"{prefix}x{t}": TensorType((rows, 16)) for t in range(steps)}, weights, nodes, outputs)
 
 
 def _plans(graph: Graph):
@@ -80,8 +80,7 @@ def test_the_signature_ignores_value_names_but_not_shapes():
     a, b = _unrolled(2), _unrolled(2, prefix="other_")
     pa, pb = _plans(a)[0], _plans(b)[0]
     assert region_signature(*region_pair(a, pa.removed, pa.added, pa)) == region_signature(*region_pair(b, pb.removed, pb.added, pb))
-    wider = _unrolled(2)
-    wider = Graph({k: TensorType((2, 16)) for k in wider.inputs}, wider.weights, wider.nodes, wider.outputs)
+    wider = _unrolled(2, rows=2)
     pw = _plans(wider)[0]
     assert region_signature(*region_pair(wider, pw.removed, pw.added, pw)) != region_signature(*region_pair(a, pa.removed, pa.added, pa))
 
@@ -105,7 +104,7 @@ def test_regions_are_timed_once_shared_by_isomorphic_places_and_budgeted():
     deltas = [model.rewrite_cost(graph, 0.0, p.removed, p.added, p) for p in plans]
     # every pair of steps is the same region up to names: timed once, reused for the others
     assert len(plans) > 1 and model.timed == 1 and model.regions_reused == len(plans) - 1 and set(deltas) == {-1e-6}
-    wider = Graph({k: TensorType((2, 16)) for k in graph.inputs}, graph.weights, graph.nodes, graph.outputs)
+    wider = _unrolled(3, rows=2)
     other = _plans(wider)[0]
     per_node = make_cost_model("analytic").rewrite_cost(wider, 0.0, other.removed, other.added, other)
     # a new region once the budget is spent: priced per node, not timed
@@ -165,3 +164,13 @@ def test_a_gain_larger_than_a_quarter_of_the_region_is_measured_again_and_the_sm
     plan = _plans(graph)[0]
     delta = RegionCost(make_cost_model("analytic"))._time_delta(*region_pair(graph, plan.removed, plan.added, plan))
     assert delta == pytest.approx(-1.5e-6)
+
+
+def test_a_rewrite_saves_at_most_what_its_region_costs():
+    graph = _unrolled(2)
+    plan = _plans(graph)[0]
+    model = _Timed(make_cost_model("analytic"))
+    model._time_delta = lambda before, after: -1.0  # a second saved by a microsecond region: noise
+    before, _ = region_pair(graph, plan.removed, plan.added, plan)
+    whole = sum(make_cost_model("analytic").node_cost(n, graph) for n in before.nodes)
+    assert model.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan) == pytest.approx(-whole)
