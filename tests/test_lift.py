@@ -141,3 +141,11 @@ def test_the_library_still_loads_with_its_digest_and_keeps_every_original_rule(s
     assert len(original) == shipped.header["counts"]["proved"]
     lifted = [r for r in shipped.rules if r.extra.get("lifted_from")]
     assert shipped.rules == original + lifted  # lifted rules are appended: every original position and id unchanged
+
+
+def test_a_lifted_rule_is_not_exported_to_tasos_format(shipped):
+    from taso.verifier import taso_import as ti
+
+    ti.from_rule(shipped.by_id(QKV))  # the 2-D rule exports
+    with pytest.raises(ti.Unconvertible, match="rank 3"):
+        ti.from_rule(_lifted_in(shipped, QKV))  # TASO's format has no shapes: it would read back as the 2-D rule with axis 2

@@ -190,7 +190,8 @@ def test_export_then_import_gives_the_same_rules(imported):
 def test_shipped_library_round_trips_through_tasos_format():
     """A sample of the shipped library: what TASO can express comes back the same, up to constraints the generator found numerically."""
     library = Library.load(os.path.join(os.path.dirname(ti.__file__), "..", "taso", "data", "library.jsonl.gz"))
-    rules = random.Random(0).sample(library.rules, 300)
+    generated = [r for r in library.rules if not r.extra.get("lifted_from")]  # rank-lifted rules have no TASO form (test_lift.py)
+    rules = random.Random(0).sample(generated, 300)
     data, skipped = ti.export_rules(rules)
     assert skipped and all(reason == "input b1 is not in TASO's input pool" or "b2" in reason for _, reason in skipped)
     exported = [r for r in rules if r.id not in {rule_id for rule_id, _ in skipped}]

@@ -747,6 +747,9 @@ def from_rule(rule: Rule) -> TasoRule:
         for i in rule.inputs:
             if i.name not in ids:
                 raise Unconvertible(f"input {i.name} is not in TASO's input pool")
+            pool = INPUT_POOL.get(ids[i.name])
+            if pool is not None and len(pool[2]) != i.type.rank:  # a rank-lifted rule: TASO's format has no shapes to say so
+                raise Unconvertible(f"input {i.name} has rank {i.type.rank}; TASO's pool has it at rank {len(pool[2])}")
             refs[i.name] = (ids[i.name], 0)
         ops = []
         by_name = {n.name: n for n in graph.nodes}
