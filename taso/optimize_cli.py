@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     p.add_argument("input", help="the .onnx model to optimize (never overwritten)")
     p.add_argument("-o", "--output", help="where to write the optimized model (required unless --explain)")
     p.add_argument("--library", help="a verified rule library (default: the one shipped with taso)")
-    p.add_argument("--cost", choices=COST_MODELS, default="ort-cpu", help="cost model (default: ort-cpu, measured and cached)")
+    p.add_argument("--cost", choices=COST_MODELS, default="ort-cpu", help="cost model (default: ort-cpu, measured per node and cached; ort-cpu-region also times the region each rewrite changes)")
     p.add_argument("--alpha", type=float, default=SearchConfig.alpha, help="search relaxation (default %(default)s)")
     p.add_argument("--budget", type=int, default=SearchConfig.budget, help="most graphs expanded (default %(default)s)")
     p.add_argument("--time-limit", type=float, default=SearchConfig.time_limit, help="search seconds (default %(default)s)")
@@ -38,7 +38,7 @@ def add_parser(sub) -> None:
     p.add_argument("--inputs", metavar="FILE.npz", help="also check the optimized model on these inputs")
     p.add_argument("--report", metavar="FILE.json", help="write the search report as JSON")
     p.add_argument("--no-confirm", action="store_true",
-                   help="keep the search's result even if the whole model is not measurably faster on ONNX Runtime (ort-cpu cost only)")
+                   help="keep the search's result even if the whole model is not measurably faster on ONNX Runtime (measured ort-cpu and ort-cpu-region costs only)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--explain", metavar="RULE", help="instead of optimizing, say for each place the rule's operators occur "
                    "whether it applies and why not (a rule id, or text of the rule as `taso info LIBRARY` prints it)")
