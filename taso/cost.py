@@ -46,6 +46,9 @@ class CostModel(ABC):
     """Maps nodes to seconds; memoises per key so a search never prices one node twice."""
 
     name = "abstract"
+    # True when a rewrite's price depends on the nodes around it (measured regions): the search
+    # re-prices an inherited rewrite whose neighbourhood the applied one changed.
+    context_sensitive = False
 
     def __init__(self):
         self._memo: dict[str, float] = {}

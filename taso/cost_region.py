@@ -42,6 +42,7 @@ class RegionCost(CostModel):
     """
 
     name = "ort-cpu-region"
+    context_sensitive = True
 
     def __init__(self, base: CostModel, max_regions: int = 400, min_seconds: float = 0.04):
         super().__init__()

@@ -312,6 +312,10 @@ def _all_options(graph: Graph, compiled: Sequence[CompiledRule], pricer: _Pricer
     return options
 
 
+def _touches(plan: Plan, values: set[str]) -> bool:
+    return any(v in values for n in plan.removed for v in (*n.inputs, *n.outputs))
+
+
 def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], seeds: _SeedIndex, compiled, pricer: _Pricer,
                        deadline: float = float("inf")) -> list[_Option]:
     """The child's rewrites: the parent's that the applied rewrite left intact, plus those through its new nodes.
@@ -324,6 +328,10 @@ def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], 
     removed = plan.removed_ids
     read = {v for n in plan.added for v in n.inputs}
     options = [o for o in parent_options if removed.isdisjoint(o[0].removed_ids) and read.isdisjoint(o[0].interior)]
+    if pricer.cost_model.context_sensitive:
+        # A price that depends on a rewrite's neighbours is stale once the applied rewrite touched them.
+        touched = {v for n in (*plan.removed, *plan.added) for v in (*n.inputs, *n.outputs)} - plan.parent.constant_values()
+        options = [(o, pricer.delta(graph, o.on(graph))) if _touches(o, touched) else (o, d) for o, d in options]
     seen = {(o.label, o.removed_ids) for o, _ in options}
     for node in plan.added:
         for crule, index in seeds.patterns_for(node):

@@ -23,15 +23,15 @@ from tests.helpers import assert_close
 MERGE_SHARED_WEIGHT = "[matmul(x1, w1), matmul(x2, w1)] ⇒"  # the shipped rule that merges two products with one weight
 
 
-def _unrolled(steps: int, prefix: str = "", rows: int = 1) -> Graph:
-    """``relu(x_t · W + b)`` for ``steps`` inputs and one weight: the input projections of an unrolled RNN."""
+def _unrolled(steps: int, prefix: str = "", rows: int = 1, bias: bool = True) -> Graph:
+    """``relu(x_t · W + b)`` (or ``relu(x_t · W)``) for ``steps`` inputs and one weight: the input projections of an unrolled RNN."""
     mm, add, relu = ops.get("matmul"), ops.get("add"), ops.get("relu")
     nodes, outputs = [], []
     for t in range(steps):
         x, y, z, r = (f"{prefix}{n}{t}" for n in ("x", "y", "z", "r"))
-        nodes += [Node(mm, mm.make_params(), (x, f"{prefix}w"), (y,), f"mm{t}"),
-                  Node(add, add.make_params(), (y, f"{prefix}b"), (z,), f"add{t}"),
-                  Node(relu, relu.make_params(), (z,), (r,), f"relu{t}")]
+        nodes += [Node(mm, mm.make_params(), (x, f"{prefix}w"), (y,), f"mm{t}")]
+        nodes += [Node(add, add.make_params(), (y, f"{prefix}b"), (z,), f"add{t}")] if bias else []
+        nodes += [Node(relu, relu.make_params(), (z if bias else y,), (r,), f"relu{t}")]
         outputs.append(r)
     rng = np.random.default_rng(0)
     weights = {f"{prefix}w": rng.standard_normal((16, 32)).astype(np.float32), f"{prefix}b": rng.standard_normal((1, 32)).astype(np.float32)}
@@ -174,3 +174,30 @@ def test_a_rewrite_saves_at_most_what_its_region_costs():
     before, _ = region_pair(graph, plan.removed, plan.added, plan)
     whole = sum(make_cost_model("analytic").node_cost(n, graph) for n in before.nodes)
     assert model.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan) == pytest.approx(-whole)
+
+
+def test_the_search_reprices_an_inherited_rewrite_whose_neighbours_changed():
+    """A region price is measured with the rewrite's neighbours; once an applied rewrite changed them, it is stale."""
+    from taso.cost import AnalyticCost
+    from taso.search import _all_options, _inherited_options, _Pricer, _RuleIndex
+
+    graph = _unrolled(3, bias=False)
+    merge = _plans(graph)[0]  # merges two steps' products: their ReLUs now read the merged product's split
+    index = _RuleIndex(load_rules())
+    index.admit(graph)
+    repriced = {}
+    for sensitive in (False, True):
+        model = AnalyticCost()
+        model.context_sensitive = sensitive
+        pricer = _Pricer(model)
+        parent_options = _all_options(graph, index.compiled, pricer)
+        child = merge.materialize()
+        index.admit(child)
+        priced: list = []
+        original = model.rewrite_cost
+        model.rewrite_cost = lambda parent, cost, removed, added, plan: priced.append(removed) or original(parent, cost, removed, added, plan)
+        inherited = _inherited_options(child, merge, parent_options, index.seeds, index.compiled, pricer)
+        kept = {frozenset(map(id, o.removed)) for o, _ in inherited}
+        repriced[sensitive] = [r for r in priced if frozenset(map(id, r)) in kept and any(r is o.removed for o, _ in parent_options)]
+    assert repriced[False] == []  # per-node prices do not depend on neighbours: inherited as they were
+    assert repriced[True], "an option next to the merged products (their ReLUs) is priced again"
