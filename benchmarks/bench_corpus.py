@@ -30,7 +30,7 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402 - a sibling script, not a package
 
-from taso.timing import interleaved_samples, median_run, open_session  # noqa: E402
+from taso.timing import interleaved_samples, median_run, warm_session  # noqa: E402
 from taso.validate import random_inputs  # noqa: E402
 
 SLOWER, FASTER = 0.98, 1.02
@@ -58,11 +58,8 @@ def paired_ratios(input_path: Path, output_path: Path, feeds: dict, rounds: int)
     A ratio of two neighbouring bursts cancels most of the load that other processes put on a
     shared machine; the median over rounds is the result, the spread of the rounds its noise.
     """
-    sessions = [open_session(str(path)) for path in (input_path, output_path)]
-    for session in sessions:
-        for _ in range(3):
-            session.run(None, feeds)
-    bursts = [lambda s=s: median_run(s, feeds, min_seconds=0.05, min_runs=5, max_runs=50, warmup=0) for s in sessions]
+    sessions = [warm_session(i, name, str(path), feeds) for i, (name, path) in enumerate((("the input", input_path), ("the output", output_path)))]
+    bursts = [lambda s=s, f=f: median_run(s, f, min_seconds=0.05, min_runs=5, max_runs=50, warmup=0) for s, f in sessions]
     inputs, outputs = interleaved_samples(bursts, rounds)
     ratios = [i / o for i, o in zip(inputs, outputs)]
     return ratios, statistics.median(inputs) * 1e3, statistics.median(outputs) * 1e3

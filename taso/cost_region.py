@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import statistics
-import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -97,21 +96,18 @@ class RegionCost(CostModel):
     def _time_delta(self, before: Graph, after: Graph) -> float | None:
         """Seconds ``after`` takes more than ``before`` (negative: the rewrite pays), timed interleaved."""
         from .onnx import export_onnx
-        from .timing import interleaved_samples, open_session
+        from .timing import interleaved_samples, mean_run, warm_session
 
         measures = []
         try:
-            for region in (before, after):
-                session = open_session(export_onnx(region, check=False).SerializeToString(), self.threads)
+            for position, region in enumerate((before, after)):
                 feeds = {v: _random_array(t, self._rng) for v, t in region.inputs.items()}
-                for _ in range(3):
-                    session.run(None, feeds)
-                measures.append((session, feeds))
-        except Exception:  # noqa: BLE001 - a region ORT cannot take is priced per node instead
+                measures.append(warm_session(position, "a region", export_onnx(region, check=False).SerializeToString(), feeds, self.threads))
+        except Exception:  # noqa: BLE001 - a region taso cannot export or ORT cannot take is priced per node instead
             return None
-        once = sum(_seconds_per_run(session, feeds, 1) for session, feeds in measures)
+        once = sum(mean_run(session, feeds, 1) for session, feeds in measures)
         runs = max(1, int(self.min_seconds / _ROUNDS / max(once, 1e-6)))
-        timed = [lambda m=m: _seconds_per_run(*m, runs) for m in measures]
+        timed = [lambda m=m: mean_run(*m, runs) for m in measures]
         first, second = interleaved_samples(timed, _ROUNDS)
         delta = _significant_difference(first, second)
         if delta < -_SUSPICIOUS_GAIN * statistics.median(first):
@@ -149,13 +145,6 @@ def _significant_difference(before: list[float], after: list[float]) -> float:
     return median
 
 
-def _seconds_per_run(session, feeds, runs: int) -> float:
-    start = time.perf_counter()
-    for _ in range(runs):
-        session.run(None, feeds)
-    return (time.perf_counter() - start) / runs
-
-
 # ---- regions --------------------------------------------------------------------------------------
 
 
@@ -173,7 +162,7 @@ def region_pair(parent: Graph, removed: Sequence[Node], added: Sequence[Node], c
     neighbours: dict[int, Node] = {}
     for node in (*removed, *added):
         for value in node.inputs:
-            producer = parent.producer(value) if parent.is_defined(value) else None
+            producer = parent.producer(value)
             if producer is not None and id(producer) not in removed_ids and value not in consts:
                 neighbours[id(producer)] = producer
     for node in removed:

@@ -29,7 +29,7 @@ import onnxruntime as ort
 
 from .errors import TasoError
 
-__all__ = ["TimingError", "session_options", "open_session", "fastest_run", "median_run", "interleaved_samples", "interleaved_medians", "interleaved_times", "rotated"]
+__all__ = ["TimingError", "session_options", "open_session", "warm_session", "fastest_run", "mean_run", "median_run", "interleaved_samples", "interleaved_medians", "interleaved_times", "rotated"]
 
 CPU = ("CPUExecutionProvider",)
 
@@ -74,6 +74,14 @@ def fastest_run(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray], 
         elapsed = time.perf_counter() - start
         fastest, total, runs = min(fastest, elapsed), total + elapsed, runs + 1
     return fastest
+
+
+def mean_run(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray], runs: int) -> float:
+    """Seconds per run over a burst of ``runs`` back-to-back runs (one perf_counter pair for runs too short to time alone)."""
+    start = time.perf_counter()
+    for _ in range(runs):
+        session.run(None, feeds)
+    return (time.perf_counter() - start) / runs
 
 
 def median_run(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray], min_seconds: float = 0.02, min_runs: int = 7,
@@ -150,7 +158,7 @@ def interleaved_times(
     """
     flags = [optimize] * len(models) if isinstance(optimize, bool) else list(optimize)
     names = list(labels) if labels is not None else [f"model {i}" for i in range(len(models))]
-    sessions = [_warm(i, names[i], model, feeds, threads, flags[i], providers, warmup) for i, model in enumerate(models)]
+    sessions = [warm_session(i, names[i], model, feeds, threads, flags[i], providers, warmup) for i, model in enumerate(models)]
 
     def measure(position: int) -> Callable[[], float]:
         session, own_feeds = sessions[position]
@@ -166,8 +174,13 @@ def interleaved_times(
     return interleaved_medians([measure(i) for i in range(len(sessions))], rounds)
 
 
-def _warm(position: int, label: str, model: str | bytes, feeds: Mapping[str, np.ndarray], threads: int, optimize: bool,
-          providers: Sequence[str], warmup: int) -> tuple[ort.InferenceSession, dict[str, np.ndarray]]:
+def warm_session(position: int, label: str, model: str | bytes, feeds: Mapping[str, np.ndarray], threads: int = 1, optimize: bool = True,
+                 providers: Sequence[str] = CPU, warmup: int = 3) -> tuple[ort.InferenceSession, dict[str, np.ndarray]]:
+    """A session run ``warmup`` times on the feeds its graph declares, and those feeds.
+
+    Raises:
+        TimingError: ONNX Runtime cannot load or run the model (``position`` and ``label`` name it).
+    """
     try:
         session = open_session(model, threads, optimize, providers)
         names = {i.name for i in session.get_inputs()}
