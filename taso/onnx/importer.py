@@ -24,7 +24,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import GraphError, ImportError_, ShapeError, TasoError
 from ..ir import Graph, GraphMeta, Node, Params, TensorType
-from ..ops import OPS, Op, onnx_importers
+from ..ops import Op, onnx_importers
 from ..ops.opaque import opaque
 
 __all__ = ["load_onnx", "read_model", "MIN_OPSET", "MAX_OPSET"]
@@ -590,7 +590,7 @@ def _import_opaque(state: _ImportState, node: onnx.NodeProto, all_opsets, shape_
     )
     try:
         out_types = _opaque_output_types(state, node, captures, inputs, params)
-    except ImportError_ as e:
+    except ImportError_:
         if not shape_errors:
             raise
         raise ImportError_(f"{node.op_type} node {node.name!r} does not accept its input types: {shape_errors[0]}") from None
@@ -639,15 +639,10 @@ def _types_by_branch_probe(state: _ImportState, node: onnx.NodeProto, captures: 
     errors: dict[bool, str] = {}
     for branch in (True, False):
         for probe_index in (0, 1):
-            rng = np.random.default_rng(probe_index)
-            arrays = [np.asarray(branch) if i == 0 else state.weights[n] if n in state.weights else _plausible_array(state.type(n), rng, probe_index)
-                      for i, n in enumerate(inputs)]
             try:
-                results = opaque.evaluate(arrays, probe)
+                seen[branch].append(_probed_types(state, inputs, probe, probe_index, condition=branch))
             except TasoError as e:
                 errors[branch] = str(e)
-                continue
-            seen[branch].append([TensorType.of(np.asarray(r)) for r in results])
     runs = [types for branch in (True, False) for types in seen[branch]]
     if not runs:
         raise ImportError_(f"{where}: neither branch runs at the fixed input shapes (then: {errors.get(True, '?')}; else: {errors.get(False, '?')})")
@@ -710,19 +705,25 @@ def _plausible_array(t: TensorType, rng: np.random.Generator, probe: int) -> np.
     return rng.integers(1, 4 if probe == 0 else 9, t.shape).astype(t.dtype)
 
 
+def _probed_types(state: _ImportState, inputs: list[str], probe: Params, probe_index: int, condition: bool | None = None) -> list[TensorType]:
+    """The output types of one run of an opaque node on plausible values (probe 0 or 1), weights as they are;
+    ``condition`` forces an If's first input. Raises TasoError when the node does not run."""
+    rng = np.random.default_rng(probe_index)
+    arrays = [np.asarray(condition) if i == 0 and condition is not None else state.weights[n] if n in state.weights
+              else _plausible_array(state.type(n), rng, probe_index) for i, n in enumerate(inputs)]
+    return [TensorType.of(np.asarray(r)) for r in opaque.evaluate(arrays, probe)]
+
+
 def _types_by_probe(state: _ImportState, node: onnx.NodeProto, inputs: list[str], params: dict) -> list[TensorType]:
     """Last resort: run the node twice on different plausible values; its shapes must not depend on them."""
     where = f"{node.op_type} node {node.name!r}"
     probe = Params({**params, "out_types": ()})
     seen = []
     for probe_index in (0, 1):
-        rng = np.random.default_rng(probe_index)
-        arrays = [state.weights[n] if n in state.weights else _plausible_array(state.type(n), rng, probe_index) for n in inputs]
         try:
-            results = opaque.evaluate(arrays, probe)
+            seen.append(_probed_types(state, inputs, probe, probe_index))
         except TasoError as e:
             raise ImportError_(f"cannot determine the static output shapes of {where}: ONNX shape inference gives none and running it on random inputs fails ({e})") from None
-        seen.append([TensorType.of(np.asarray(r)) for r in results])
     if seen[0] != seen[1]:
         shapes = " vs ".join(str([str(t) for t in types]) for types in seen)
         raise ImportError_(f"the output shapes of {where} depend on the values of its inputs ({shapes}): taso needs static shapes")
