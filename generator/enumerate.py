@@ -30,6 +30,8 @@ work (:mod:`~taso.generator.parallel`).
 
 from __future__ import annotations
 
+import itertools
+
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -392,19 +394,12 @@ class Enumerator:
 
 def _shape_tuples(signature: tuple, arity: int, commutative: bool) -> Iterator[tuple]:
     """Argument shape tuples over the shapes present (unordered pairs for commutative ops)."""
-    if arity == 0:
-        yield ()
-    elif arity == 1:
-        for s in signature:
-            yield (s,)
-    else:
+    if arity == 2 and commutative:
         for i, a in enumerate(signature):
-            for b in signature[i if commutative else 0 :]:
-                if arity == 2:
-                    yield (a, b)
-                else:
-                    for c in signature:
-                        yield (a, b, c)
+            for b in signature[i:]:
+                yield (a, b)
+    else:
+        yield from itertools.product(signature, repeat=arity)
 
 
 def _arg_tuples(lists: list[list[int]], unordered: bool, touch: frozenset[int] | None) -> Iterator[tuple]:
@@ -429,10 +424,6 @@ def _arg_tuples(lists: list[list[int]], unordered: bool, touch: frozenset[int] |
                 if a != b and (not unordered or a < b):
                     yield (a, b)
     else:
-        for a in lists[0]:
-            for b in lists[1]:
-                if a == b:
-                    continue
-                for c in lists[2]:
-                    if c != a and c != b and (touch is None or a in touch or b in touch or c in touch):
-                        yield (a, b, c)
+        for args in itertools.product(*lists):
+            if len(set(args)) == len(args) and (touch is None or any(t in touch for t in args)):
+                yield args

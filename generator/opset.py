@@ -30,7 +30,7 @@ from taso.ir import Params, TensorType
 from taso.ops import ACTIVATIONS
 from taso.ops.conv import same_pads
 
-from .pool import InputPool
+from .pool import BN_ROLES, InputPool
 
 __all__ = ["Variant", "ArgRule", "build_variants", "parse_ops", "GENERATOR_OPS", "TASO_OPS", "DEFAULT_OPS", "PRESETS"]
 
@@ -62,6 +62,7 @@ DATA = ArgRule(frozenset({"data"}))
 WEIGHT = ArgRule(frozenset({"weight"}))
 POOL_WEIGHT = ArgRule(frozenset({"weight"}), origin="pool")
 POOL_SCALAR = ArgRule(frozenset({"scalar"}), origin="pool")
+BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR = (ArgRule(frozenset({role}), origin="pool") for role in BN_ROLES)
 COMPUTED = ArgRule(frozenset({"data", "weight"}), origin="computed")
 
 
@@ -117,12 +118,19 @@ def _ranks(*ranks: int) -> ShapePolicy:
 
 
 def _elementwise(shapes, sizes):
-    """Equal shapes, or a bias vector broadcast along the last axis of the other operand."""
+    """Equal shapes, a bias vector along the last axis, or a channel vector (C, 1, 1) along an image's channels."""
     a, b = shapes
     if a == b:
         return {}
     small, large = sorted((a, b), key=len)
-    return {} if len(small) == 1 and len(large) > 1 and large[-1] == small[0] else None
+    if len(small) == 1 and len(large) > 1 and large[-1] == small[0]:
+        return {}
+    return {} if len(large) == 4 and small == (large[1], 1, 1) else None
+
+
+def _batch_norm(shapes, sizes):
+    """An image and its per-channel statistics (the registry checks their shapes)."""
+    return {} if len(shapes[0]) == 4 else None
 
 
 def _conv(kernel: Shape) -> ShapePolicy:
@@ -192,7 +200,8 @@ def _matmul(pool, acts):
 
 
 def _conv2d(pool, acts):
-    has_bias = any(c.role == "weight" and len(c.shape) == 1 for c in pool.classes)
+    # a bias comes from the pool, or from batch norm statistics (bn_shift folds them into one)
+    has_bias = any(c.role in ("weight", *BN_ROLES) and len(c.shape) == 1 for c in pool.classes)
     specs = []
     for kernel in _kernel_sizes(pool):
         pads = same_pads((max(kernel) * 2 + 1,) * 2, kernel, (1, 1), (1, 1))
@@ -231,6 +240,18 @@ def _concat(pool, acts):
 
 def _split_specs(pool, acts):
     return [_Spec(f"split[axis={a}]", "split", {"axis": a, "sizes": (1, 1)}, (COMPUTED,), _split(a), splits=True) for a in (0, 1)]
+
+
+def _batch_norm_specs(pool, acts):
+    return [_Spec("batch_norm", "batch_norm", {}, (DATA, BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR), _batch_norm)]
+
+
+def _bn_kernel_specs(pool, acts):
+    return [_Spec("bn_kernel", "bn_kernel", {}, (WEIGHT, BN_SCALE, BN_VAR), _no_args)]
+
+
+def _bn_shift_specs(pool, acts):
+    return [_Spec("bn_shift", "bn_shift", {}, (BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR), _no_args)]
 
 
 def _classes(pool: InputPool, test: Callable) -> list:
@@ -280,12 +301,16 @@ _BUILDERS: dict[str, Callable[[InputPool, Sequence[str]], list[_Spec]]] = {
     "eye": _eye,
     "fill": _fill,
     "pool_kernel": _pool_kernel,
+    "batch_norm": _batch_norm_specs,
+    "bn_kernel": _bn_kernel_specs,
+    "bn_shift": _bn_shift_specs,
 }
 
 GENERATOR_OPS: tuple[str, ...] = tuple(_BUILDERS)
-TASO_OPS: tuple[str, ...] = tuple(n for n in GENERATOR_OPS if n not in ("sigmoid", "tanh"))
-# NOTE: the default goes beyond TASO with sigmoid and tanh next to relu, as real models
-# need (and as the shipped library was generated); `--ops taso` gives TASO's own set.
+TASO_OPS: tuple[str, ...] = tuple(n for n in GENERATOR_OPS if n not in ("sigmoid", "tanh", "batch_norm", "bn_kernel", "bn_shift"))
+# NOTE: the default goes beyond TASO with sigmoid and tanh next to relu and with inference
+# batch norm and its folding into a convolution, as real models need (and as the shipped
+# library was generated); `--ops taso` gives TASO's own set.
 DEFAULT_OPS: tuple[str, ...] = GENERATOR_OPS
 # Named op sets for --ops.
 PRESETS: dict[str, tuple[str, ...]] = {"taso": TASO_OPS, "all": GENERATOR_OPS}

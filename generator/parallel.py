@@ -36,30 +36,34 @@ KEEP_GRAPHS_MAX_OPS = 3
 
 
 class Packer:
-    """Packs graph specs into fixed-width rows of small ints: 6 per operator, then outputs.
+    """Packs graph specs into fixed-width rows of small ints: one slot per operator, then outputs.
 
-    An operator is (variant, sizes[0], sizes[1], args[0], args[1], args[2]), -1 where absent;
-    then up to two outputs per operator, -1 padded. Rows are int8 when every value fits.
+    An operator's slot is (variant, sizes[0], sizes[1], args...), ``max_args`` arguments, -1
+    where absent; then up to two outputs per operator, -1 padded. Rows are int8 when every
+    value fits.
 
     Args:
         max_ops: the largest graph.
         largest: the largest value a row holds (variant count, tensor count, split size).
+        max_args: the largest operator arity (3 for TASO's ops, 5 with batch norm).
     """
 
-    def __init__(self, max_ops: int, largest: int):
+    def __init__(self, max_ops: int, largest: int, max_args: int = 3):
         self.max_ops = max_ops
-        self.width = 8 * max_ops
+        self.slot = 3 + max_args
+        self.width = (self.slot + 2) * max_ops
         self.dtype = np.int8 if largest < 127 else np.int16
         self._struct = struct.Struct(f"<{self.width}{'b' if self.dtype == np.int8 else 'h'}")
         self._codes: dict[OpRef, tuple[int, ...]] = {}
-        # Padding after a row of n values: up to the outputs (n <= 6 * max_ops), then to the end.
-        self._pad = {n: (-1,) * ((6 * max_ops if n <= 6 * max_ops else self.width) - n) for n in range(self.width + 1)}
+        # Padding after a row of n values: up to the outputs, then to the end.
+        ops_end = self.slot * max_ops
+        self._pad = {n: (-1,) * ((ops_end if n <= ops_end else self.width) - n) for n in range(self.width + 1)}
 
     def _encode(self, op: OpRef) -> tuple[int, ...]:
         code = self._codes.get(op)
         if code is None:
             vi, sizes, args = op
-            code = self._codes[op] = (vi, *(sizes or (-1, -1)), *args, *(-1,) * (3 - len(args)))
+            code = self._codes[op] = (vi, *(sizes or (-1, -1)), *args, *(-1,) * (self.slot - 3 - len(args)))
         return code
 
     def pack(self, ops: list, last: OpRef | None, outputs: list) -> bytes:
@@ -76,11 +80,11 @@ class Packer:
         values = [int(x) for x in row]
         ops = []
         for i in range(self.max_ops):
-            vi, p, q, *args = values[6 * i : 6 * i + 6]
+            vi, p, q, *args = values[self.slot * i : self.slot * (i + 1)]
             if vi < 0:
                 break
             ops.append((vi, () if p < 0 else (p, q), tuple(a for a in args if a >= 0)))
-        return GraphSpec(tuple(ops), tuple(t for t in values[6 * self.max_ops :] if t >= 0))
+        return GraphSpec(tuple(ops), tuple(t for t in values[self.slot * self.max_ops :] if t >= 0))
 
 
 @dataclass
@@ -116,7 +120,7 @@ def _packer(enumerator: Enumerator) -> Packer:
     largest_dim = max(max(c.shape, default=1) for c in enumerator.pool.classes)
     # A split size is a concat operand's size: at most a chain of max_ops concatenations.
     largest = max(len(enumerator.variants), len(enumerator.pool) + 2 * max_ops, (max_ops + 1) * largest_dim)
-    return Packer(max_ops, largest)
+    return Packer(max_ops, largest, max(3, max(v.arity for v in enumerator.variants)))
 
 
 def _keys_of_root(task: tuple[int, OpRef, bool]) -> tuple[int, array, bytes, list[int]]:

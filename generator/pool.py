@@ -18,11 +18,14 @@ import numpy as np
 from taso.ir import TensorType
 from taso.ops.base import FINGERPRINT_PRIME
 
-__all__ = ["ShapeClass", "InputPool", "DEFAULT_CLASSES", "ROLES"]
+__all__ = ["ShapeClass", "InputPool", "DEFAULT_CLASSES", "ROLES", "BN_ROLES"]
 
 # A tensor's role decides which operators may consume it (see ``opset``): activation
-# functions, pools and convolution inputs need data; weights only flow into weights.
-ROLES = ("data", "weight", "scalar")
+# functions, pools and convolution inputs need data; weights only flow into weights. The four
+# statistics of an inference batch norm have a role each: they flow only into the batch norm
+# and the two ops that fold it into a convolution, each into its own argument position.
+BN_ROLES = ("bn_scale", "bn_bias", "bn_mean", "bn_var")
+ROLES = ("data", "weight", "scalar", *BN_ROLES)
 
 # Rule value names are s0, s1... (source) and t0, t1... (target); inputs must not clash.
 RESERVED_PREFIXES = ("s", "t")
@@ -59,7 +62,11 @@ class ShapeClass:
 
 
 # TASO's pool (batch 2, 4 channels, 5x5 images, 3x3 / 1x3 / 3x1 / depthwise kernels, a
-# scalar), plus a bias vector so that bias additions next to matmul and conv merges are found.
+# scalar), plus what exported graphs have that TASO's pool lacks: bias vectors (bias additions
+# next to matmul and conv merges), 1x1 kernels (pointwise convolutions, enlarged to merge
+# with 3x3 ones), channel vectors (a bias or scale on the channel axis of an image, as
+# exporters write x + b.view(1, C, 1, 1)) and one inference batch norm's statistics (one of
+# each suffices at depth 3: a rule never needs two batch norms with different statistics).
 DEFAULT_CLASSES: tuple[ShapeClass, ...] = (
     ShapeClass("act", "x", (2, 4), 3, "data"),
     ShapeClass("mat", "w", (4, 4), 3, "weight"),
@@ -70,6 +77,14 @@ DEFAULT_CLASSES: tuple[ShapeClass, ...] = (
     ShapeClass("dwkernel", "kd", (4, 1, 3, 3), 1, "weight"),
     ShapeClass("scalar", "c", (), 1, "scalar"),
     ShapeClass("bias", "b", (4,), 2, "weight"),
+    ShapeClass("kernel1x1", "ko", (4, 4, 1, 1), 3, "weight"),
+    # NOTE: data, not weight: a channel vector shifts or scales an image; as a weight it would
+    # also scale a kernel's input channels (mul(k, cv)), a different family of rules.
+    ShapeClass("chan", "cv", (4, 1, 1), 2, "data"),
+    ShapeClass("bn_scale", "ga", (4,), 1, "bn_scale"),
+    ShapeClass("bn_bias", "be", (4,), 1, "bn_bias"),
+    ShapeClass("bn_mean", "mu", (4,), 1, "bn_mean"),
+    ShapeClass("bn_var", "va", (4,), 1, "bn_var"),
 )
 
 

@@ -1,7 +1,7 @@
 """taso.specs: the Z3 specification of every operator the generator uses, and their axioms.
 
 One module per operator family (``elementwise``, ``linalg``, ``conv``, ``shape``,
-``constants``); each declares ``specs`` (one :class:`OpSpec` per registry op: the Z3
+``constants``, ``norm``); each declares ``specs`` (one :class:`OpSpec` per registry op: the Z3
 signature and a symbolic shape rule) and ``axioms`` (equations in the term language of
 :mod:`taso.specs.terms`, each with the valuations it is validated on). The verifier reads
 :data:`SPECS` and :data:`AXIOMS`; nothing else keeps a list of operators or axioms.
@@ -9,13 +9,13 @@ signature and a symbolic shape rule) and ``axioms`` (equations in the term langu
 
 from __future__ import annotations
 
-from . import constants, conv, elementwise, linalg, shape
+from . import constants, conv, elementwise, linalg, norm, shape
 from .base import Axiom, OpSpec, Slot, Unsupported
 from .terms import TensorVar
 
 __all__ = ["SPECS", "AXIOMS", "UNFOLDINGS", "FAMILIES", "spec_of", "axiom", "Axiom", "OpSpec", "Slot", "Unsupported"]
 
-FAMILIES = (elementwise, linalg, conv, shape, constants)
+FAMILIES = (elementwise, linalg, conv, shape, constants, norm)
 
 SPECS: dict[str, OpSpec] = {}
 AXIOMS: list[Axiom] = []

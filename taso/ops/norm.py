@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import OnnxMapping, Param, as_array, define, normalize_axis, require, same_type
+from .base import FINGERPRINT_PRIME, OnnxMapping, Param, as_array, define, normalize_axis, require, same_type
 
 
 def _batch_norm_shape(types, p) -> TensorType:
@@ -16,12 +16,43 @@ def _batch_norm_shape(types, p) -> TensorType:
     return x
 
 
+def bn_gain(scale, var, epsilon: float):
+    """The per-channel factor of inference batch norm, scale / sqrt(|var| + epsilon), in float64.
+
+    NOTE: ONNX divides by sqrt(var + epsilon), which is NaN for a negative variance; taking
+    |var| agrees wherever ONNX is defined (a variance is never negative) and makes the op
+    total, so rules about it can be checked on unconstrained random tensors.
+    """
+    return np.asarray(scale, np.float64) / np.sqrt(np.abs(np.asarray(var, np.float64)) + epsilon)
+
+
+def _channel_view(vector, rank: int, axis: int):
+    shape = [1] * rank
+    shape[axis] = -1
+    return np.reshape(vector, shape)
+
+
 def _batch_norm(xs, p):
     x, scale, bias, mean, var = xs
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    inv = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + p["epsilon"])
-    y = (x - mean.reshape(shape)) * inv.reshape(shape) + bias.reshape(shape)
+    gain = _channel_view(bn_gain(scale, var, p["epsilon"]), x.ndim, 1)
+    y = (x - _channel_view(mean, x.ndim, 1)) * gain + _channel_view(bias, x.ndim, 1)
     return y.astype(x.dtype)
+
+
+# The exact (fingerprint) semantics replaces 1 / sqrt(|var| + eps) by a fixed polynomial in var,
+# distinct from the activations' stand-ins: an identity that holds for every such polynomial
+# factor g(var) holds for the real one.
+def _exact_gain(scale, var):
+    v = np.asarray(var, np.int64) % FINGERPRINT_PRIME
+    inv_root = (v * v % FINGERPRINT_PRIME + 7 * v + 11) % FINGERPRINT_PRIME
+    return np.asarray(scale, np.int64) % FINGERPRINT_PRIME * inv_root % FINGERPRINT_PRIME
+
+
+def _batch_norm_exact(xs, p):
+    x, scale, bias, mean, var = (np.asarray(a, np.int64) for a in xs)
+    gain = _channel_view(_exact_gain(scale, var), x.ndim, 1)
+    centred = (x - _channel_view(mean, x.ndim, 1)) % FINGERPRINT_PRIME
+    return (centred * gain + _channel_view(bias, x.ndim, 1)) % FINGERPRINT_PRIME
 
 
 def _import_batch_norm(ctx) -> bool:
@@ -29,7 +60,10 @@ def _import_batch_norm(ctx) -> bool:
         return False
     if ctx.attr("spatial", 1) != 1:
         return False
-    ctx.emit(batch_norm, list(ctx.inputs[:5]), ctx.outputs[:1], epsilon=float(ctx.attr("epsilon", 1e-5)))
+    # ONNX stores epsilon as float32 (1e-5 reads back as 9.99999974e-06): the shortest decimal that
+    # rounds to the same float32 is the epsilon the exporter meant, and the one rules are stated at.
+    epsilon = float(str(np.float32(ctx.attr("epsilon", 1e-5))))
+    ctx.emit(batch_norm, list(ctx.inputs[:5]), ctx.outputs[:1], epsilon=epsilon)
     return True
 
 
@@ -42,7 +76,99 @@ batch_norm = define(
     onnx=OnnxMapping(("BatchNormalization",), _import_batch_norm,
                      lambda ctx, n: ctx.emit("BatchNormalization", list(n.inputs), list(n.outputs), epsilon=n.params["epsilon"])),
     groups=("normalization", "has_weights"),
-    doc="inference batch normalisation: (x - mean) / sqrt(var + eps) * scale + bias, per channel",
+    doc="inference batch normalisation: (x - mean) / sqrt(|var| + eps) * scale + bias, per channel",
+    exact=_batch_norm_exact,
+)
+
+
+# ---- folding batch norm into a convolution -----------------------------------------------------------
+# batch_norm(conv2d(x, w), scale, bias, mean, var) = conv2d(x, bn_kernel(w, scale, var), bn_shift(scale, bias, mean, var)):
+# two weight-only ops (folded into initializers at export), as TASO's fuse_conv_batchnorm(_bias).
+
+
+def _bn_kernel_shape(types, p) -> TensorType:
+    w, scale, var = types
+    require(w.rank == 4, f"bn_kernel: needs an OIHW kernel, got {w.shape}")
+    require(scale.shape == (w.shape[0],) and var.shape == (w.shape[0],),
+            f"bn_kernel: per-channel tensors must have shape ({w.shape[0]},), got {scale.shape} and {var.shape}")
+    return w
+
+
+def _bn_kernel(xs, p):
+    w, scale, var = xs
+    return (w * _channel_view(bn_gain(scale, var, p["epsilon"]), w.ndim, 0)).astype(w.dtype)
+
+
+def _bn_kernel_exact(xs, p):
+    w, scale, var = (np.asarray(a, np.int64) for a in xs)
+    return w % FINGERPRINT_PRIME * _channel_view(_exact_gain(scale, var), w.ndim, 0) % FINGERPRINT_PRIME
+
+
+def _export_gain(ctx, scale: str, var: str, epsilon: float, hint: str) -> str:
+    dtype = np.dtype(ctx.type(scale).dtype)
+    magnitude, shifted, root, gain = (ctx.fresh(f"{hint}_{s}") for s in ("abs", "eps", "sqrt", "gain"))
+    ctx.emit("Abs", [var], [magnitude])
+    ctx.emit("Add", [magnitude, ctx.const(np.asarray(epsilon, dtype))], [shifted])
+    ctx.emit("Sqrt", [shifted], [root])
+    ctx.emit("Div", [scale, root], [gain])
+    return gain
+
+
+def _export_bn_kernel(ctx, node) -> None:
+    w, scale, var = node.inputs
+    gain = _export_gain(ctx, scale, var, node.params["epsilon"], node.outputs[0])
+    column = ctx.fresh(node.outputs[0] + "_column")
+    ctx.emit("Reshape", [gain, ctx.const(np.asarray([-1, 1, 1, 1], np.int64))], [column])
+    ctx.emit("Mul", [w, column], list(node.outputs))
+
+
+bn_kernel = define(
+    "bn_kernel",
+    arity=3,
+    params=[Param("epsilon", "float", 1e-5)],
+    shape=_bn_kernel_shape,
+    numpy=_bn_kernel,
+    onnx=OnnxMapping((), None, _export_bn_kernel),
+    groups=("kernel_only",),
+    doc="a convolution kernel scaled per output channel by batch norm's scale / sqrt(|var| + eps)",
+    exact=_bn_kernel_exact,
+)
+
+
+def _bn_shift_shape(types, p) -> TensorType:
+    require(all(t.rank == 1 and t.shape == types[0].shape for t in types),
+            f"bn_shift: per-channel tensors must have one shape (C,), got {[t.shape for t in types]}")
+    return types[0]
+
+
+def _bn_shift(xs, p):
+    scale, bias, mean, var = xs
+    return (bias - mean * bn_gain(scale, var, p["epsilon"])).astype(bias.dtype)
+
+
+def _bn_shift_exact(xs, p):
+    scale, bias, mean, var = (np.asarray(a, np.int64) for a in xs)
+    return (bias - mean % FINGERPRINT_PRIME * _exact_gain(scale, var)) % FINGERPRINT_PRIME
+
+
+def _export_bn_shift(ctx, node) -> None:
+    scale, bias, mean, var = node.inputs
+    gain = _export_gain(ctx, scale, var, node.params["epsilon"], node.outputs[0])
+    moved = ctx.fresh(node.outputs[0] + "_moved")
+    ctx.emit("Mul", [mean, gain], [moved])
+    ctx.emit("Sub", [bias, moved], list(node.outputs))
+
+
+bn_shift = define(
+    "bn_shift",
+    arity=4,
+    params=[Param("epsilon", "float", 1e-5)],
+    shape=_bn_shift_shape,
+    numpy=_bn_shift,
+    onnx=OnnxMapping((), None, _export_bn_shift),
+    groups=(),
+    doc="batch norm's per-channel shift, bias - mean * scale / sqrt(|var| + eps): the bias of the conv it folds into",
+    exact=_bn_shift_exact,
 )
 
 
@@ -215,4 +341,4 @@ REDUCE_OPS = {
 }
 reduce_mean, reduce_sum = REDUCE_OPS["mean"], REDUCE_OPS["sum"]
 
-__all__ = ["batch_norm", "layer_norm", "softmax", "reduce_mean", "reduce_sum", "REDUCE_OPS", "same_type"]
+__all__ = ["batch_norm", "bn_kernel", "bn_shift", "bn_gain", "layer_norm", "softmax", "reduce_mean", "reduce_sum", "REDUCE_OPS", "same_type"]

@@ -1,0 +1,166 @@
+"""Inference batch norm, the two weight ops that fold it into a convolution, and per-channel laws.
+
+Batch norm with constant statistics is a per-channel affine map, ``x * gain + shift`` with
+``gain = scale / sqrt(|var| + eps)`` and ``shift = bias - mean * gain``; a convolution's
+output channel ``m`` is linear in kernel ``m``. Hence the fold: batch_norm(conv2d(x, w)) =
+conv2d(x, bn_kernel(w), bn_shift(...)), with ``bn_kernel`` scaling each output channel of
+the kernel by the gain. ``bn_kernel`` is linear in its kernel and works per output channel,
+so it commutes with what the generator does to kernels (add, mul, scaling, stacking input
+channels, enlarging). Two laws on channel vectors ``c`` of shape (C, 1, 1) ride along:
+scaling a channel commutes with per-channel linear ops (average pools, depthwise
+convolutions) and shifting one commutes with a maximum pool; a 1x1 convolution mixes
+channels pixel by pixel, so it commutes with an average pool.
+
+Epsilon is a real parameter; the axioms are stated at the epsilons exporters write (PyTorch
+1e-5, Keras 1e-3), so a rule at another epsilon stays unproved rather than assumed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Axiom, OpSpec, Slot, all_of
+from .conv import CONV, POOL
+from .sampling import Sampler, conv_case
+from .terms import dim, eq, ints, le, op, rank, tensors
+
+__all__ = ["specs", "axioms", "EPSILONS"]
+
+EPSILONS = (1e-5, 1e-3)
+
+
+def _batch_norm_rule(dims, p):
+    x = dims[0]
+    return [list(x)], all_of([len(x) >= 2, *[d[0] == x[1] for d in dims[1:]]])
+
+
+def _bn_kernel_rule(dims, p):
+    w = dims[0]
+    return [list(w)], all_of([len(w) == 4, *[d[0] == w[0] for d in dims[1:]]])
+
+
+def _bn_shift_rule(dims, p):
+    return [list(dims[0])], all_of([d[0] == dims[0][0] for d in dims[1:]])
+
+
+_EPSILON = (Slot("epsilon", "real"),)
+specs = [
+    OpSpec("batch_norm", _EPSILON, _batch_norm_rule, doc="inference batch norm: (x - mean) * scale / sqrt(|var| + eps) + bias per channel"),
+    OpSpec("bn_kernel", _EPSILON, _bn_kernel_rule, doc="a kernel's output channels scaled by batch norm's gain"),
+    OpSpec("bn_shift", _EPSILON, _bn_shift_rule, doc="batch norm's per-channel shift, bias - mean * gain"),
+]
+
+batch_norm, bn_kernel, bn_shift = op("batch_norm"), op("bn_kernel"), op("bn_shift")
+conv2d, concat, add, mul, scalar_mul, enlarge = op("conv2d"), op("concat"), op("add"), op("mul"), op("scalar_mul"), op("enlarge")
+avg_pool2d, max_pool2d = op("avg_pool2d"), op("max_pool2d")
+x, y, w, v, c, s, sc, bi, mu, va = tensors("x y w v c s sc bi mu va")
+kh, kw, g, cip = ints("kh kw g cip")
+STATS = (sc, bi, mu, va)
+
+
+def _per_channel(names: str, count: int, valuation: dict) -> dict:
+    valuation.update({n: (count,) for n in names.split()})
+    return valuation
+
+
+def _conv_bn(rng: np.random.Generator):
+    """A convolution x (N, C, H, W) * w (M, C/g, KH, KW) and batch norm statistics of length M."""
+    groups = int(rng.choice((1, 2)))
+    size, valuation = conv_case(rng, groups)
+    valuation.update(x=(size["N"], size["C"], size["H"], size["W"]), w=(size["M"], size["C"] // groups, size["KH"], size["KW"]))
+    return _per_channel("sc bi mu va", size["M"], valuation)
+
+
+def _image_pair_bn(rng: np.random.Generator):
+    """Two images that concatenate along the batch, and statistics for their channels."""
+    n1, n2, ch, h, w_ = (int(d) for d in rng.integers(1, 4, size=5))
+    return _per_channel("sc bi mu va", ch, {"x": (n1, ch, h, w_), "y": (n2, ch, h, w_)})
+
+
+def _kernels(other_axis: int | None = None) -> Sampler:
+    """Kernels w, v of one shape (or differing along ``other_axis``), gains for their output channels, a scale s."""
+
+    def sample(rng: np.random.Generator):
+        w_shape = tuple(int(d) for d in rng.integers(1, 4, size=4))
+        v_shape = list(w_shape)
+        if other_axis is not None:
+            v_shape[other_axis] = int(rng.integers(1, 4))
+        valuation = {"w": w_shape, "v": tuple(v_shape), "s": (1,) * int(rng.integers(0, 3))}
+        size, ints = conv_case(rng, 1, kernels=(1, 3))
+        valuation.update(ints, kh=w_shape[2] + 2 * int(rng.integers(0, 2)), kw=w_shape[3] + 2 * int(rng.integers(0, 2)))
+        return _per_channel("sc va", w_shape[0], valuation)
+
+    return sample
+
+
+def _channel_vector(depthwise: bool = False) -> Sampler:
+    """An image x, a channel vector c (C, 1, 1), a pool window, and a kernel w (1x1, or depthwise).
+
+    Two in five valuations are near misses (a vector that varies along space or has another
+    length, a kernel that is not 1x1 or not depthwise), so that every guard is exercised.
+    """
+
+    def sample(rng: np.random.Generator):
+        size, valuation = conv_case(rng, 1)
+        channels = int(rng.integers(1, 4))
+        near_miss = rng.random() < 0.4
+        c_shape = (channels, 1, 1)
+        if near_miss:
+            c_shape = [(1, channels, 1, 1), (channels,), (channels, 1, size["W"]), (channels, size["H"], 1), (1, 1, 1), (channels + 1, 1, 1)][int(rng.integers(0, 6))]
+        valuation.update(x=(size["N"], channels, size["H"], size["W"]), c=c_shape, kh=size["KH"], kw=size["KW"], cip=int(rng.integers(0, 2)))
+        if depthwise:
+            groups = 1 if near_miss and rng.random() < 0.5 else channels
+            multiplier = 2 if near_miss and rng.random() < 0.5 else 1
+            valuation.update(w=(channels * multiplier, channels // groups, size["KH"], size["KW"]), g=groups)
+        else:
+            kernel = (size["KH"], size["KW"]) if near_miss and rng.random() < 0.5 else (1, 1)
+            valuation.update(w=(size["M"], channels, *kernel), g=1)
+        return valuation
+
+    return sample
+
+
+# A vector constant along space, (C, 1, 1) or (1, 1, 1); a per-channel op leaves both sides ill typed at any other length.
+CHANNEL_VECTOR = (eq(rank(c), 3), eq(dim(c, 1), 1), eq(dim(c, 2), 1))
+ONE_BY_ONE = {"strides": (1, 1), "pads": (0, 0, 0, 0)}
+
+
+def _epsilon_axioms(eps: float) -> list[Axiom]:
+    tag = f"{eps:g}"
+    stats = dict(epsilon=eps)
+    return [
+        # batch norm after a convolution is the convolution with scaled kernels and a bias
+        Axiom(f"batch_norm-conv2d[{tag}]", batch_norm(conv2d(x, w, **CONV), *STATS, **stats),
+              conv2d(x, bn_kernel(w, sc, va, **stats), bn_shift(*STATS, **stats), **CONV), _conv_bn),
+        # batch norm works image by image
+        Axiom(f"batch_norm-concat-batch[{tag}]", batch_norm(concat(x, y, axis=0), *STATS, **stats),
+              concat(batch_norm(x, *STATS, **stats), batch_norm(y, *STATS, **stats), axis=0), _image_pair_bn),
+        # bn_kernel scales output channels: it is linear in the kernel and commutes with per-output-channel work
+        Axiom(f"bn_kernel-add[{tag}]", bn_kernel(add(w, v), sc, va, **stats), add(bn_kernel(w, sc, va, **stats), bn_kernel(v, sc, va, **stats)),
+              _kernels(), when=(eq(rank(w), 4), eq(rank(v), 4), eq(dim(w, 0), dim(v, 0)))),
+        # (v may broadcast, as long as it does not add output channels)
+        Axiom(f"bn_kernel-mul[{tag}]", bn_kernel(mul(w, v), sc, va, **stats), mul(bn_kernel(w, sc, va, **stats), v), _kernels(),
+              when=(eq(rank(w), 4), eq(rank(mul(w, v)), 4), eq(dim(mul(w, v), 0), dim(w, 0)))),
+        Axiom(f"bn_kernel-smul[{tag}]", bn_kernel(scalar_mul(w, s), sc, va, **stats), scalar_mul(bn_kernel(w, sc, va, **stats), s), _kernels(),
+              when=(le(rank(s), rank(w)),)),
+        Axiom(f"bn_kernel-concat-inputs[{tag}]", bn_kernel(concat(w, v, axis=1), sc, va, **stats),
+              concat(bn_kernel(w, sc, va, **stats), bn_kernel(v, sc, va, **stats), axis=1), _kernels(1)),
+        Axiom(f"bn_kernel-enlarge[{tag}]", bn_kernel(enlarge(w, kernel=(kh, kw)), sc, va, **stats), enlarge(bn_kernel(w, sc, va, **stats), kernel=(kh, kw)),
+              _kernels()),
+    ]
+
+
+axioms = [
+    *[a for eps in EPSILONS for a in _epsilon_axioms(eps)],
+    # scaling a channel commutes with per-channel linear ops (zero padding stays zero)
+    Axiom("avg_pool2d-channel-scale", avg_pool2d(mul(x, c), **POOL, count_include_pad=cip), mul(avg_pool2d(x, **POOL, count_include_pad=cip), c),
+          _channel_vector(), when=CHANNEL_VECTOR),
+    Axiom("conv2d-depthwise-channel-scale", conv2d(mul(x, c), w, **CONV), mul(conv2d(x, w, **CONV), c),
+          _channel_vector(depthwise=True), when=(eq(dim(w, 0), dim(x, 1)), eq(dim(w, 1), 1), eq(dim(c, 0), dim(x, 1)), *CHANNEL_VECTOR)),
+    # shifting a channel commutes with a maximum (a window of padding alone stays -inf either way)
+    Axiom("max_pool2d-channel-shift", max_pool2d(add(x, c), **POOL), add(max_pool2d(x, **POOL), c), _channel_vector(), when=CHANNEL_VECTOR),
+    # a 1x1 convolution mixes channels pixel by pixel; an average pool averages each channel over windows
+    Axiom("conv2d-1x1-avg_pool2d", conv2d(avg_pool2d(x, **POOL, count_include_pad=cip), w, **ONE_BY_ONE),
+          avg_pool2d(conv2d(x, w, **ONE_BY_ONE), **POOL, count_include_pad=cip), _channel_vector(),
+          when=(eq(dim(w, 2), 1), eq(dim(w, 3), 1))),
+]
