@@ -7,7 +7,10 @@ and the argument policy that keeps the search on graphs that can occur in a mode
 policies are TASO's:
 
 * activation functions, pools and convolution inputs consume data, never raw weights;
-* element-wise operands have equal shapes, or one is a bias vector (rank 1);
+* element-wise operands have equal shapes, or one is a bias vector (rank 1); a channel
+  vector (C, 1, 1) only shifts or scales the channels of an image (data, never a kernel);
+* batch norm normalises an image with the pool's statistics, each in its own position;
+  bn_kernel and bn_shift read the same statistics (and a kernel) to fold it into a conv;
 * matmul and transpose work on matrices (rank 2); scalar_mul scales by the pool's scalar;
 * enlarge grows a pool kernel to a larger pool kernel size;
 * split undoes a concatenation: it cuts an operator's output into the two sizes of a concat
@@ -62,6 +65,7 @@ DATA = ArgRule(frozenset({"data"}))
 WEIGHT = ArgRule(frozenset({"weight"}))
 POOL_WEIGHT = ArgRule(frozenset({"weight"}), origin="pool")
 POOL_SCALAR = ArgRule(frozenset({"scalar"}), origin="pool")
+CHAN = ArgRule(frozenset({"chan"}), origin="pool")
 BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR = (ArgRule(frozenset({role}), origin="pool") for role in BN_ROLES)
 COMPUTED = ArgRule(frozenset({"data", "weight"}), origin="computed")
 
@@ -118,14 +122,18 @@ def _ranks(*ranks: int) -> ShapePolicy:
 
 
 def _elementwise(shapes, sizes):
-    """Equal shapes, a bias vector along the last axis, or a channel vector (C, 1, 1) along an image's channels."""
+    """Equal shapes, or a bias vector broadcast along the last axis of the other operand."""
     a, b = shapes
     if a == b:
         return {}
     small, large = sorted((a, b), key=len)
-    if len(small) == 1 and len(large) > 1 and large[-1] == small[0]:
-        return {}
-    return {} if len(large) == 4 and small == (large[1], 1, 1) else None
+    return {} if len(small) == 1 and len(large) > 1 and large[-1] == small[0] else None
+
+
+def _channelwise(shapes, sizes):
+    """An image and a channel vector (C, 1, 1) of its channel count."""
+    image, vector = shapes
+    return {} if len(image) == 4 and vector == (image[1], 1, 1) else None
 
 
 def _batch_norm(shapes, sizes):
@@ -231,7 +239,13 @@ def _unary_activation(name: str):
 
 
 def _binary_elementwise(name: str):
-    return lambda pool, acts: [_Spec(name, name, {}, (ANY, ANY), _elementwise)]
+    def specs(pool, acts):
+        out = [_Spec(name, name, {}, (ANY, ANY), _elementwise)]
+        if any(c.role == "chan" for c in pool.classes):
+            out.append(_Spec(f"{name}[channel]", name, {}, (DATA, CHAN), _channelwise))
+        return out
+
+    return specs
 
 
 def _concat(pool, acts):
@@ -319,8 +333,9 @@ PRESETS: dict[str, tuple[str, ...]] = {"taso": TASO_OPS, "all": GENERATOR_OPS}
 def parse_ops(text: str | Iterable[str] | None) -> tuple[str, ...]:
     """The op set named by ``--ops``: comma-separated canonical names or presets, in canonical order.
 
-    ``None`` gives :data:`DEFAULT_OPS` (TASO's set plus sigmoid and tanh). Presets (:data:`PRESETS`) expand in
-    place: ``taso`` is TASO's set, ``all`` adds sigmoid and tanh; ``taso,sigmoid`` works.
+    ``None`` gives :data:`DEFAULT_OPS` (TASO's set plus sigmoid, tanh and batch norm with its two
+    folding ops). Presets (:data:`PRESETS`) expand in place: ``taso`` is TASO's set, ``all`` adds
+    the others; ``taso,sigmoid`` works.
 
     Raises:
         TasoError: an unknown operator, or one the generator cannot enumerate.

@@ -25,7 +25,8 @@ __all__ = ["ShapeClass", "InputPool", "DEFAULT_CLASSES", "ROLES", "BN_ROLES"]
 # statistics of an inference batch norm have a role each: they flow only into the batch norm
 # and the two ops that fold it into a convolution, each into its own argument position.
 BN_ROLES = ("bn_scale", "bn_bias", "bn_mean", "bn_var")
-ROLES = ("data", "weight", "scalar", *BN_ROLES)
+# A channel vector (C, 1, 1) only shifts or scales an image's channels (see ``opset``).
+ROLES = ("data", "weight", "scalar", "chan", *BN_ROLES)
 
 # Rule value names are s0, s1... (source) and t0, t1... (target); inputs must not clash.
 RESERVED_PREFIXES = ("s", "t")
@@ -78,9 +79,7 @@ DEFAULT_CLASSES: tuple[ShapeClass, ...] = (
     ShapeClass("scalar", "c", (), 1, "scalar"),
     ShapeClass("bias", "b", (4,), 2, "weight"),
     ShapeClass("kernel1x1", "ko", (4, 4, 1, 1), 3, "weight"),
-    # NOTE: data, not weight: a channel vector shifts or scales an image; as a weight it would
-    # also scale a kernel's input channels (mul(k, cv)), a different family of rules.
-    ShapeClass("chan", "cv", (4, 1, 1), 2, "data"),
+    ShapeClass("chan", "cv", (4, 1, 1), 2, "chan"),
     ShapeClass("bn_scale", "ga", (4,), 1, "bn_scale"),
     ShapeClass("bn_bias", "be", (4,), 1, "bn_bias"),
     ShapeClass("bn_mean", "mu", (4,), 1, "bn_mean"),

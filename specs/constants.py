@@ -28,7 +28,7 @@ specs = [
 
 matmul, conv2d, avg_pool2d, transpose, add, mul = op("matmul"), op("conv2d"), op("avg_pool2d"), op("transpose"), op("add"), op("mul")
 eye, conv_identity, pool_kernel, fill = op("eye"), op("conv_identity"), op("pool_kernel"), op("fill")
-x, v = tensors("x v")
+x, v, y = tensors("x v y")
 n, c, g, kh, kw, sh, sw, pt, pl, pb, pr = ints("n c g kh kw sh sw pt pl pb pr")
 d = ints("d0 d1 d2 d3")
 
@@ -71,6 +71,17 @@ def _own_shape(rank_: int) -> Sampler:
     return lambda rng: (lambda s: {"x": s, **{f"d{i}": v for i, v in enumerate(s)}})(shape(rng, rank_))
 
 
+def _broadcast_into(rank_: int) -> Sampler:
+    """y of a random shape (and d its dims), x that broadcasts into it: trailing dims of y, some set to 1."""
+
+    def sample(rng: np.random.Generator):
+        y = shape(rng, rank_)
+        x = tuple(1 if rng.random() < 0.4 else d for d in y[int(rng.integers(0, rank_ + 1)):])
+        return {"x": x, "y": y, **{f"d{i}": v for i, v in enumerate(y)}}
+
+    return sample
+
+
 SAME_PADDING = (eq(pt, kh // 2), eq(pb, kh // 2), eq(pl, kw // 2), eq(pr, kw // 2))
 ODD_KERNEL = (eq(kh % 2, 1), eq(kw % 2, 1))
 
@@ -94,4 +105,7 @@ axioms = [
       for r in (1, 2, 3, 4)],
     *[Axiom(f"add-zeros-{r}d", add(x, fill(shape=d[:r], value=0.0)), x, _own_shape(r), when=(eq(rank(x), r), *[eq(dim(x, i), d[i]) for i in range(r)]))
       for r in (1, 2, 3, 4)],
+    # ones of y's shape only broadcast x to it, which adding y does anyway (a channel bias times ones, plus an image)
+    *[Axiom(f"add-broadcast-ones-{r}d", add(mul(x, fill(shape=d[:r], value=1.0)), y), add(x, y), _broadcast_into(r),
+            when=(eq(rank(y), r), *[eq(dim(y, i), d[i]) for i in range(r)])) for r in (1, 2, 3, 4)],
 ]

@@ -118,6 +118,43 @@ def _batched_chain(rng: np.random.Generator):
     return {"x": (b, n, k), "y": (k, m)}
 
 
+def _batch(rng: np.random.Generator, b: int) -> int:
+    """A batch size that broadcasts with b: b itself, or 1."""
+    return b if rng.random() < 0.7 else 1
+
+
+def _chain_ranks(x_rank: int, y_rank: int):
+    """x (.., n, k) times y (.., k, m) at these ranks (3 gives a batch, which may broadcast)."""
+
+    def sample(rng: np.random.Generator):
+        b, n, k, m = shape(rng, 4)
+        return {"x": ((_batch(rng, b),) if x_rank == 3 else ()) + (n, k), "y": ((_batch(rng, b),) if y_rank == 3 else ()) + (k, m)}
+
+    return sample
+
+
+def _inner_scale_ranks(x_rank: int, y_rank: int):
+    """x (.., n, k) times y^T for y (.., m, k), and a vector v of k (or 1) entries."""
+
+    def sample(rng: np.random.Generator):
+        b, n, k, m = shape(rng, 4)
+        return {"x": ((_batch(rng, b),) if x_rank == 3 else ()) + (n, k), "y": ((_batch(rng, b),) if y_rank == 3 else ()) + (m, k),
+                "v": (int(rng.choice([1, k])),)}
+
+    return sample
+
+
+def _batched_blocks_both(rng: np.random.Generator):
+    """x (b, n, k1) y (b, k1, m) + z (b, n, k2) w (b, k2, m)."""
+    b, n, k1, k2, m = shape(rng, 5)
+    return {"x": (b, n, k1), "y": (b, k1, m), "z": (b, n, k2), "w": (b, k2, m)}
+
+
+def _t(term, rank_: int):
+    """The transpose of the last two axes of a rank-2 or rank-3 term."""
+    return transpose(term, perm=(1, 0) if rank_ == 2 else (0, 2, 1))
+
+
 axioms = [
     # matmul is associative for matrices (batched or not). A vector factor changes which dims contract
     # and where batch dims land: x (1,), y (1,1,3), z (1,3,3) gives (1,1,3) on the left and (1,3) on the right.
@@ -166,4 +203,14 @@ batched_axioms = [
     Axiom("matmul-add-left-3d", matmul(add(x, y), z), add(matmul(x, z), matmul(y, z)), _batched_summands, when=same_shape(x, y, 3)),
     Axiom("transpose-matmul-3d", transpose(matmul(x, y), perm=(0, 2, 1)), matmul(transpose(y, perm=(1, 0)), transpose(x, perm=(0, 2, 1))),
           _batched_chain, when=(eq(rank(x), 3), eq(rank(y), 2))),
+    # the same with the batch on the right, or on both sides (a batch of 1 broadcasts)
+    *[Axiom(f"transpose-matmul-{rx}d-{ry}d", transpose(matmul(x, y), perm=(0, 2, 1)), matmul(_t(y, ry), _t(x, rx)), _chain_ranks(rx, ry),
+            when=(eq(rank(x), rx),) if rx == 2 else (eq(rank(x), rx), eq(rank(y), ry))) for rx, ry in ((2, 3), (3, 3))],
+    # a scale of the inner axis moves between the factors of x y^T (x or y batched)
+    *[Axiom(f"matmul-scaled-inner-{rx}d-{ry}d", matmul(mul(x, v), _t(y, ry)), matmul(x, _t(mul(y, v), ry)), _inner_scale_ranks(rx, ry),
+            when=(eq(rank(v), 1), eq(rank(x), rx), eq(dim(x, rx - 1), dim(y, ry - 1)))) for rx, ry in ((3, 2), (2, 3), (3, 3))],
+    # a sum of batched products is one product of the concatenated factors (both batched)
+    Axiom("matmul-concat-inner-3d-3d", add(matmul(x, y), matmul(z, w)), matmul(concat(x, z, axis=2), concat(y, w, axis=1)), _batched_blocks_both,
+          when=(eq(rank(x), 3), eq(rank(z), 3), eq(rank(y), 3), eq(rank(w), 3), eq(dim(x, 0), dim(z, 0)), eq(dim(x, 1), dim(z, 1)),
+                eq(dim(y, 0), dim(w, 0)), eq(dim(y, 2), dim(w, 2)), eq(dim(x, 2), dim(y, 1)))),
 ]

@@ -120,6 +120,21 @@ def _channel_vector(depthwise: bool = False) -> Sampler:
     return sample
 
 
+def _conv_then_depthwise(rng: np.random.Generator):
+    """A convolution x * w with M outputs, then a depthwise kernel v (M, 1, KH', KW') over them."""
+    valuation = _conv_bn(rng)
+    m = valuation["w"][0]
+    size, second = conv_case(rng, 1)
+    valuation.update({f"{k}2": v for k, v in second.items() if k in ("sh", "sw", "pt", "pl", "pb", "pr")}, g2=m)
+    # near misses: two kernels per channel (a multiplier), or a kernel reading two channels
+    valuation["v"] = [(m, 1), (m, 1), (m, 1), (2 * m, 1), (m, 2)][int(rng.integers(0, 5))] + (size["KH"], size["KW"])
+    valuation.update(sc=(m,), va=(m,))
+    return valuation
+
+
+sh2, sw2, pt2, pl2, pb2, pr2, g2 = ints("sh2 sw2 pt2 pl2 pb2 pr2 g2")
+DEPTHWISE = {"strides": (sh2, sw2), "pads": (pt2, pl2, pb2, pr2), "groups": g2}
+
 # A vector constant along space, (C, 1, 1) or (1, 1, 1); a per-channel op leaves both sides ill typed at any other length.
 CHANNEL_VECTOR = (eq(rank(c), 3), eq(dim(c, 1), 1), eq(dim(c, 2), 1))
 ONE_BY_ONE = {"strides": (1, 1), "pads": (0, 0, 0, 0)}
@@ -138,15 +153,19 @@ def _epsilon_axioms(eps: float) -> list[Axiom]:
         # bn_kernel scales output channels: it is linear in the kernel and commutes with per-output-channel work
         Axiom(f"bn_kernel-add[{tag}]", bn_kernel(add(w, v), sc, va, **stats), add(bn_kernel(w, sc, va, **stats), bn_kernel(v, sc, va, **stats)),
               _kernels(), when=(eq(rank(w), 4), eq(rank(v), 4), eq(dim(w, 0), dim(v, 0)))),
-        # (v may broadcast, as long as it does not add output channels)
+        # (v may broadcast along the other axes: only the output channels are scaled)
         Axiom(f"bn_kernel-mul[{tag}]", bn_kernel(mul(w, v), sc, va, **stats), mul(bn_kernel(w, sc, va, **stats), v), _kernels(),
-              when=(eq(rank(w), 4), eq(rank(mul(w, v)), 4), eq(dim(mul(w, v), 0), dim(w, 0)))),
+              when=(eq(rank(w), 4), eq(rank(v), 4), eq(dim(w, 0), dim(v, 0)))),
         Axiom(f"bn_kernel-smul[{tag}]", bn_kernel(scalar_mul(w, s), sc, va, **stats), scalar_mul(bn_kernel(w, sc, va, **stats), s), _kernels(),
               when=(le(rank(s), rank(w)),)),
         Axiom(f"bn_kernel-concat-inputs[{tag}]", bn_kernel(concat(w, v, axis=1), sc, va, **stats),
               concat(bn_kernel(w, sc, va, **stats), bn_kernel(v, sc, va, **stats), axis=1), _kernels(1)),
         Axiom(f"bn_kernel-enlarge[{tag}]", bn_kernel(enlarge(w, kernel=(kh, kw)), sc, va, **stats), enlarge(bn_kernel(w, sc, va, **stats), kernel=(kh, kw)),
               _kernels()),
+        # scaling a depthwise kernel's channels is scaling the channels it reads: the kernel of the conv before
+        Axiom(f"conv2d-depthwise-bn_kernel[{tag}]", conv2d(conv2d(x, w, **CONV), bn_kernel(v, sc, va, **stats), **DEPTHWISE),
+              conv2d(conv2d(x, bn_kernel(w, sc, va, **stats), **CONV), v, **DEPTHWISE), _conv_then_depthwise,
+              when=(eq(dim(v, 1), 1), eq(dim(v, 0), dim(w, 0)))),
     ]
 
 

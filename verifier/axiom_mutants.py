@@ -88,7 +88,7 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("transpose-matmul-3d", "drop guard rank(x) == 3"): _RANK_IMPLIED,
     ("matmul-add-left-3d", "drop guard dim(x, 0) == dim(y, 0)"): _BATCHED,
     ("matmul-add-left-3d", "drop guard dim(x, 1) == dim(y, 1)"): _BROADCAST_ROWS,
-    **{(f"bn_kernel-mul[{eps:g}]", "drop guard rank(mul(w, v)) == 4"): _RANK_5 for eps in EPSILONS},
+    **{(f"bn_kernel-mul[{eps:g}]", "drop guard rank(v) == 4"): _RANK_5 for eps in EPSILONS},
     **{(f"bn_kernel-smul[{eps:g}]", "drop guard rank(s) <= rank(w)"): _RANK_5 for eps in EPSILONS},
 }
 
