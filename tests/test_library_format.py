@@ -235,7 +235,7 @@ def test_the_number_of_directed_rules_comes_from_the_index_without_parsing():
 
     _LOADED.clear()
     rules = load_rules()
-    assert len(rules) == 2 * 7195 and rules._all is None
+    assert len(rules) == 2 * 14945 and rules._all is None
     assert len(list(rules)) == len(rules)
 
 
