@@ -35,7 +35,7 @@ from taso.ops.conv import same_pads
 
 from .pool import BN_ROLES, InputPool
 
-__all__ = ["Variant", "ArgRule", "build_variants", "parse_ops", "GENERATOR_OPS", "TASO_OPS", "DEFAULT_OPS", "PRESETS"]
+__all__ = ["Variant", "ArgRule", "build_variants", "parse_ops", "GENERATOR_OPS", "TASO_OPS", "BN_OPS", "DEFAULT_OPS", "PRESETS"]
 
 Shape = tuple[int, ...]
 # A shape policy: argument shapes and the split sizes (or ()) -> derived parameters, or None to refuse.
@@ -321,7 +321,9 @@ _BUILDERS: dict[str, Callable[[InputPool, Sequence[str]], list[_Spec]]] = {
 }
 
 GENERATOR_OPS: tuple[str, ...] = tuple(_BUILDERS)
-TASO_OPS: tuple[str, ...] = tuple(n for n in GENERATOR_OPS if n not in ("sigmoid", "tanh", "batch_norm", "bn_kernel", "bn_shift"))
+# The ops that read a batch norm's statistics (without them the statistics leave the pool: Settings).
+BN_OPS: frozenset[str] = frozenset({"batch_norm", "bn_kernel", "bn_shift"})
+TASO_OPS: tuple[str, ...] = tuple(n for n in GENERATOR_OPS if n not in ("sigmoid", "tanh") and n not in BN_OPS)
 # NOTE: the default goes beyond TASO with sigmoid and tanh next to relu and with inference
 # batch norm and its folding into a convolution, as real models need (and as the shipped
 # library was generated); `--ops taso` gives TASO's own set.

@@ -10,11 +10,8 @@ from dataclasses import dataclass
 
 from taso.errors import TasoError
 
-from .opset import DEFAULT_OPS
+from .opset import BN_OPS, DEFAULT_OPS
 from .pool import BN_ROLES, DEFAULT_CLASSES, ShapeClass
-
-# The ops that read a batch norm's statistics; without them the statistics leave the pool.
-_BN_OPS = frozenset({"batch_norm", "bn_kernel", "bn_shift"})
 
 __all__ = ["Settings"]
 
@@ -38,7 +35,7 @@ class Settings:
     def __post_init__(self):
         if not 1 <= self.max_ops <= 6:
             raise TasoError(f"--max-ops must be between 1 and 6, got {self.max_ops}")
-        if not _BN_OPS & set(self.ops):
+        if not BN_OPS & set(self.ops):
             # NOTE: frozen dataclass; the pool recorded in to_json is the one enumerated.
             object.__setattr__(self, "classes", tuple(c for c in self.classes if c.role not in BN_ROLES))
 

@@ -86,8 +86,8 @@ def _kernels(other_axis: int | None = None) -> Sampler:
         if other_axis is not None:
             v_shape[other_axis] = int(rng.integers(1, 4))
         valuation = {"w": w_shape, "v": tuple(v_shape), "s": (1,) * int(rng.integers(0, 3))}
-        size, ints = conv_case(rng, 1, kernels=(1, 3))
-        valuation.update(ints, kh=w_shape[2] + 2 * int(rng.integers(0, 2)), kw=w_shape[3] + 2 * int(rng.integers(0, 2)))
+        _, window = conv_case(rng, 1, kernels=(1, 3))
+        valuation.update(window, kh=w_shape[2] + 2 * int(rng.integers(0, 2)), kw=w_shape[3] + 2 * int(rng.integers(0, 2)))
         return _per_channel("sc va", w_shape[0], valuation)
 
     return sample
@@ -128,7 +128,6 @@ def _conv_then_depthwise(rng: np.random.Generator):
     valuation.update({f"{k}2": v for k, v in second.items() if k in ("sh", "sw", "pt", "pl", "pb", "pr")}, g2=m)
     # near misses: two kernels per channel (a multiplier), or a kernel reading two channels
     valuation["v"] = [(m, 1), (m, 1), (m, 1), (2 * m, 1), (m, 2)][int(rng.integers(0, 5))] + (size["KH"], size["KW"])
-    valuation.update(sc=(m,), va=(m,))
     return valuation
 
 

@@ -16,7 +16,7 @@ def _batch_norm_shape(types, p) -> TensorType:
     return x
 
 
-def bn_gain(scale, var, epsilon: float):
+def _bn_gain(scale, var, epsilon: float):
     """The per-channel factor of inference batch norm, scale / sqrt(|var| + epsilon), in float64.
 
     NOTE: ONNX divides by sqrt(var + epsilon), which is NaN for a negative variance; taking
@@ -34,7 +34,7 @@ def _channel_view(vector, rank: int, axis: int):
 
 def _batch_norm(xs, p):
     x, scale, bias, mean, var = xs
-    gain = _channel_view(bn_gain(scale, var, p["epsilon"]), x.ndim, 1)
+    gain = _channel_view(_bn_gain(scale, var, p["epsilon"]), x.ndim, 1)
     y = (x - _channel_view(mean, x.ndim, 1)) * gain + _channel_view(bias, x.ndim, 1)
     return y.astype(x.dtype)
 
@@ -96,7 +96,7 @@ def _bn_kernel_shape(types, p) -> TensorType:
 
 def _bn_kernel(xs, p):
     w, scale, var = xs
-    return (w * _channel_view(bn_gain(scale, var, p["epsilon"]), w.ndim, 0)).astype(w.dtype)
+    return (w * _channel_view(_bn_gain(scale, var, p["epsilon"]), w.ndim, 0)).astype(w.dtype)
 
 
 def _bn_kernel_exact(xs, p):
@@ -143,7 +143,7 @@ def _bn_shift_shape(types, p) -> TensorType:
 
 def _bn_shift(xs, p):
     scale, bias, mean, var = xs
-    return (bias - mean * bn_gain(scale, var, p["epsilon"])).astype(bias.dtype)
+    return (bias - mean * _bn_gain(scale, var, p["epsilon"])).astype(bias.dtype)
 
 
 def _bn_shift_exact(xs, p):
@@ -341,4 +341,4 @@ REDUCE_OPS = {
 }
 reduce_mean, reduce_sum = REDUCE_OPS["mean"], REDUCE_OPS["sum"]
 
-__all__ = ["batch_norm", "bn_kernel", "bn_shift", "bn_gain", "layer_norm", "softmax", "reduce_mean", "reduce_sum", "REDUCE_OPS", "same_type"]
+__all__ = ["batch_norm", "bn_kernel", "bn_shift", "layer_norm", "softmax", "reduce_mean", "reduce_sum", "REDUCE_OPS", "same_type"]
