@@ -55,6 +55,14 @@ from .settings import Settings
 __all__ = ["Shard", "plan_shards", "ShardStore", "StageReport", "MapReport", "RayBackend", "RayWorkers", "ray_available",
            "verify_rules_on_ray"]
 
+# A note on cancelling. Tasks that an interrupted or failed pass leaves pending are not
+# cancelled: Ray 2.60 cancels on the caller's thread while results arrive on another, and
+# cancelling a task whose result is arriving fails it twice; the driver then aborts on an
+# internal check ("Tried to complete task that was not pending") and takes the user's
+# process with it (seen in CI, on the interrupted-run test). The tasks left behind are
+# bounded work: ray.shutdown() of a local cluster ends them, and so does the exit of a
+# driver that joined a cluster. Only a verification task past its time limit is killed,
+# after checking that it has not just finished.
 # Ray retries a task whose worker process died this many times before the run fails.
 MAX_RETRIES = 3
 # The plan aims at about this many shards of equal estimated work (independent of the cluster's size,
@@ -559,22 +567,19 @@ class RayWorkers(Workers):
                 refs = remote.remote(self._settings_ref, shard, *extra, self.backend.fault)
                 head, parts = (refs[0], refs[1:]) if ranges else (refs, [])
                 pending[head] = (i, parts)
-        try:
-            while pending:
-                done, _ = self._ray.wait(list(pending), num_returns=1)
-                i, parts = pending.pop(done[0])
-                results[i] = self._ray.get(done[0])
-                report.run += 1
-                if self.store:
-                    self._save(stage, self.shards[i], results[i], parts)
-                if parts:
-                    results[i]["ranges"] = parts
-                self._finish(report, self.shards[i], results[i], on_task)
-                if self.backend.stop_after is not None and self._checkpointed >= self.backend.stop_after:
-                    raise KeyboardInterrupt
-        finally:
-            for ref in pending:
-                self._ray.cancel(ref, force=True)
+        # Tasks left pending by an interrupt or an error are not cancelled (see the note on cancelling).
+        while pending:
+            done, _ = self._ray.wait(list(pending), num_returns=1)
+            i, parts = pending.pop(done[0])
+            results[i] = self._ray.get(done[0])
+            report.run += 1
+            if self.store:
+                self._save(stage, self.shards[i], results[i], parts)
+            if parts:
+                results[i]["ranges"] = parts
+            self._finish(report, self.shards[i], results[i], on_task)
+            if self.backend.stop_after is not None and self._checkpointed >= self.backend.stop_after:
+                raise KeyboardInterrupt
         return results
 
     def _save(self, stage: str, shard: Shard, result: dict, parts: list) -> None:
@@ -644,20 +649,16 @@ class RayWorkers(Workers):
         refs = [remote.remote(self._settings_ref, fn, c) for c in chunks]
         results: dict = {}
         bar = tqdm(total=len(refs), desc=fn.__name__, unit="chunk", file=sys.stderr, disable=not self.backend.progress, dynamic_ncols=True)
-        try:
-            with bar:
-                pending = set(refs)
-                while pending:
-                    done, _ = self._ray.wait(list(pending), num_returns=1)
-                    for ref in done:
-                        worker, seconds, results[ref] = self._ray.get(ref)
-                        report.workers[worker] = report.workers.get(worker, 0) + 1
-                        report.task_seconds += seconds
-                    pending.difference_update(done)
-                    bar.update(len(done))
-        finally:
-            for ref in set(refs) - set(results):
-                self._ray.cancel(ref, force=True)
+        with bar:
+            pending = set(refs)
+            while pending:
+                done, _ = self._ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    worker, seconds, results[ref] = self._ray.get(ref)
+                    report.workers[worker] = report.workers.get(worker, 0) + 1
+                    report.task_seconds += seconds
+                pending.difference_update(done)
+                bar.update(len(done))
         report.seconds = time.perf_counter() - start
         return [result for ref in refs for result in results[ref]]
 
@@ -727,6 +728,10 @@ def _windowed(ray, submit: Callable, count: int, window: int, limit: float, resu
         now = time.monotonic()
         for ref, (index, since) in list(pending.items()):
             if now - since > limit:
-                ray.cancel(ref, force=True)
+                finished, _ = ray.wait([ref], timeout=0)  # one that finished meanwhile is kept, not killed
+                if finished:
+                    results[index] = ray.get(ref)
+                else:
+                    ray.cancel(ref, force=True)  # a solver stuck in C ignores a polite cancel
                 del pending[ref]
                 yield index
