@@ -70,6 +70,7 @@ class CompiledRule:
         self.anchor_op = self.nodes[self.order[0]].op_name
         # What a graph must contain for a match to be possible: checked in O(pattern size).
         self.requirements = tuple({(n.op_name, n.literal) for n in nodes})
+        self.connected = _connected(nodes)
 
     def may_match(self, graph: Graph) -> bool:
         """A cheap necessary condition: every pattern op (with its exact params, when literal) occurs in the graph."""
@@ -100,6 +101,26 @@ class CompiledRule:
             order.append(n.index)
             seen_values |= set(n.inputs) | set(n.outputs)
         return order
+
+
+def _connected(nodes: Sequence[_PatternNode]) -> bool:
+    """Whether the pattern is one piece: every node reaches every other through shared values (inputs included).
+
+    A source of two outputs that share nothing (``[sigmoid(x1), sigmoid(x2)]``) matches every
+    pair of such nodes in a graph: quadratically many places, none of them related.
+    """
+    if len(nodes) <= 1:
+        return True
+    reached, values = {nodes[0].index}, set(nodes[0].inputs) | set(nodes[0].outputs)
+    grew = True
+    while grew:
+        grew = False
+        for n in nodes:
+            if n.index not in reached and (set(n.inputs) | set(n.outputs)) & values:
+                reached.add(n.index)
+                values |= set(n.inputs) | set(n.outputs)
+                grew = True
+    return len(reached) == len(nodes)
 
 
 # Validated parameters by (op, given params): thousands of rule nodes share a few hundred

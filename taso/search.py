@@ -49,6 +49,11 @@ class SearchConfig:
             accepted rewrite at once, as a naive implementation would: for benchmarks).
         incremental: a child graph inherits its parent's still-valid rewrites and matches only
             through its new nodes (False rematches every rule on every graph: for benchmarks).
+        connected_only: use only rules whose source is one piece. A source of unrelated parts
+            (``[sigmoid(x1), sigmoid(x2)]``: batch any two sigmoids of the graph) matches every
+            pair of such nodes, and on an unrolled RNN export the first expansion drowned in
+            tens of thousands of them; the merges that pay share an input (a weight, an
+            activation). False uses every rule: for benchmarks.
     """
 
     alpha: float = 1.05
@@ -57,6 +62,7 @@ class SearchConfig:
     max_queue: int = 2000
     lazy: bool = True
     incremental: bool = True
+    connected_only: bool = True
 
 
 @dataclass(frozen=True)
@@ -242,7 +248,8 @@ class _RuleIndex:
     the same rewrites, in the same order, as with every rule compiled up front.
     """
 
-    def __init__(self, rules: Iterable[Rule | CompiledRule]):
+    def __init__(self, rules: Iterable[Rule | CompiledRule], connected_only: bool = False):
+        self.connected_only = connected_only
         slots = rules.slots if isinstance(rules, LazyRules) else [RuleSlot.of(r) for r in rules]
         self._pending = list(enumerate(slots))
         self._admitted: list[tuple[int, CompiledRule]] = []
@@ -265,7 +272,9 @@ class _RuleIndex:
         self._pending = [(i, slot) for i, slot in self._pending if not slot.source_ops <= self.present]
         for position, slot in ready:
             crule = slot.compiled()
-            if crule is not None and crule.rule_id not in self._ids:
+            if crule is None or (self.connected_only and not crule.connected):
+                continue
+            if crule.rule_id not in self._ids:
                 self._ids.add(crule.rule_id)
                 self._admitted.append((position, crule))
         self._admitted.sort(key=lambda pair: pair[0])
@@ -385,7 +394,7 @@ def search(
 def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: CostModel, config: SearchConfig,
             progress: Callable[[int, float], None] | None) -> tuple[Graph, SearchReport]:
     start = time.perf_counter()
-    rule_index = _RuleIndex(rules)
+    rule_index = _RuleIndex(rules, config.connected_only)
     pricer = _Pricer(cost_model)
     best, best_cost = graph, pricer.graph_cost(graph)
     report = SearchReport(StopReason.SATURATED, best_cost, best_cost)

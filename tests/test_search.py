@@ -179,3 +179,41 @@ def test_end_to_end_check_sees_a_slower_graph():
         new = Node(old.op, old.params, (f"xi{t}", "w"), old.outputs, old.name)
         slow = slow.replace(remove=[old], add=[eye, mm, new])
     assert end_to_end_speedup(graph, slow) < MIN_CONFIRMED_SPEEDUP
+
+
+def _independent_sigmoids(branches: int) -> Graph:
+    inputs = {f"x{i}": TensorType((2, 4)) for i in range(branches)}
+    nodes = [_n("sigmoid", [f"x{i}"], [f"y{i}"]) for i in range(branches)]
+    return Graph(inputs, {}, nodes, [f"y{i}" for i in range(branches)])
+
+
+def test_a_source_whose_parts_share_nothing_is_not_matched_on_every_pair_of_nodes():
+    # The shipped library proves [sigmoid(x1), sigmoid(x2)] => split(sigmoid(concat(x1, x2))):
+    # true, but it matches every ordered pair of sigmoids. On an RNN export's 120 sigmoids the
+    # first expansion drowned in such pairs and the search never reached a second graph.
+    from taso.optimize import load_rules
+
+    rules = load_rules()
+
+    def first_expansion(branches: int, connected_only: bool) -> int:
+        _, report = search(_independent_sigmoids(branches), rules, AnalyticCost(), SearchConfig(budget=1, connected_only=connected_only))
+        return report.expansions[0].tried
+
+    assert first_expansion(12, True) == 2 * first_expansion(6, True) > 0  # linear in the graph
+    assert first_expansion(12, False) - first_expansion(6, False) > 12 * 11 - 6 * 5  # the unrelated pairs
+
+
+def test_a_source_is_connected_through_its_nodes_or_a_shared_input():
+    from taso.rewrite import CompiledRule
+    from taso.rules import RuleNode
+
+    shared = shared_weight_merge_rule()
+    assert CompiledRule(shared).connected
+    apart = shared.__class__(
+        inputs=shared.inputs,
+        source=(RuleNode("sigmoid", {}, ("x",), ("a",)), RuleNode("sigmoid", {}, ("y",), ("b",))),
+        target=(RuleNode("sigmoid", {}, ("x",), ("c",)), RuleNode("sigmoid", {}, ("y",), ("d",))),
+        outputs=(("a", "c"), ("b", "d")),
+    )
+    assert not CompiledRule(apart).connected
+    assert all(CompiledRule(rule).connected for rule in all_rules() if len(rule.outputs) == 1)
