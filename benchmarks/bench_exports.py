@@ -1,7 +1,8 @@
 """Real exports against a peer: ONNX Runtime alone, onnxslim first, taso first — timed side by side (issue 12).
 
 For each model — PyTorch ``LSTMCell``/``GRUCell`` unrolled over time and a two-layer ``nn.LSTM``
-from both exporters, a NASNet-A cell and a BERT encoder from the corpus (benchmarks/corpus.py;
+from both exporters, a NASNet-A cell, a BERT encoder and an application's CRNN (a bidirectional LSTM
+unrolled by its exporter) from the corpus (benchmarks/corpus.py;
 build it first), and models of taso's own zoo (``taso.models``) — and each thread count:
 
 * the input file on ONNX Runtime CPU with ORT_ENABLE_ALL: the reference (1.00x);
@@ -45,7 +46,8 @@ from taso.validate import compare_models, random_input_sets  # noqa: E402
 
 RECURRENT = ("lstm_cell_unrolled16", "lstm_cell_unrolled64", "gru_cell_unrolled32", "lstm_2layer")
 DEFAULT_MODELS = (*(f"{source}/{arch}" for arch in RECURRENT for source in ("torch-script", "torch-dynamo")),
-                  "torch-dynamo/nasnet_a_cell", "torch-dynamo/bert_encoder", "zoo/nasrnn", "zoo/squeezenet", "zoo/bert_base")
+                  "torch-dynamo/nasnet_a_cell", "torch-dynamo/bert_encoder", "pypi-wheel/captcha_crnn", "zoo/nasrnn", "zoo/squeezenet",
+                  "zoo/bert_base")
 LEVEL = 0.02  # taso and the peer within 2% of each other: level
 
 

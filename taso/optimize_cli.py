@@ -165,6 +165,8 @@ _KEPT = {
 
 
 def _format_report(args, before, outcome) -> str:
+    from .search import StopReason
+
     report, after = outcome.report, outcome.graph
     lines = [
         f"wrote {args.output}: {_KEPT[outcome.kept]}",
@@ -176,7 +178,8 @@ def _format_report(args, before, outcome) -> str:
     lines += [
         f"  nodes    {len(before)} -> {len(after)}",
         f"  search   {report.seconds:.1f} s ({report.seconds_rewriting:.1f} s rewriting, {report.seconds_costing:.1f} s costing), "
-        f"{report.expanded} graphs expanded, {report.generated} rewrites tried, {report.accepted} queued, stopped: {report.stop_reason.value}",
+        f"{report.expanded} graphs expanded, {report.generated} rewrites tried, {report.accepted} queued, stopped: {report.stop_reason.value}"
+        + (f" (a longer --time-limit than {args.time_limit:g} s may find more)" if report.stop_reason is StopReason.TIME_LIMIT else ""),
     ]
     if outcome.comparison is not None:
         lines.append(f"  check    {outcome.comparison.describe()} ({outcome.check_seconds:.1f} s)")

@@ -119,3 +119,11 @@ def test_user_inputs_are_checked_too(tmp_path, library, capsys):
                  "--inputs", str(tmp_path / "in.npz")])
     assert code == 0
     assert "3 input set(s)" in capsys.readouterr().out
+
+
+def test_a_search_cut_short_by_the_time_limit_says_so_and_how_to_give_it_more(tmp_path, library, capsys):
+    src, out = _rnn_model(tmp_path), tmp_path / "out.onnx"
+    assert main(["optimize", src, "-o", str(out), "--library", library, "--cost", "analytic", "--budget", "20"]) == 0
+    assert "may find more" not in capsys.readouterr().out  # stopped by its budget: nothing to suggest
+    assert main(["optimize", src, "-o", str(out), "--library", library, "--cost", "analytic", "--time-limit", "0.001"]) == 0
+    assert "stopped: time limit (a longer --time-limit than 0.001 s may find more)" in capsys.readouterr().out
