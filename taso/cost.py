@@ -19,7 +19,7 @@ import numpy as np
 from .errors import TasoError
 from .ir import Graph, Node, TensorType
 
-__all__ = ["CostModel", "AnalyticCost", "CostCache", "node_key", "flops", "make_cost_model", "COST_MODELS"]
+__all__ = ["CostModel", "Neighbourhood", "AnalyticCost", "CostCache", "node_key", "flops", "make_cost_model", "COST_MODELS"]
 
 
 def node_key(node: Node, graph: Graph, consts=None) -> str:
@@ -46,9 +46,12 @@ class CostModel(ABC):
     """Maps nodes to seconds; memoises per key so a search never prices one node twice."""
 
     name = "abstract"
-    # True when a rewrite's price depends on the nodes around it (measured regions): the search
-    # re-prices an inherited rewrite whose neighbourhood the applied one changed.
+    # True when a rewrite's price depends on the nodes around it (measured regions, fusions the
+    # runtime makes): the search re-prices an inherited rewrite whose neighbourhood the applied one changed.
     context_sensitive = False
+    # The ops whose kernels absorb a node after them in the runtime (see :meth:`absorbed`); a
+    # rewrite then also re-prices the readers of those ops' outputs around it.
+    absorbers: frozenset[str] = frozenset()
 
     def __init__(self):
         self._memo: dict[str, float] = {}
@@ -79,21 +82,52 @@ class CostModel(ABC):
         self._by_node[(id(node), flags)] = (node, cost)
         return cost
 
+    def absorbed(self, node: Node, around: Neighbourhood) -> bool:
+        """Whether the runtime runs ``node`` inside its producer's kernel, so that it costs nothing there.
+
+        None here; a measured model says which fusions its runtime makes (see ``OrtCpuCost``).
+        """
+        return False
+
+    def _cost_in(self, node: Node, around: Neighbourhood) -> float:
+        if self.absorbers and self.absorbed(node, around):
+            return 0.0
+        return self._runtime_cost(node, around.pricing, around.consts)
+
     def graph_cost(self, graph: Graph) -> float:
         """Sum of the costs of the nodes that run at inference time."""
-        consts = graph.constant_values()
-        return sum(self._runtime_cost(n, graph, consts) for n in graph.nodes)
+        around = Neighbourhood.of(graph)
+        return sum(self._cost_in(n, around) for n in graph.nodes)
 
-    def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child: Graph) -> float:
-        """The child's cost from its parent's: only the removed and added nodes are priced."""
-        parent_consts = parent.constant_values()
-        new_consts: set[str] = set()
-        for node in added:  # added nodes are in topological order among themselves
-            if node.op.name != "opaque" and all(v in parent_consts or v in new_consts for v in node.inputs):
-                new_consts.update(node.outputs)
-        consts = _Overlay(parent_consts, new_consts)
-        delta = sum(self._runtime_cost(n, child, consts) for n in added) - sum(self._runtime_cost(n, parent, parent_consts) for n in removed)
+    def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
+        """The child's cost from its parent's: only the removed and added nodes are priced.
+
+        ``child`` is the child graph, or the search's plan of it (anything with ``type()``).
+        With fusions, also the parent's nodes that read a value the rewrite produces, consumes
+        or stops producing: a rewrite can take a node's producer away from it, or give its
+        producer a second reader, and the runtime then no longer fuses the two.
+        """
+        before = Neighbourhood.of(parent)
+        after = Neighbourhood.after(parent, removed, added, child)
+        delta = sum(self._cost_in(n, after) for n in added) - sum(self._cost_in(n, before) for n in removed)
+        if self.absorbers:
+            gone = {id(n) for n in removed}
+            neighbours = {id(user): user for v in self._fusion_values(before, after, removed, added)
+                          for user, _ in parent.uses(v) if id(user) not in gone}
+            delta += sum(self._cost_in(n, after) - self._cost_in(n, before) for n in neighbours.values())
         return parent_cost + delta
+
+    def _fusion_values(self, before: Neighbourhood, after: Neighbourhood, removed, added) -> set[str]:
+        """Values around a rewrite whose readers' fusions it may change: computed ones an absorbing op produces, before or after."""
+        values = {v for n in (*removed, *added) for v in (*n.inputs, *n.outputs)}
+        found = set()
+        for v in values:
+            if v in before.consts:
+                continue  # folded at export: nothing reading it is fused with its producer
+            was, now = before.producer(v), after.producer(v)
+            if (was is not None and was.op.name in self.absorbers) or (now is not None and now.op.name in self.absorbers):
+                found.add(v)
+        return found
 
     def prepare(self, graphs) -> None:
         """Hook to price many nodes at once (measuring models batch their measurements)."""
@@ -104,6 +138,57 @@ class CostModel(ABC):
     @property
     def fingerprint(self) -> str:
         return self.name
+
+
+class Neighbourhood:
+    """What a fusion depends on around a node: producers, readers, graph outputs, types, constants.
+
+    Of a built graph (:meth:`of`) or of a rewrite not built yet (:meth:`after`: the parent
+    with some nodes removed and others added), so that a search prices a child graph
+    without building it. ``pricing`` is what node costs read types from.
+    """
+
+    __slots__ = ("graph", "pricing", "consts", "_producers", "_readers", "_removed", "_outputs")
+
+    def __init__(self, graph: Graph, pricing, consts, producers: dict, readers: dict, removed: set, outputs):
+        self.graph, self.pricing, self.consts = graph, pricing, consts
+        self._producers, self._readers, self._removed, self._outputs = producers, readers, removed, frozenset(outputs)
+
+    @classmethod
+    def of(cls, graph: Graph) -> Neighbourhood:
+        return cls(graph, graph, graph.constant_values(), {}, {}, set(), graph.outputs)
+
+    @classmethod
+    def after(cls, parent: Graph, removed, added, child) -> Neighbourhood:
+        parent_consts = parent.constant_values()
+        new_consts: set[str] = set()
+        for node in added:  # added nodes are in topological order among themselves
+            if node.op.name != "opaque" and all(v in parent_consts or v in new_consts for v in node.inputs):
+                new_consts.update(node.outputs)
+        readers: dict[str, list[Node]] = {}
+        for n in added:
+            for v in n.inputs:
+                readers.setdefault(v, []).append(n)
+        outputs = getattr(child, "outputs", None)
+        return cls(parent, child, _Overlay(parent_consts, new_consts), {v: n for n in added for v in n.outputs}, readers,
+                   {id(n) for n in removed}, parent.outputs if outputs is None else outputs)
+
+    def producer(self, value: str) -> Node | None:
+        node = self._producers.get(value)
+        if node is not None:
+            return node
+        node = self.graph.producer(value)
+        return None if node is None or id(node) in self._removed else node
+
+    def readers(self, value: str) -> list[Node]:
+        kept = [user for user, _ in self.graph.uses(value) if id(user) not in self._removed]
+        return kept + self._readers.get(value, [])
+
+    def is_output(self, value: str) -> bool:
+        return value in self._outputs
+
+    def type(self, value: str) -> TensorType:
+        return self.pricing.type(value)
 
 
 class _Overlay:

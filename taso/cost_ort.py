@@ -29,7 +29,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from .cost import CostCache, CostModel, _random_array
+from .cost import CostCache, CostModel, Neighbourhood, _random_array
 from .errors import TasoError
 from .ir import Graph, GraphMeta, Node
 from .timing import median_run, open_session, session_options
@@ -57,6 +57,10 @@ class OrtCpuCost(CostModel):
     """
 
     name = "ort-cpu"
+    # ONNX Runtime fuses a Conv with the activation after it, and a 2-D MatMul with its bias Add
+    # (into a Gemm): the absorbed node runs inside the other's kernel (see absorbed()).
+    absorbers = frozenset(("conv2d", "matmul"))
+    context_sensitive = True
 
     def __init__(self, threads: int = 1, cache: CostCache | None = None):
         super().__init__()
@@ -128,8 +132,48 @@ class OrtCpuCost(CostModel):
         self.measured += 1
         return seconds
 
+    def absorbed(self, node: Node, around: Neighbourhood) -> bool:
+        """ONNX Runtime's CPU fusions at ENABLE_ALL that a per-node price would miss.
+
+        * an activation (Relu, Sigmoid, Tanh) after a Conv without one: FusedConv;
+        * a bias Add after a MatMul of 2-D operands, the bias a constant row (shape ``[N]`` or
+          ``[1, N]``): MatMulAddFusion makes them one Gemm.
+
+        Either only when the producer's output has no other reader and is not a graph output.
+        A rewrite that gives the producer a second reader, or puts a Split between the two,
+        pays for the absorbed node again: the +2.7 us per merged step that kept unrolled
+        LSTM exports' merges from paying, priced as zero before.
+        """
+        name = node.op.name
+        if name in ACTIVATION_OPS:
+            data = node.inputs[0]
+            producer = around.producer(data)
+            return (producer is not None and producer.op.name == "conv2d" and producer.params["activation"] == "none"
+                    and _sole_reader(node, data, around))
+        if name == "add" and len(node.inputs) == 2:
+            for data, bias in (node.inputs, node.inputs[::-1]):
+                producer = around.producer(data)
+                if (producer is not None and producer.op.name == "matmul" and producer.params["activation"] == "none"
+                        and bias in around.consts and _bias_row(around.type(bias).shape, around.type(data).shape)
+                        and all(around.type(v).rank == 2 for v in producer.inputs) and _sole_reader(node, data, around)):
+                    return True
+        return False
+
     def close(self) -> None:
         self.cache.save()
+
+
+ACTIVATION_OPS = frozenset(("relu", "sigmoid", "tanh"))
+
+
+def _sole_reader(node: Node, value: str, around: Neighbourhood) -> bool:
+    readers = around.readers(value)
+    return len(readers) == 1 and readers[0] is node and not around.is_output(value)
+
+
+def _bias_row(bias: tuple[int, ...], data: tuple[int, ...]) -> bool:
+    """A bias Gemm takes as C: one value per output column, broadcast over the rows."""
+    return bias in ((data[-1],), (1, data[-1]))
 
 
 REFERENCE = "__taso_reference"

@@ -1,0 +1,126 @@
+"""Fusions the runtime makes, in the per-node price: what ONNX Runtime runs inside another kernel costs nothing,
+and a rewrite's price accounts for the fusions it breaks or makes around it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import taso
+from taso import ops
+from taso.cost import AnalyticCost, Neighbourhood
+from taso.cost_ort import OrtCpuCost
+from taso.ir import Graph, Node, TensorType
+from taso.rewrite import CompiledRule, plans
+
+
+class FusingAnalytic(AnalyticCost):
+    """The roofline with ONNX Runtime's fusions: ``OrtCpuCost.absorbed`` without measuring anything."""
+
+    context_sensitive = True
+    absorbers = OrtCpuCost.absorbers
+    absorbed = OrtCpuCost.absorbed
+
+
+def _n(op, inputs, outputs, **params):
+    o = ops.get(op)
+    return Node(o, o.make_params(**params), tuple(inputs), tuple(outputs), outputs[0])
+
+
+def _absorbed(graph: Graph) -> set[str]:
+    around = Neighbourhood.of(graph)
+    return {n.outputs[0] for n in graph.nodes if OrtCpuCost.absorbed(None, n, around)}
+
+
+RNG = np.random.default_rng(0)
+W = RNG.standard_normal((8, 8)).astype(np.float32)
+BIAS = RNG.standard_normal(8).astype(np.float32)
+KERNEL = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+
+
+def test_an_activation_after_a_conv_and_a_bias_add_after_a_2d_matmul_are_absorbed():
+    conv = Graph({"x": TensorType((1, 3, 8, 8))}, {"k": KERNEL},
+                 [_n("conv2d", ["x", "k"], ["c"], pads=(1, 1, 1, 1)), _n("relu", ["c"], ["y"])], ["y"])
+    assert _absorbed(conv) == {"y"}
+    linear = Graph({"x": TensorType((2, 8))}, {"w": W, "b": BIAS}, [_n("matmul", ["x", "w"], ["m"]), _n("add", ["b", "m"], ["y"])], ["y"])
+    assert _absorbed(linear) == {"y"}
+    model = FusingAnalytic()
+    assert model.graph_cost(linear) == AnalyticCost().graph_cost(Graph(linear.inputs, linear.weights, [linear.nodes[0]], ["m"]))
+
+
+def test_no_fusion_where_onnx_runtime_makes_none():
+    # the conv's output read twice; a graph output; a batched (3-D) matmul; a bias that is an input, not a constant row
+    twice = Graph({"x": TensorType((1, 3, 8, 8))}, {"k": KERNEL},
+                  [_n("conv2d", ["x", "k"], ["c"], pads=(1, 1, 1, 1)), _n("relu", ["c"], ["y"]), _n("sigmoid", ["c"], ["z"])], ["y", "z"])
+    assert _absorbed(twice) == set()
+    exposed = Graph({"x": TensorType((1, 3, 8, 8))}, {"k": KERNEL},
+                    [_n("conv2d", ["x", "k"], ["c"], pads=(1, 1, 1, 1)), _n("relu", ["c"], ["y"])], ["y", "c"])
+    assert _absorbed(exposed) == set()
+    batched = Graph({"x": TensorType((2, 2, 8))}, {"w": W, "b": BIAS}, [_n("matmul", ["x", "w"], ["m"]), _n("add", ["m", "b"], ["y"])], ["y"])
+    assert _absorbed(batched) == set()
+    fed = Graph({"x": TensorType((2, 8)), "b": TensorType((8,))}, {"w": W}, [_n("matmul", ["x", "w"], ["m"]), _n("add", ["m", "b"], ["y"])], ["y"])
+    assert _absorbed(fed) == set()
+    fused_already = Graph({"x": TensorType((1, 3, 8, 8))}, {"k": KERNEL},
+                          [_n("conv2d", ["x", "k"], ["c"], pads=(1, 1, 1, 1), activation="relu"), _n("sigmoid", ["c"], ["y"])], ["y"])
+    assert _absorbed(fused_already) == set()
+
+
+def _unrolled_linear(steps: int) -> Graph:
+    """What an exporter emits for nn.Linear applied at each step: MatMul + bias Add with one shared weight."""
+    nodes, acc = [], None
+    for t in range(steps):
+        nodes += [_n("matmul", [f"x{t}", "w"], [f"m{t}"]), _n("add", [f"m{t}", "b"], [f"h{t}"])]
+        if acc is None:
+            acc = f"h{t}"
+        else:
+            nodes.append(_n("add", [acc, f"h{t}"], [f"s{t}"]))
+            acc = f"s{t}"
+    nodes.append(_n("tanh", [acc], ["out"]))
+    return Graph({f"x{t}": TensorType((1, 8)) for t in range(steps)}, {"w": W, "b": BIAS}, nodes, ["out"])
+
+
+def _conv_net() -> Graph:
+    """Two sibling convs of one input, each with its ReLU, summed: a merge would put a Split between conv and ReLU."""
+    k2 = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [_n("conv2d", ["x", "k1"], ["c1"], pads=(1, 1, 1, 1)), _n("relu", ["c1"], ["r1"]),
+             _n("conv2d", ["x", "k2"], ["c2"], pads=(1, 1, 1, 1)), _n("relu", ["c2"], ["r2"]), _n("add", ["r1", "r2"], ["y"])]
+    return Graph({"x": TensorType((1, 3, 8, 8))}, {"k1": KERNEL, "k2": k2}, nodes, ["y"])
+
+
+@pytest.mark.parametrize("graph", [_unrolled_linear(3), _conv_net(), taso.load_onnx(__import__("taso.models", fromlist=["build"]).build("nasrnn", steps=2, hidden=16))],
+                         ids=["unrolled-linear", "sibling-convs", "nasrnn"])
+def test_a_rewrites_price_is_the_child_graphs_cost(graph):
+    # The search prices a child from its parent without building it: with fusions that depend on
+    # the nodes around a rewrite, the two must still agree exactly, for every rewrite of the library.
+    from taso.optimize import load_rules
+
+    model = FusingAnalytic()
+    parent_cost = model.graph_cost(graph)
+    present = {n.op.name for n in graph.nodes}
+    checked = 0
+    for rule in load_rules():
+        if not {rn.op for rn in rule.source} <= present:
+            continue
+        for plan in plans(graph, CompiledRule(rule)):
+            child = plan.materialize()
+            if child is None:
+                continue
+            assert model.rewrite_cost(graph, parent_cost, plan.removed, plan.added, plan) == pytest.approx(model.graph_cost(child), rel=1e-12, abs=1e-15), rule
+            checked += 1
+    assert checked > 10
+
+
+def test_merging_steps_that_share_a_weight_pays_for_the_bias_adds_it_stops_fusing():
+    from taso.search import SearchConfig, search
+    from rule_examples import shared_weight_merge_rule
+
+    graph = _unrolled_linear(4)
+    plain, fusing = AnalyticCost(), FusingAnalytic()
+    merge = CompiledRule(shared_weight_merge_rule())
+    plan = next(plans(graph, merge))
+    gain_plain = plain.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan)
+    gain_fusing = fusing.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan)
+    adds = sum(plain.node_cost(n, graph) for n in graph.nodes if n.op.name == "add" and "b" in n.inputs and n.inputs[0] in ("m0", "m1"))
+    assert gain_fusing == pytest.approx(gain_plain + adds)  # the two bias adds now run on their own
+    _, report = search(graph, [merge.rule], fusing, SearchConfig(budget=20))
+    assert report.best_cost <= fusing.graph_cost(graph)
