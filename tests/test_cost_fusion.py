@@ -124,3 +124,21 @@ def test_merging_steps_that_share_a_weight_pays_for_the_bias_adds_it_stops_fusin
     assert gain_fusing == pytest.approx(gain_plain + adds)  # the two bias adds now run on their own
     _, report = search(graph, [merge.rule], fusing, SearchConfig(budget=20))
     assert report.best_cost <= fusing.graph_cost(graph)
+
+
+def test_a_fused_activation_is_priced_from_the_plain_ops_measurement(tmp_path, monkeypatch):
+    # One measurement of the plain Conv serves both forms: fusing a ReLU into a Conv (which ONNX
+    # Runtime does itself) is never a gain, whatever load each form was timed under. A MatMul's
+    # activation runs as a kernel of its own, so it costs the plain MatMul plus the activation.
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    model = OrtCpuCost(threads=1)
+    conv = Graph({"x": TensorType((1, 3, 8, 8))}, {"k": KERNEL}, [_n("conv2d", ["x", "k"], ["c"], pads=(1, 1, 1, 1))], ["c"])
+    plain = conv.nodes[0]
+    fused = Node(plain.op, plain.params.replace(activation="relu"), plain.inputs, plain.outputs, "fused")
+    assert model.node_cost(fused, conv) == model.node_cost(plain, conv) > 0
+    linear = Graph({"x": TensorType((2, 8))}, {"w": W}, [_n("matmul", ["x", "w"], ["m"])], ["m"])
+    mm = linear.nodes[0]
+    with_tanh = Node(mm.op, mm.params.replace(activation="tanh"), mm.inputs, mm.outputs, "mm_tanh")
+    tanh = Graph({"m": TensorType((2, 8))}, {}, [_n("tanh", ["m"], ["t"])], ["t"])
+    assert model.node_cost(with_tanh, linear) == pytest.approx(model.node_cost(mm, linear) + model.node_cost(tanh.nodes[0], tanh))
+    assert model.measured == 3  # the conv, the matmul and the tanh: nothing measured for the fused forms
