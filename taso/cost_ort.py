@@ -32,6 +32,7 @@ from onnx import TensorProto, helper
 from .cost import CostCache, CostModel, Neighbourhood, _random_array
 from .errors import TasoError
 from .ir import Graph, GraphMeta, Node
+from .ops import ACTIVATION_OPS, HAS_ACTIVATION, get
 from .timing import median_run, open_session, session_options
 
 __all__ = ["OrtCpuCost", "cpu_name", "profile_kernels"]
@@ -105,7 +106,7 @@ class OrtCpuCost(CostModel):
         return _robust_mean([k / r for k, r in zip(kernels, reference)]) * self._unit
 
     def measure(self, node: Node, graph: Graph, key: str, consts) -> float:
-        if node.op.name in self.absorbers and node.params["activation"] != "none":
+        if node.op.name in HAS_ACTIVATION and node.params["activation"] != "none":
             return self._with_activation(node, graph, consts)
         cached = self._table.get(key)
         if cached is not None:
@@ -146,8 +147,6 @@ class OrtCpuCost(CostModel):
         cost = self.node_cost(plain, graph, consts)
         if node.op.name == "conv2d":
             return cost  # FusedConv: the activation runs in the convolution's epilogue
-        from .ops import get
-
         activation = get(node.params["activation"])
         alone = Node(activation, activation.make_params(), (node.outputs[0],), (f"{node.outputs[0]}~activation",), node.name)
         return cost + self.node_cost(alone, graph, consts)
@@ -181,9 +180,6 @@ class OrtCpuCost(CostModel):
 
     def close(self) -> None:
         self.cache.save()
-
-
-ACTIVATION_OPS = frozenset(("relu", "sigmoid", "tanh"))
 
 
 def _sole_reader(node: Node, value: str, around: Neighbourhood) -> bool:

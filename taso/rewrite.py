@@ -70,7 +70,7 @@ class CompiledRule:
         self.anchor_op = self.nodes[self.order[0]].op_name
         # What a graph must contain for a match to be possible: checked in O(pattern size).
         self.requirements = tuple({(n.op_name, n.literal) for n in nodes})
-        self.connected = _connected(nodes)
+        self.connected = _walk(nodes, 0)[1]
 
     def may_match(self, graph: Graph) -> bool:
         """A cheap necessary condition: every pattern op (with its exact params, when literal) occurs in the graph."""
@@ -91,36 +91,29 @@ class CompiledRule:
             # Anchor on a node producing a mapped output: the pattern's root(s) are the rarest to match.
             mapped = {s for s, _ in self.rule.outputs}
             start = next((n.index for n in reversed(self.nodes) if set(n.outputs) & mapped), len(self.nodes) - 1)
-        order, seen_values = [start], set(self.nodes[start].inputs) | set(self.nodes[start].outputs)
-        while len(order) < len(self.nodes):
-            for n in self.nodes:
-                if n.index not in order and (set(n.inputs) | set(n.outputs)) & seen_values:
-                    break
-            else:
-                n = next(n for n in self.nodes if n.index not in order)  # disconnected pattern
-            order.append(n.index)
-            seen_values |= set(n.inputs) | set(n.outputs)
-        return order
+        return _walk(self.nodes, start)[0]
 
 
-def _connected(nodes: Sequence[_PatternNode]) -> bool:
-    """Whether the pattern is one piece: every node reaches every other through shared values (inputs included).
+def _walk(nodes: Sequence[_PatternNode], start: int) -> tuple[list[int], bool]:
+    """Pattern nodes from ``start``, each next one sharing a value (an input included) with those before; and
+    whether that reached them all.
 
-    A source of two outputs that share nothing (``[sigmoid(x1), sigmoid(x2)]``) matches every
-    pair of such nodes in a graph: quadratically many places, none of them related.
+    When it does not, the pattern is not one piece: a source of two outputs that share
+    nothing (``[sigmoid(x1), sigmoid(x2)]``) matches every pair of such nodes in a graph,
+    quadratically many places, none of them related. The walk then goes on from the next
+    node not reached, so that every node still has a place in the matching order.
     """
-    if len(nodes) <= 1:
-        return True
-    reached, values = {nodes[0].index}, set(nodes[0].inputs) | set(nodes[0].outputs)
-    grew = True
-    while grew:
-        grew = False
+    order, seen_values, one_piece = [start], set(nodes[start].inputs) | set(nodes[start].outputs), True
+    while len(order) < len(nodes):
         for n in nodes:
-            if n.index not in reached and (set(n.inputs) | set(n.outputs)) & values:
-                reached.add(n.index)
-                values |= set(n.inputs) | set(n.outputs)
-                grew = True
-    return len(reached) == len(nodes)
+            if n.index not in order and (set(n.inputs) | set(n.outputs)) & seen_values:
+                break
+        else:
+            n = next(n for n in nodes if n.index not in order)  # another piece
+            one_piece = False
+        order.append(n.index)
+        seen_values |= set(n.inputs) | set(n.outputs)
+    return order, one_piece
 
 
 # Validated parameters by (op, given params): thousands of rule nodes share a few hundred
