@@ -25,7 +25,7 @@ __all__ = ["CostModel", "Neighbourhood", "AnalyticCost", "CostCache", "node_key"
 def node_key(node: Node, graph: Graph, consts=None) -> str:
     """What determines a node's cost: op, params, input types and which inputs are constant."""
     consts = graph.constant_values() if consts is None else consts
-    inputs = ";".join(f"{graph.type(v)}{'c' if v in consts else ''}" for v in node.inputs)
+    inputs = ";".join(f"{graph.type(v).key}{'c' if v in consts else ''}" for v in node.inputs)
     return f"{node.op.name}|{node.params.canonical()}|{inputs}"
 
 

@@ -225,7 +225,7 @@ def _canonical(region: Graph) -> str:
 
     lines = []
     for node in region.topological_order():
-        ins = ",".join(f"{name(v)}:{region.type(v)}" for v in node.inputs)
+        ins = ",".join(f"{name(v)}:{region.type(v).key}" for v in node.inputs)
         outs = ",".join(name(v) for v in node.outputs)
         lines.append(f"{node.op.name}|{node.params.canonical()}|{ins}|{outs}")
     lines.append("out:" + ",".join(name(v) for v in region.outputs))

@@ -1,9 +1,12 @@
-"""The graph IR: static-shape tensors, immutable nodes, persistent graphs.
+"""The graph IR: typed tensors, immutable nodes, persistent graphs.
 
 Design (see README "Graph IR"):
 
-* A value is named by a string, as in ONNX. Every value has a :class:`TensorType` (static
-  shape, NumPy dtype name), recorded in ``Graph.types``.
+* A value is named by a string, as in ONNX. Every value has a :class:`TensorType` (shape,
+  NumPy dtype name), recorded in ``Graph.types``. A dimension is an ``int`` or a symbolic
+  :class:`~taso.dims.Dim` (``batch``, ``seq*2``), itself an int worth its value at the
+  measurement sizes: cost models and executors see the measured shape, shape rules and
+  rule matching the symbolic one (:mod:`taso.dims`).
 * A :class:`Node` is immutable: an operator, its parameters, input value names and output
   value names. Nodes never change after creation.
 * A :class:`Graph` is immutable too. A rewrite builds a new graph with
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .dims import Dim, concrete, evaluate, is_static_shape, symbols_of
 from .errors import GraphError, ShapeError
 
 if TYPE_CHECKING:
@@ -40,10 +44,27 @@ __all__ = ["TensorType", "Params", "Node", "Graph", "check"]
 
 @dataclass(frozen=True)
 class TensorType:
-    """A tensor's static shape and element type (a NumPy dtype name such as 'float32')."""
+    """A tensor's shape (ints and symbolic :class:`~taso.dims.Dim` s) and element type (a NumPy dtype name such as 'float32')."""
 
     shape: tuple[int, ...]
     dtype: str = "float32"
+
+    @property
+    def is_static(self) -> bool:
+        """No dimension depends on a size symbol."""
+        return is_static_shape(self.shape)
+
+    @property
+    def symbols(self) -> frozenset[str]:
+        return symbols_of(self.shape)
+
+    def concrete(self) -> TensorType:
+        """The type at the measurement sizes, every dim a plain int (what cost caches are keyed by)."""
+        return self if self.is_static else TensorType(concrete(self.shape), self.dtype)
+
+    def at(self, sizes: Mapping[str, int]) -> TensorType:
+        """The type when each size symbol takes the value ``sizes`` gives it."""
+        return self if self.is_static else TensorType(tuple(evaluate(d, sizes) for d in self.shape), self.dtype)
 
     @property
     def rank(self) -> int:
@@ -63,6 +84,11 @@ class TensorType:
 
     def __str__(self) -> str:
         return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+    @property
+    def key(self) -> str:
+        """The measured type as text: what a cost is keyed by (``str`` shows the symbols)."""
+        return f"{self.dtype}[{','.join(map(repr, self.shape))}]"
 
 
 class Params(Mapping):
@@ -168,6 +194,8 @@ class GraphMeta:
     producer: str = "taso"
     graph_name: str = "taso"
     extra: Mapping[str, Any] = field(default_factory=dict)
+    # The measurement size of each size symbol of the inputs, (name, size) sorted; empty for a static graph.
+    sizes: tuple[tuple[str, int], ...] = ()
 
 
 class Graph:
@@ -274,7 +302,7 @@ class Graph:
         if self.__dict__.get("_consts") is None:
             const = set(self._weights)
             for node in self.topological_order():
-                if node.op.name != "opaque" and all(v in const for v in node.inputs):
+                if node.op.name not in ("opaque", "dims") and all(v in const for v in node.inputs):
                     const.update(node.outputs)
             self.__dict__["_consts"] = frozenset(const)
         return self.__dict__["_consts"]
@@ -306,6 +334,11 @@ class Graph:
 
     def op_histogram(self) -> Counter:
         return Counter(node.op.name for node in self._nodes)
+
+    @property
+    def is_static(self) -> bool:
+        """No value's shape depends on a size symbol."""
+        return all(t.is_static for t in self._inputs.values())
 
     def parameter_count(self) -> int:
         """Elements in weights and in constant-producing nodes (e.g. ConstantOfShape weights)."""

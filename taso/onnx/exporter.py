@@ -5,6 +5,13 @@ Weight-only subgraphs (for example two kernels concatenated by a rewrite) are ev
 and written as initializers, as TASO's weight preprocessing did. The model keeps the
 original's input and output names, in order, and the original's opset unless another is
 requested.
+
+Symbolic dims (:mod:`taso.dims`) are written size-independent: graph inputs and outputs
+declare them as ``dim_param``; a shape operand that depends on them (a Reshape's target, a
+ConstantOfShape's shape, a Slice's end) uses Reshape's 0 and -1 where that suffices and is
+otherwise computed at run time from the shapes of the values that carry the symbols
+(Shape -> Gather -> Mul/Add/Div -> Concat), so no constant in the file bakes in a
+measurement size.
 """
 
 from __future__ import annotations
@@ -17,13 +24,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..dims import Dim, floor_definition, is_static_shape, poly_terms
 from ..errors import ExportError
 from ..ir import Graph, Node, TensorType
 
 __all__ = ["export_onnx", "save_onnx"]
 
 # Constants that stay lazy: materialising ConstantOfShape would bloat "light" models.
-_KEEP_LAZY = {"fill", "opaque"}
+_KEEP_LAZY = {"fill", "opaque", "dims"}
 _MAX_FOLDED_BYTES = 1 << 30
 # Broadcasts of weights stay nodes once their output is this large: a causal mask expanded to
 # [batch, heads, seq, seq] would multiply the file's size.
@@ -44,6 +52,10 @@ class ExportContext:
         self._used = set(graph.types) | set(graph.meta.output_names)
         self._counter = 0
         self._node_name = ""
+        self.defined: set[str] = set(graph.inputs) | set(graph.weights)  # values an emitted node may read so far
+        self._dim_tensors: dict[tuple, str] = {}  # a dim's polynomial -> its 1-D int64 [1] tensor
+        self._shapes: dict[str, str] = {}  # a value -> its Shape tensor
+        self._sources: dict[str, list[tuple[str, int]]] | None = None
 
     def fresh(self, hint: str) -> str:
         while True:
@@ -66,6 +78,97 @@ class ExportContext:
         name = self.fresh(self._node_name or op_type)
         attrs = {k: numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
         self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, **attrs))
+        self.defined.update(outputs)
+
+    # ---- shape operands that hold at every size ---------------------------------------------------
+    def shape_tensor(self, values, dtype: str = "int64") -> str:
+        """A 1-D int tensor of sizes: a constant when none is symbolic, else computed from the shapes at run time."""
+        values = tuple(values)
+        if is_static_shape(values):
+            return self.const(np.asarray([int(v) for v in values], dtype).reshape(len(values)))
+        parts, run = [], []
+        for v in values:
+            if isinstance(v, Dim):
+                if run:
+                    parts.append(self.const(np.asarray(run, np.int64)))
+                    run = []
+                parts.append(self.dim_tensor(v))
+            else:
+                run.append(int(v))
+        if run:
+            parts.append(self.const(np.asarray(run, np.int64)))
+        out = parts[0] if len(parts) == 1 else self._op("Concat", parts, "sizes", axis=0)
+        return out if dtype == "int64" else self._op("Cast", [out], "sizes", to=self.onnx_dtype(dtype))
+
+    def reshape_target(self, data: str, shape) -> str:
+        """Reshape's shape operand: 0 where a dim is the input's dim at the same position, -1 for one
+        other symbolic dim, a run-time computation only when that does not suffice."""
+        shape = tuple(shape)
+        if is_static_shape(shape):
+            return self.const(np.asarray([int(d) for d in shape], np.int64).reshape(len(shape)))
+        given = self.type(data).shape
+        target: list[int | None] = []
+        for i, d in enumerate(shape):
+            if isinstance(d, Dim):
+                target.append(0 if i < len(given) and given[i] == d else None)
+            else:
+                target.append(int(d))
+        literal_zero = any(type(d) is int and int(d) == 0 for d in shape)
+        if not literal_zero and target.count(None) <= 1:
+            return self.const(np.asarray([-1 if t is None else t for t in target], np.int64))
+        return self.shape_tensor(shape)
+
+    def dim_tensor(self, dim: int) -> str:
+        """A 1-D int64 tensor [1] holding a dim's value at run time."""
+        return self._poly_tensor(poly_terms(dim))
+
+    def _poly_tensor(self, poly) -> str:
+        if poly in self._dim_tensors:
+            return self._dim_tensors[poly]
+        total = None
+        for monomial, coefficient in poly:
+            term = None
+            for atom in monomial:
+                factor = self._atom_tensor(atom)
+                term = factor if term is None else self._op("Mul", [term, factor], "dim")
+            if term is None:
+                term = self.const(np.asarray([coefficient], np.int64))
+            elif coefficient != 1:
+                term = self._op("Mul", [term, self.const(np.asarray([coefficient], np.int64))], "dim")
+            total = term if total is None else self._op("Add", [total, term], "dim")
+        if total is None:
+            total = self.const(np.zeros(1, np.int64))
+        self._dim_tensors[poly] = total
+        return total
+
+    def _atom_tensor(self, atom: str) -> str:
+        definition = floor_definition(atom)
+        if definition is not None:
+            numerator, k = definition
+            # NOTE: integer Div truncates; the numerator is >= 0 at every size (taso.dims made the atom so).
+            return self._op("Div", [self._poly_tensor(numerator), self.const(np.asarray([k], np.int64))], "dim")
+        value, axis = self._source(atom)
+        if value not in self._shapes:
+            self._shapes[value] = self._op("Shape", [value], "shape")
+        return self._op("Gather", [self._shapes[value], self.const(np.asarray([axis], np.int64))], "dim", axis=0)
+
+    def _source(self, symbol: str) -> tuple[str, int]:
+        """A value already computed (a graph input first) whose shape holds the symbol itself on some axis."""
+        if self._sources is None:
+            self._sources = {}
+            for value, t in [*self.graph.inputs.items(), *self.graph.types.items()]:
+                for axis, d in enumerate(t.shape):
+                    if isinstance(d, Dim) and len(d.poly) == 1 and d.poly[0][1] == 1 and len(d.poly[0][0]) == 1:
+                        self._sources.setdefault(d.poly[0][0][0], []).append((value, axis))
+        for value, axis in self._sources.get(symbol, ()):
+            if value in self.defined:
+                return value, axis
+        raise ExportError(f"no value computed before this point carries the size {symbol!r}, so a shape that depends on it cannot be written")
+
+    def _op(self, op_type: str, inputs: list[str], hint: str, **attrs: Any) -> str:
+        out = self.fresh(hint)
+        self.emit(op_type, inputs, [out], **attrs)
+        return out
 
     def const(self, array: np.ndarray, hint: str = "const") -> str:
         name = self.fresh(hint)
@@ -99,6 +202,8 @@ def _weight_only_values(graph: Graph) -> list[Node]:
         if node.op.name in _KEEP_LAZY:
             continue
         if all(v in constant for v in node.inputs):
+            if not all(graph.type(o).is_static for o in node.outputs):
+                continue  # a value whose shape depends on the sizes is computed at run time
             out_bytes = sum(graph.type(o).nbytes for o in node.outputs)
             if out_bytes > _MAX_FOLDED_BYTES or (node.op.name in _BROADCASTS and out_bytes > _MAX_FOLDED_BROADCAST_BYTES):
                 continue
@@ -136,6 +241,7 @@ def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> o
             continue
         ctx._node_name = node.name
         node.op.onnx.exporter(ctx, node)
+        ctx.defined.update(node.outputs)
     ctx._node_name = ""
     output_names = graph.meta.output_names or graph.outputs
     declared_inputs, declared_outputs, verbatim = _declared_interface(live, folded_ids)
@@ -145,8 +251,8 @@ def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> o
             ctx.nodes.append(helper.make_node("Identity", [value], [name], name=ctx.fresh("output")))
         t = graph.type(value)
         shape = declared_outputs.get(name, t.shape) if value in verbatim else t.shape
-        outputs.append(helper.make_tensor_value_info(name, ctx.onnx_dtype(t.dtype), shape))
-    inputs = [helper.make_tensor_value_info(n, ctx.onnx_dtype(t.dtype), declared_inputs.get(n, t.shape)) for n, t in graph.inputs.items()]
+        outputs.append(helper.make_tensor_value_info(name, ctx.onnx_dtype(t.dtype), _declared(shape)))
+    inputs = [helper.make_tensor_value_info(n, ctx.onnx_dtype(t.dtype), _declared(declared_inputs.get(n, t.shape))) for n, t in graph.inputs.items()]
     for name in graph.meta.initializer_inputs:
         if name in ctx.initializers:
             t = TensorType.of(weights[name])
@@ -158,6 +264,13 @@ def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> o
     if check:
         _check(model)
     return model
+
+
+def _declared(shape):
+    """A shape as ONNX declares it: a symbolic dim by its name or expression (``dim_param``)."""
+    if shape is None:
+        return None
+    return [str(d) if isinstance(d, Dim) else d for d in shape]
 
 
 def _declared_interface(graph: Graph, folded_ids: set[int]) -> tuple[dict, dict, set[str]]:

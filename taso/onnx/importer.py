@@ -2,8 +2,9 @@
 
 Initializers become weights; Constant, Shape, small ConstantOfShape and small all-constant
 subgraphs are folded, so the shape computations exporters write (Shape -> Gather -> Concat ->
-Reshape, ConstantOfShape -> Where -> Expand, Range...) become constants once the input shapes
-are fixed. Each node is offered to the importers registered for its op type (see
+Reshape, ConstantOfShape -> Where -> Expand, Range...) become constants where the dims are
+static, and symbolic sizes where they depend on the inputs' size symbols
+(:mod:`taso.onnx.symbolic`). Each node is offered to the importers registered for its op type (see
 :mod:`taso.ops`), and a node no importer claims becomes an opaque node kept verbatim, so any
 valid model loads and round-trips. An opaque node's output types come from ONNX shape
 inference (over the model, then over the node with its folded inputs); running it is the
@@ -22,10 +23,13 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..dims import Dim, symbol
 from ..errors import GraphError, ImportError_, ShapeError, TasoError
 from ..ir import Graph, GraphMeta, Node, Params, TensorType
 from ..ops import Op, onnx_importers
 from ..ops.opaque import opaque
+from ..ops.shape import dims as dims_op
+from . import symbolic
 
 __all__ = ["load_onnx", "read_model", "MIN_OPSET", "MAX_OPSET"]
 
@@ -169,11 +173,20 @@ class ImportContext:
             return self.pending_types[name]
         return self._state.type(name)
 
-    def const(self, name: str) -> np.ndarray | None:
+    def const(self, name: str, symbolic: bool = False) -> np.ndarray | None:
+        """The value of a constant input, or None when it is computed at run time.
+
+        A shape computed from symbolic dims is a constant only to an importer that keeps its
+        entries as they are (``symbolic=True``: an object array of ints and dims); to any
+        other it is a run-time value, so no ``int()`` can freeze it at the measurement sizes.
+        """
         if not name:
             return None
         name = self.pending_aliases.get(name, self._state.resolve(name))
-        return self.pending_weights.get(name, self._state.weights.get(name))
+        value = self.pending_weights.get(name, self._state.weights.get(name))
+        if value is None and symbolic:
+            return self._state.symbolic.get(name)
+        return value
 
     def dtype_of_onnx(self, elem_type: int) -> str | None:
         return _np_dtype(int(elem_type))
@@ -217,6 +230,7 @@ class _ImportState:
         self.opset = opset
         self.known_types = known_types  # from ONNX shape inference: static types only
         self.weights: dict[str, np.ndarray] = {}
+        self.symbolic: dict[str, np.ndarray] = {}  # shape computations over symbolic dims: object arrays of ints and dims
         self.types: dict[str, TensorType] = {}
         self.nodes: list[Node] = []
         self.aliases: dict[str, str] = {}
@@ -251,38 +265,6 @@ class _ImportState:
         self.derived.update(ctx.pending_derived)
         for dst, src in ctx.pending_aliases.items():
             self.aliases[dst] = self.resolve(src)
-
-
-def _fix_input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]]) -> dict[str, TensorType]:
-    initializers = {i.name for i in model.graph.initializer}
-    real_inputs = [i for i in model.graph.input if i.name not in initializers]
-    names = {i.name for i in real_inputs}
-    unknown = set(input_shapes) - names
-    if unknown:
-        raise ImportError_(f"--input-shape names unknown input(s) {sorted(unknown)}; the model's inputs are {sorted(names)}")
-    types: dict[str, TensorType] = {}
-    for vi in real_inputs:
-        tt = vi.type.tensor_type
-        if not vi.type.HasField("tensor_type"):
-            raise ImportError_(f"input {vi.name!r} is not a tensor (sequences, maps and optionals are not supported)")
-        dtype = _np_dtype(tt.elem_type)
-        if dtype is None:
-            raise ImportError_(f"input {vi.name!r} has an element type taso does not support ({helper.tensor_dtype_to_string(tt.elem_type)})")
-        dims = list(tt.shape.dim)
-        if vi.name in input_shapes:
-            shape = tuple(int(d) for d in input_shapes[vi.name])
-            if tt.HasField("shape") and (len(dims) != len(shape) or any(_is_static_dim(d) and d.dim_value != s for d, s in zip(dims, shape))):
-                declared = ",".join(_dim_label(d) for d in dims)
-                raise ImportError_(f"--input-shape {vi.name}={','.join(map(str, shape))} does not fit the declared shape [{declared}]")
-        else:
-            if not tt.HasField("shape"):
-                raise ImportError_(f"input {vi.name!r} has no declared shape; fix it with --input-shape {vi.name}=D0,D1,...")
-            dynamic = [(i, _dim_label(d)) for i, d in enumerate(dims) if not _is_static_dim(d)]
-            if dynamic:
-                raise ImportError_(_dynamic_dim_message(vi.name, dims, dynamic))
-            shape = tuple(int(d.dim_value) for d in dims)
-        types[vi.name] = TensorType(shape, dtype)
-    return types
 
 
 def declared_interface(model: onnx.ModelProto) -> dict[str, list[tuple[str, list[str], str]]]:
@@ -336,21 +318,29 @@ class _InferredTypes:
     def __init__(self, model: onnx.ModelProto, input_types: dict[str, TensorType]):
         self._model, self._input_types = model, input_types
         self._infos: dict[str, onnx.ValueInfoProto] | None = None
+        self._symbolic_infos: dict[str, onnx.ValueInfoProto] | None = None
 
     def get(self, name: str) -> TensorType | None:
+        """The static type inference gives a value at the measurement sizes."""
         if self._infos is None:
-            self._infos = self._infer()
+            self._infos = self._infer({n: t.shape for n, t in self._input_types.items()})
         vi = self._infos.get(name)
         return None if vi is None else _static_type(vi)
 
-    def _infer(self) -> dict[str, onnx.ValueInfoProto]:
+    def symbolic_info(self, name: str) -> onnx.ValueInfoProto | None:
+        """What inference says of a value's dims when the inputs' symbolic dims are named (see :mod:`taso.onnx.symbolic`)."""
+        if self._symbolic_infos is None:
+            self._symbolic_infos = self._infer({n: [str(d) if isinstance(d, Dim) else d for d in t.shape] for n, t in self._input_types.items()})
+        return self._symbolic_infos.get(name)
+
+    def _infer(self, shapes: Mapping[str, Sequence]) -> dict[str, onnx.ValueInfoProto]:
         g = self._model.graph
         small = [t for t in g.initializer if int(np.prod(t.dims, dtype=np.int64)) <= self._SKELETON_MAX_ELEMENTS]
         large = [t for t in g.initializer if int(np.prod(t.dims, dtype=np.int64)) > self._SKELETON_MAX_ELEMENTS]
         inputs = []
         for vi in g.input:
             t = self._input_types.get(vi.name)
-            inputs.append(helper.make_tensor_value_info(vi.name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), t.shape) if t else vi)
+            inputs.append(helper.make_tensor_value_info(vi.name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), shapes[vi.name]) if t else vi)
         declared = {vi.name for vi in inputs}
         inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in large if t.name not in declared]
         skeleton_graph = helper.make_graph(list(g.node), g.name, inputs, list(g.output), initializer=small)
@@ -417,24 +407,28 @@ def _default_opset(model: onnx.ModelProto) -> int:
     return opset
 
 
-def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
+              static: bool = False) -> Graph:
     """Loads an ONNX model as a :class:`Graph`.
 
     Args:
         source: a path to an .onnx file (external data is loaded from beside it) or a ModelProto.
-        input_shapes: static shapes for inputs with symbolic dimensions, e.g. ``{"x": (1, 3, 224, 224)}``.
+        input_shapes: the sizes to measure costs at, e.g. ``{"x": (1, 3, 224, 224)}``; symbolic
+            dims stay symbolic (default sizes: 1 for a dim at axis 0, 128 for others).
+        static: freeze every symbolic dim at its measurement size (a file for that size only).
 
     Returns:
-        The graph; every node taso does not model is kept as an opaque node.
+        The graph; every node taso does not model is kept as an opaque node. Its
+        ``meta.sizes`` names the measurement size of each symbol.
 
     Raises:
-        ImportError_: unreadable file, unsupported opset, symbolic input dimensions.
+        ImportError_: unreadable file, unsupported opset, input shapes that contradict the model.
         GraphError: cycles, undefined or doubly defined tensors.
     """
     model = read_model(source)
     opset = _default_opset(model)
     g = model.graph
-    input_types = _fix_input_types(model, input_shapes or {})
+    input_types, sizes = symbolic.input_types(model, input_shapes or {}, static, _np_dtype)
     state = _ImportState(model, opset, _InferredTypes(model, input_types))
     state.types.update(input_types)
     state.input_names.update(input_types)
@@ -457,6 +451,7 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
     all_opsets = (("", opset),) + other_opsets
     for node in _toposort_onnx(g, set(state.types)):
         _import_node(state, node, importers, all_opsets)
+    _materialize_sizes(state, g)
     outputs, output_names = [], []
     for vi in g.output:
         value = state.resolve(vi.name)
@@ -473,6 +468,7 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
         producer=model.producer_name,
         graph_name=g.name or "graph",
         extra=_declared_dims(g, state.branch_inputs),
+        sizes=tuple(sorted(sizes.items())),
     )
     graph = Graph(input_types, state.weights, state.nodes, outputs, types=state.types, meta=meta)
     return graph.pruned()
@@ -529,6 +525,8 @@ def _fold_constant_node(state: _ImportState, node: onnx.NodeProto) -> bool:
             raise ImportError_(f"Constant node {node.name!r} holds a tensor that cannot be read ({e})") from None
         _add_weight(state, node.output[0], array)
         return True
+    if _fold_symbolic_node(state, node):
+        return True
     if node.op_type in ("Shape", "Size") and node.input and state.resolve(node.input[0]) in state.types:
         shape = state.type(node.input[0]).shape
         if node.op_type == "Size":
@@ -561,6 +559,44 @@ def _fold_constant_node(state: _ImportState, node: onnx.NodeProto) -> bool:
     for name, value in zip([o for o in node.output if o], results):
         _add_weight(state, name, np.asarray(value))
     return True
+
+
+def _fold_symbolic_node(state: _ImportState, node: onnx.NodeProto) -> bool:
+    """A shape computation over symbolic dims (Shape of a value with a symbolic dim, then Gather,
+    Concat, arithmetic...) folds into symbolic sizes; a result with no symbolic entry is a weight."""
+    names = [state.resolve(n) for n in node.input if n]
+    reads_sizes = any(n in state.symbolic for n in names)
+    shape_of_symbolic = node.op_type in ("Shape", "Size") and names and names[0] in state.types and not state.types[names[0]].is_static
+    if not (reads_sizes or shape_of_symbolic):
+        return False
+    values = [state.symbolic.get(n, state.weights.get(n)) for n in names]
+    types = [state.types.get(n) for n in names]
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    results = symbolic.fold_symbolic(node, values, types, attrs)
+    if results is None or len(results) != len([o for o in node.output if o]):
+        return False
+    dtype = "bool" if node.op_type == "Equal" else "int64" if node.op_type in ("Shape", "Size") else next(
+        (t.dtype for n, t in zip(names, types) if n in state.symbolic), "int64")
+    if node.op_type == "Cast":
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(attrs["to"])).name
+    for name, value in zip([o for o in node.output if o], results):
+        static = symbolic.static_or_none(value, dtype)
+        if static is not None:
+            _add_weight(state, name, static)
+        else:
+            state.symbolic[name] = value
+            state.types[name] = TensorType(tuple(value.shape), dtype)
+    return True
+
+
+def _materialize_sizes(state: _ImportState, graph: onnx.GraphProto) -> None:
+    """Symbolic sizes that a node reads as a value (not as a parameter) are computed by a ``dims`` node."""
+    read = {v for n in state.nodes for v in n.inputs} | {state.resolve(vi.name) for vi in graph.output}
+    for name in [n for n in state.symbolic if n in read]:
+        value = state.symbolic[name]
+        t = state.types[name]
+        params = dims_op.make_params(values=tuple(value.flat), shape=tuple(value.shape), dtype=t.dtype)
+        state.nodes.append(Node(dims_op, params, (), (name,), name))
 
 
 def _grows_too_much(inputs: list[np.ndarray], results) -> bool:
@@ -606,14 +642,36 @@ def _opaque_output_types(state: _ImportState, node: onnx.NodeProto, captures: li
     An If on a condition known only at run time is typed by running each branch (see
     :func:`_types_by_branch_probe`): inference merges the branches and cannot tell which run."""
     if _is_runtime_if(state, node):
-        return _types_by_branch_probe(state, node, captures, inputs, params)
+        return _symbolized(state, node, captures, inputs, _types_by_branch_probe(state, node, captures, inputs, params))
     outputs = [o for o in node.output if o]
     types = [state.known_types.get(o) for o in outputs]
     if None in types:
         types = _types_by_node_inference(state, node, captures)
     if types is None or None in types:
         types = _types_by_probe(state, node, inputs, params)
-    return types
+    return _symbolized(state, node, captures, inputs, types)
+
+
+def _symbolized(state: _ImportState, node: onnx.NodeProto, captures: list[str], inputs: list[str], types: list[TensorType]) -> list[TensorType]:
+    """An opaque node's output types with symbolic dims, when it reads any (types at the measurement sizes otherwise).
+
+    ONNX's symbolic inference says which dims are static and which are an input's symbol
+    (over the model, then over the node alone); a dim it cannot tell becomes a fresh symbol.
+    """
+    if all(state.type(n).is_static and n not in state.symbolic for n in inputs):
+        return types
+    outputs = [o for o in node.output if o]
+    infos = [state.known_types.symbolic_info(o) for o in outputs]
+    if None in infos:
+        by_name = _node_inference(state, node, captures, symbolic=True) or {}
+        infos = [info or by_name.get(o) for info, o in zip(infos, outputs)]
+    if node.op_type == "Range" and len(types) == 1:
+        length = symbolic.range_length([state.symbolic.get(n, state.weights.get(n)) for n in inputs])
+        if length is not None and int(length) == types[0].shape[0]:
+            return [TensorType((length,), types[0].dtype)]
+    labels = symbolic.dim_labels({n: state.type(n) for n in inputs})
+    labels.update(symbolic.dim_labels({n: t for n, t in state.types.items() if n in state.input_names}))
+    return symbolic.symbolic_types(types, infos, labels, lambda k, axis: symbol(f"{outputs[k]}_dim{axis}", int(types[k].shape[axis])))
 
 
 def _is_runtime_if(state: _ImportState, node: onnx.NodeProto) -> bool:
@@ -667,6 +725,14 @@ def _types_by_node_inference(state: _ImportState, node: onnx.NodeProto, captures
     Folding makes shape arguments (Expand's shape, Pad's pads, Resize's sizes...) constant
     after the model-wide inference ran, so this sees what that one could not.
     """
+    by_name = _node_inference(state, node, captures, symbolic=False)
+    if by_name is None:
+        return None
+    return [_static_type(by_name[o]) if o in by_name else None for o in node.output if o]
+
+
+def _node_inference(state: _ImportState, node: onnx.NodeProto, captures: list[str], symbolic: bool) -> dict[str, onnx.ValueInfoProto] | None:
+    """ONNX shape inference of one node, its inputs typed as imported (symbolic dims named when ``symbolic``)."""
     names = list(dict.fromkeys([n for n in node.input if n] + captures))
     inputs, initializers = [], []
     for name in names:
@@ -675,7 +741,8 @@ def _types_by_node_inference(state: _ImportState, node: onnx.NodeProto, captures
             initializers.append(numpy_helper.from_array(np.asarray(value, order="C"), name))
             continue
         t = state.type(name)
-        inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), t.shape))
+        shape = [str(d) if isinstance(d, Dim) else d for d in t.shape] if symbolic else [int(d) for d in t.shape]
+        inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), shape))
     outputs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
     graph = helper.make_graph([node], "node", inputs, outputs, initializer=initializers)
     model = helper.make_model(graph, opset_imports=list(state.model.opset_import))
@@ -685,8 +752,7 @@ def _types_by_node_inference(state: _ImportState, node: onnx.NodeProto, captures
         inferred = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # noqa: BLE001 - inference is best effort; the probe comes next
         return None
-    by_name = {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
-    return [_static_type(by_name[o]) if o in by_name else None for o in node.output if o]
+    return {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
 
 
 def _plausible_array(t: TensorType, rng: np.random.Generator, probe: int) -> np.ndarray:
@@ -710,6 +776,7 @@ def _probed_types(state: _ImportState, inputs: list[str], probe: Params, probe_i
     ``condition`` forces an If's first input. Raises TasoError when the node does not run."""
     rng = np.random.default_rng(probe_index)
     arrays = [np.asarray(condition) if i == 0 and condition is not None else state.weights[n] if n in state.weights
+              else symbolic.concrete_array(state.symbolic[n], state.types[n].dtype) if n in state.symbolic
               else _plausible_array(state.type(n), rng, probe_index) for i, n in enumerate(inputs)]
     return [TensorType.of(np.asarray(r)) for r in opaque.evaluate(arrays, probe)]
 

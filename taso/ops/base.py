@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from ..dims import Dim, holds_dims, other_sizes, rebind_value, value_symbols
 from ..errors import ShapeError
 from ..ir import Params, TensorType
 
-__all__ = ["Param", "Op", "OnnxMapping", "REQUIRED", "define", "registry", "onnx_importers", "FINGERPRINT_PRIME", "modular_inverse"]
+__all__ = ["Param", "Op", "OnnxMapping", "REQUIRED", "define", "registry", "onnx_importers", "FINGERPRINT_PRIME", "modular_inverse", "as_dims"]
 
 REQUIRED = object()
 
@@ -137,6 +138,13 @@ class Op:
         if len(types) < lo or (hi is not None and len(types) > hi):
             want = f"{lo}" if lo == hi else f"{lo}..{hi if hi is not None else ''}"
             raise ShapeError(f"{self.name}: takes {want} inputs, got {len(types)}")
+        outs = self._apply_shape_rule(types, params)
+        symbols = frozenset().union(*(t.symbols for t in types), *(value_symbols(v) for v in params.values()))
+        if symbols:
+            self._check_follows_symbols(types, params, outs, symbols)
+        return outs
+
+    def _apply_shape_rule(self, types: Sequence[TensorType], params: Params) -> list[TensorType]:
         try:
             out = self.shape_rule(types, params)
         except ShapeError:
@@ -144,6 +152,24 @@ class Op:
         except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError) as e:
             raise ShapeError(f"{self.name}{tuple(str(t) for t in types)} with {dict(params)}: {e}") from None
         return [out] if isinstance(out, TensorType) else list(out)
+
+    def _check_follows_symbols(self, types: Sequence[TensorType], params: Params, outs: list[TensorType], symbols) -> None:
+        """Re-runs the shape rule at other sizes of the symbols: the dims it returned must give the sizes it computes there.
+
+        A rule that turned a symbolic dim into a plain int (``int(d)``, ``np.prod``, ``slice.indices``)
+        would type the node for the measurement sizes only; this catches it, and the node is refused
+        (left opaque at import, the rewrite declined in a search) instead of written wrong.
+        """
+        sizes = other_sizes(symbols)
+        moved_types = [TensorType(rebind_value(t.shape, sizes), t.dtype) for t in types]
+        moved_params = Params({k: rebind_value(v, sizes) for k, v in params.items()}) if any(holds_dims(v) for v in params.values()) else params
+        try:
+            moved = self._apply_shape_rule(moved_types, moved_params)
+        except ShapeError as e:
+            raise ShapeError(f"{self.name}: its shape depends on the sizes of {sorted(symbols)} in a way taso does not track ({e})") from None
+        expected = [t.at(sizes) for t in outs]
+        if [t.concrete() for t in moved] != expected:
+            raise ShapeError(f"{self.name}: its output shape {[str(t) for t in outs]} does not follow the sizes of {sorted(symbols)}")
 
     def evaluate(self, arrays: Sequence[np.ndarray], params: Params) -> list[np.ndarray]:
         """Runs the reference semantics; always returns a list of arrays.
@@ -277,6 +303,11 @@ def normalize_axis(axis: int, rank: int, what: str = "axis") -> int:
     if not -rank <= axis < max(rank, 1):
         raise ShapeError(f"{what} {axis} is out of range for rank {rank}")
     return axis % rank if rank else 0
+
+
+def as_dims(values) -> tuple[int, ...]:
+    """Sizes as a tuple of Python ints, symbolic dims kept (``int()`` would keep only the measured value)."""
+    return tuple(v if isinstance(v, Dim) else int(v) for v in values)
 
 
 def require(condition: bool, message: str) -> None:

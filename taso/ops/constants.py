@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import OnnxMapping, Param, define, modular_inverse, require
+from .base import OnnxMapping, Param, as_dims, define, modular_inverse, require
 
 
 def _fill_shape(types, p) -> TensorType:
@@ -19,18 +19,18 @@ def _fill_shape(types, p) -> TensorType:
 
 
 def _import_constant_of_shape(ctx) -> bool:
-    shape = ctx.const(ctx.inputs[0])
+    shape = ctx.const(ctx.inputs[0], symbolic=True)
     if shape is None:
         return False
     value = ctx.attr("value", None)
     value = np.zeros(1, np.float32) if value is None else value
-    ctx.emit(fill, [], ctx.outputs, shape=tuple(int(d) for d in shape.reshape(-1)), value=value.reshape(-1)[0].item(), dtype=value.dtype.name)
+    ctx.emit(fill, [], ctx.outputs, shape=as_dims(shape.reshape(-1)), value=value.reshape(-1)[0].item(), dtype=value.dtype.name)
     return True
 
 
 def _export_fill(ctx, node) -> None:
     p = node.params
-    shape = ctx.const(np.asarray(p["shape"], np.int64))
+    shape = ctx.shape_tensor(p["shape"])
     ctx.emit("ConstantOfShape", [shape], list(node.outputs), value=np.asarray([p["value"]], dtype=p["dtype"]))
 
 

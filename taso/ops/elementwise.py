@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ..dims import broadcast_dims
 from ..ir import Params, TensorType
 from .base import ACTIVATIONS, FINGERPRINT_PRIME, OnnxMapping, Param, array_module, as_array, define, define_importer, require, same_type
 
@@ -324,7 +325,7 @@ cast = define(
 
 def broadcast_shape(types, p) -> TensorType:
     require(all(t.dtype == types[0].dtype for t in types), f"operands have different dtypes {[t.dtype for t in types]}")
-    return TensorType(tuple(np.broadcast_shapes(*(t.shape for t in types))), types[0].dtype)
+    return TensorType(tuple(broadcast_dims(*(t.shape for t in types))), types[0].dtype)
 
 
 def _int_div(a, b):
@@ -350,7 +351,7 @@ _BINARY = {
 
 
 def _pow_shape(types, p):
-    return TensorType(tuple(np.broadcast_shapes(types[0].shape, types[1].shape)), types[0].dtype)
+    return TensorType(tuple(broadcast_dims(types[0].shape, types[1].shape)), types[0].dtype)
 
 
 def _binary_importer(name: str):
@@ -412,7 +413,7 @@ scalar_mul = define(
 
 def _comparison_shape(types, p) -> TensorType:
     require(types[0].dtype == types[1].dtype, f"operands have different dtypes {[t.dtype for t in types]}")
-    return TensorType(tuple(np.broadcast_shapes(types[0].shape, types[1].shape)), "bool")
+    return TensorType(tuple(broadcast_dims(types[0].shape, types[1].shape)), "bool")
 
 
 def _comparison_importer(name: str):
@@ -444,7 +445,7 @@ def _where_shape(types, p) -> TensorType:
     condition, x, y = types
     require(condition.dtype == "bool", f"where: the condition must be bool, got {condition.dtype}")
     require(x.dtype == y.dtype, f"where: operands have different dtypes {x.dtype} and {y.dtype}")
-    return TensorType(tuple(np.broadcast_shapes(condition.shape, x.shape, y.shape)), x.dtype)
+    return TensorType(tuple(broadcast_dims(condition.shape, x.shape, y.shape)), x.dtype)
 
 
 def _import_where(ctx) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dims import broadcast_dims
 from ..ir import TensorType
 from .base import OnnxMapping, define, define_importer, require
 from .elementwise import ACTIVATION_PARAM, BINARY_OPS, apply_activation, emit_with_activation, exact_with_activation, scalar_mul
@@ -17,7 +18,7 @@ def _matmul_shape(types, p) -> TensorType:
     a_shape = (1,) + a.shape if a.rank == 1 else a.shape
     b_shape = b.shape + (1,) if b.rank == 1 else b.shape
     require(a_shape[-1] == b_shape[-2], f"matmul: inner dimensions differ: {a.shape} @ {b.shape}")
-    batch = tuple(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
+    batch = tuple(broadcast_dims(a_shape[:-2], b_shape[:-2]))
     out = batch + (a_shape[-2], b_shape[-1])
     if a.rank == 1:
         out = out[:-2] + out[-1:]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dims import Dim
+from ..errors import ShapeError
 from ..ir import TensorType
 from .base import OnnxMapping, Param, array_module, define, require
 
@@ -132,12 +134,21 @@ def _static_resize_args(ctx, x: TensorType):
         if len(factors) != x.rank:
             return None
         # NOTE: ONNX Runtime computes the output size as floor(float(dim) * scale) in float32.
-        out = tuple(int(np.floor(np.float32(d) * np.float32(s))) for d, s in zip(x.shape, factors))
+        out = tuple(_scaled(d, s) for d, s in zip(x.shape, factors))
         return out, tuple(factors), "scales"
     if sizes is not None and sizes.size == x.rank:
         out = tuple(int(s) for s in sizes.reshape(-1))
         return out, tuple(float(np.float32(o) / np.float32(d)) if d else 1.0 for o, d in zip(out, x.shape)), "sizes"
     return None
+
+
+def _scaled(dim: int, factor: float) -> int:
+    """floor(dim * factor) as ONNX Runtime computes it (float32); a symbolic dim only when the factor is a whole number."""
+    if isinstance(dim, Dim):
+        if float(factor).is_integer() and factor >= 1:
+            return dim * int(factor)
+        raise ShapeError(f"resize: scaling the symbolic dim {dim} by {factor} rounds differently at different sizes")
+    return int(np.floor(np.float32(dim) * np.float32(factor)))
 
 
 def _import_upsample(ctx) -> bool:
@@ -149,7 +160,7 @@ def _import_upsample(ctx) -> bool:
     if ctx.attr_names - {"mode"} or mode not in ("nearest", "linear") or scales is None or scales.size != x.rank or (scales < 1).any():
         return False
     factors = tuple(float(f) for f in scales.reshape(-1))
-    sizes = tuple(int(np.floor(np.float32(d) * np.float32(f))) for d, f in zip(x.shape, factors))
+    sizes = tuple(_scaled(d, f) for d, f in zip(x.shape, factors))
     ctx.emit(resize, [ctx.inputs[0]], ctx.outputs, sizes=sizes, scales=factors, given="scales", mode=mode,
              coordinate_transformation_mode="asymmetric", nearest_mode="floor")
     return True
@@ -187,7 +198,7 @@ def _export_resize(ctx, node) -> None:
         inputs = [node.inputs[0], empty, ctx.const(np.asarray(p["scales"], np.float32), "scales")]
     else:
         inputs = [node.inputs[0], empty, "" if ctx.opset >= 13 else ctx.const(np.zeros(0, np.float32), "scales"),
-                  ctx.const(np.asarray(p["sizes"], np.int64), "sizes")]
+                  ctx.shape_tensor(p["sizes"])]
     attrs = {"mode": p["mode"], "coordinate_transformation_mode": p["coordinate_transformation_mode"]}
     if p["mode"] == "nearest":
         attrs["nearest_mode"] = p["nearest_mode"]

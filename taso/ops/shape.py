@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..dims import Dim, broadcast_dims, floordiv, is_static_shape, prod
 from ..ir import TensorType
-from .base import OnnxMapping, Param, define, define_importer, normalize_axis, require
+from .base import OnnxMapping, Param, as_dims, define, define_importer, normalize_axis, require
 
 
 def _int64(values) -> np.ndarray:
@@ -50,13 +51,13 @@ transpose = define(
 
 def _reshape_shape(types, p) -> TensorType:
     x, shape = types[0], p["shape"]
-    require(all(d >= 0 for d in shape), f"reshape: target shape {shape} must be fully static")
-    require(int(np.prod(shape, dtype=np.int64)) == x.size, f"reshape: cannot reshape {x.shape} ({x.size} elements) to {shape}")
+    require(all(d >= 0 for d in shape), f"reshape: target shape {shape} must be fully resolved")
+    require(prod(shape) == prod(x.shape), f"reshape: cannot reshape {tuple(map(str, x.shape))} to {tuple(map(str, shape))} at every size")
     return TensorType(tuple(shape), x.dtype)
 
 
 def _export_reshape(ctx, node) -> None:
-    ctx.emit("Reshape", [node.inputs[0], ctx.const(_int64(node.params["shape"]))], list(node.outputs))
+    ctx.emit("Reshape", [node.inputs[0], ctx.reshape_target(node.inputs[0], node.params["shape"])], list(node.outputs))
 
 
 reshape = define(
@@ -73,16 +74,21 @@ reshape = define(
 
 
 def _resolve_reshape(in_shape, target, allowzero: bool) -> tuple[int, ...] | None:
-    target = [int(d) for d in target]
-    out = [in_shape[i] if d == 0 and not allowzero else d for i, d in enumerate(target)]
-    if out.count(-1) > 1:
+    """ONNX Reshape's target with 0 (copy) and -1 (infer) resolved; symbolic dims stay symbolic."""
+    target = list(as_dims(target))
+    out = [in_shape[i] if type(d) is int and d == 0 and not allowzero else d for i, d in enumerate(target)]
+    wildcards = [i for i, d in enumerate(out) if type(d) is int and d == -1]
+    if len(wildcards) > 1:
         return None
-    if -1 in out:
-        known = int(np.prod([d for d in out if d != -1], dtype=np.int64))
-        total = int(np.prod(in_shape, dtype=np.int64))
-        if known == 0 or total % known:
+    if wildcards:
+        known = prod(d for i, d in enumerate(out) if i != wildcards[0])
+        total = prod(in_shape)
+        if int(known) == 0 or int(total) % int(known):
             return None
-        out[out.index(-1)] = total // known
+        inferred = floordiv(total, known)
+        if not inferred * known == total:
+            return None  # the product divides at the measurement sizes only
+        out[wildcards[0]] = inferred
     return tuple(out)
 
 
@@ -90,19 +96,21 @@ def _import_reshape_like(ctx) -> bool:
     x = ctx.type(ctx.inputs[0])
     op_type = ctx.op_type
     if op_type == "Reshape":
-        target = ctx.attr("shape", None) if ctx.opset < 5 else ctx.const(ctx.inputs[1])
+        target = ctx.attr("shape", None) if ctx.opset < 5 else ctx.const(ctx.inputs[1], symbolic=True)
         if target is None:
             return False
-        shape = _resolve_reshape(x.shape, np.asarray(target).tolist(), bool(ctx.attr("allowzero", 0)))
+        shape = _resolve_reshape(x.shape, np.asarray(target).reshape(-1).tolist(), bool(ctx.attr("allowzero", 0)))
     elif op_type == "Flatten":
         axis = int(ctx.attr("axis", 1))
         axis = axis + x.rank if axis < 0 else axis
-        shape = (int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64)))
+        shape = (prod(x.shape[:axis]), prod(x.shape[axis:]))
     else:
         axes = _axes_argument(ctx)
         if axes is False:
             return False
         if op_type == "Squeeze":
+            if axes is None and not is_static_shape(x.shape):
+                return False  # which axes go depends on the sizes (a symbolic dim may be 1)
             axes = [i for i, d in enumerate(x.shape) if d == 1] if axes is None else [normalize_axis(a, x.rank) for a in axes]
             shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
         else:
@@ -114,7 +122,7 @@ def _import_reshape_like(ctx) -> bool:
             shape = tuple(1 if i in axes else next(dims) for i in range(rank))
     if shape is None:
         return False
-    ctx.emit(reshape, [ctx.inputs[0]], ctx.outputs, shape=tuple(int(d) for d in shape))
+    ctx.emit(reshape, [ctx.inputs[0]], ctx.outputs, shape=as_dims(shape))
     return True
 
 
@@ -199,8 +207,9 @@ def _import_split(ctx) -> bool:
 def _export_split(ctx, node) -> None:
     sizes = list(node.params["sizes"])
     if ctx.opset >= 13:
-        ctx.emit("Split", [node.inputs[0], ctx.const(_int64(sizes))], list(node.outputs), axis=node.params["axis"])
+        ctx.emit("Split", [node.inputs[0], ctx.shape_tensor(sizes)], list(node.outputs), axis=node.params["axis"])
     else:
+        require(is_static_shape(sizes), "split: sizes that depend on symbolic dims need opset >= 13")
         ctx.emit("Split", [node.inputs[0]], list(node.outputs), axis=node.params["axis"], split=sizes)
 
 
@@ -225,8 +234,19 @@ def _slice_shape(types, p) -> TensorType:
     require(len(p["axes"]) == len(p["starts"]) == len(p["ends"]) == len(p["steps"]), "slice: starts/ends/axes/steps lengths differ")
     for axis, start, end, step in zip(p["axes"], p["starts"], p["ends"], p["steps"]):
         require(0 <= axis < x.rank and step != 0, f"slice: bad axis {axis} or step {step}")
-        shape[axis] = len(range(*slice(start, end, step).indices(x.shape[axis])))
+        if isinstance(x.shape[axis], Dim) or isinstance(start, Dim) or isinstance(end, Dim):
+            shape[axis] = _clamped_slice_length(start, end, step)
+        else:
+            shape[axis] = len(range(*slice(start, end, step).indices(x.shape[axis])))
     return TensorType(tuple(shape), x.dtype)
+
+
+def _clamped_slice_length(start, end, step: int):
+    """The length of ``range(start, end, step)`` for bounds already clamped into the axis (symbolic allowed)."""
+    if step > 0:
+        return max(0, floordiv(end - start + step - 1, step))
+    end = -1 if end is None else end
+    return max(0, floordiv(start - end - step - 1, -step))
 
 
 def _slice(xs, p):
@@ -236,8 +256,16 @@ def _slice(xs, p):
     return np.ascontiguousarray(xs[0][tuple(index)])
 
 
+# Bounds this large mean "to the end" (exporters write INT64_MAX or INT32_MAX): no dim is this large.
+_UNBOUNDED = 1 << 31
+
+
 def _clamp_slice(start: int, end: int, step: int, dim: int) -> tuple[int, int | None]:
-    """ONNX slice bounds (negative = from the end, clamped) as Python slice bounds."""
+    """ONNX slice bounds (negative = from the end, clamped) as Python slice bounds (symbolic dims allowed)."""
+    if type(end) is int and abs(end) >= _UNBOUNDED and isinstance(dim, Dim):
+        end = dim if end > 0 else -1 - dim
+    if type(start) is int and abs(start) >= _UNBOUNDED and isinstance(dim, Dim):
+        start = dim if start > 0 else -1 - dim
     if start < 0:
         start += dim
     if end < 0:
@@ -259,15 +287,15 @@ def _import_slice(ctx) -> bool:
         args = []
         for i in range(1, 5):
             name = ctx.inputs[i] if len(ctx.inputs) > i else ""
-            value = ctx.const(name) if name else None
+            value = ctx.const(name, symbolic=i in (1, 2)) if name else None
             if name and value is None:
                 return False
-            args.append(None if value is None else [int(v) for v in value.reshape(-1)])
+            args.append(None if value is None else list(as_dims(value.reshape(-1))))
         starts, ends, axes, steps = args
         axes = axes if axes is not None else list(range(len(starts)))
         steps = steps if steps is not None else [1] * len(starts)
     axes = [normalize_axis(int(a), x.rank) for a in axes]
-    bounds = [_clamp_slice(int(s), int(e), int(t), x.shape[a]) for s, e, t, a in zip(starts, ends, steps, axes)]
+    bounds = [_clamp_slice(s, e, int(t), x.shape[a]) for s, e, t, a in zip(as_dims(starts), as_dims(ends), steps, axes)]
     ctx.emit(slice_, [ctx.inputs[0]], ctx.outputs, starts=tuple(b[0] for b in bounds), ends=tuple(b[1] for b in bounds),
              axes=tuple(axes), steps=tuple(int(t) for t in steps))
     return True
@@ -278,12 +306,30 @@ def _export_slice(ctx, node) -> None:
     x = ctx.type(node.inputs[0])
     # NOTE: a None end (negative step running past index 0) is written as -(dim + 1).
     ends = [(-(x.shape[a] + 1) if e is None else e) for e, a in zip(p["ends"], p["axes"])]
+    starts, ends = _size_free_bounds(p["starts"], ends, [x.shape[a] for a in p["axes"]])
     if ctx.opset < 10:
         require(all(t == 1 for t in p["steps"]), "slice with steps needs opset >= 10")
-        ctx.emit("Slice", [node.inputs[0]], list(node.outputs), starts=list(p["starts"]), ends=ends, axes=list(p["axes"]))
+        ctx.emit("Slice", [node.inputs[0]], list(node.outputs), starts=list(starts), ends=ends, axes=list(p["axes"]))
         return
-    args = [ctx.const(_int64(v)) for v in (p["starts"], ends, p["axes"], p["steps"])]
+    args = [ctx.shape_tensor(v) for v in (starts, ends, p["axes"], p["steps"])]
     ctx.emit("Slice", [node.inputs[0], *args], list(node.outputs))
+
+
+def _size_free_bounds(starts, ends, dims) -> tuple[list, list]:
+    """Slice bounds that hold at every size: a bound equal to its axis's symbolic dim is INT64_MAX ("to
+    the end"), one that is the dim minus a constant is that negative offset; others stay as they are
+    (symbolic ones are then computed from the shapes at run time)."""
+    def size_free(bound, dim):
+        if not isinstance(dim, Dim) or not isinstance(bound, Dim):
+            return bound
+        if bound == dim:
+            return (1 << 63) - 1
+        if bound == -dim - 1:
+            return -(1 << 63)
+        offset = bound - dim
+        return offset if type(offset) is int and offset < 0 else bound
+
+    return [size_free(b, d) for b, d in zip(starts, dims)], [size_free(b, d) for b, d in zip(ends, dims)]
 
 
 slice_ = define(
@@ -336,18 +382,18 @@ gather = define(
 
 def _expand_shape(types, p) -> TensorType:
     x, shape = types[0], tuple(p["shape"])
-    require(all(d >= 0 for d in shape), f"expand: target shape {shape} must be fully static")
-    require(tuple(np.broadcast_shapes(x.shape, shape)) == shape, f"expand: {x.shape} does not broadcast to {shape}")
+    require(all(d >= 0 for d in shape), f"expand: target shape {shape} must be fully resolved")
+    require(broadcast_dims(x.shape, shape) == shape, f"expand: {tuple(map(str, x.shape))} does not broadcast to {tuple(map(str, shape))}")
     return TensorType(shape, x.dtype)
 
 
 def _import_expand(ctx) -> bool:
     """ONNX Expand broadcasts both ways; the param is the resolved output shape."""
-    target = ctx.const(ctx.inputs[1])
+    target = ctx.const(ctx.inputs[1], symbolic=True)
     if target is None:
         return False
     x = ctx.type(ctx.inputs[0])
-    shape = tuple(int(d) for d in np.broadcast_shapes(x.shape, tuple(int(d) for d in target.reshape(-1))))
+    shape = broadcast_dims(x.shape, as_dims(target.reshape(-1)))
     ctx.emit(expand, [ctx.inputs[0]], ctx.outputs, shape=shape)
     return True
 
@@ -358,7 +404,7 @@ expand = define(
     params=[Param("shape", "ints")],
     shape=_expand_shape,
     numpy=lambda xs, p: np.broadcast_to(xs[0], p["shape"]).copy(),  # .copy(): CuPy arrays stay on the device
-    onnx=OnnxMapping(("Expand",), _import_expand, lambda ctx, n: ctx.emit("Expand", [n.inputs[0], ctx.const(_int64(n.params["shape"]))], list(n.outputs))),
+    onnx=OnnxMapping(("Expand",), _import_expand, lambda ctx, n: ctx.emit("Expand", [n.inputs[0], ctx.shape_tensor(n.params["shape"])], list(n.outputs))),
     groups=("shape_only",),
     doc="broadcasts x to a static shape (ONNX Expand, with the target shape resolved)",
 )
@@ -450,4 +496,32 @@ def _import_identity(ctx) -> bool:
 
 define_importer(("Identity", "Dropout"), _import_identity)
 
-__all__ = ["transpose", "reshape", "concat", "split", "slice_", "gather", "expand", "pad"]
+# ---- sizes computed at run time ------------------------------------------------------------------
+
+
+def _dims_shape(types, p) -> TensorType:
+    require(len(p["values"]) == int(np.prod(p["shape"], dtype=np.int64)), f"dims: {len(p['values'])} values for shape {p['shape']}")
+    return TensorType(tuple(p["shape"]), p["dtype"])
+
+
+def _export_dims(ctx, node) -> None:
+    p = node.params
+    sizes = ctx.shape_tensor(p["values"], p["dtype"])
+    if tuple(p["shape"]) == (len(p["values"]),):
+        ctx.emit("Identity", [sizes], list(node.outputs))
+    else:
+        ctx.emit("Reshape", [sizes, ctx.const(_int64(p["shape"]))], list(node.outputs))
+
+
+dims = define(
+    "dims",
+    arity=0,
+    params=[Param("values", "ints"), Param("shape", "ints"), Param("dtype", "str", "int64")],
+    shape=_dims_shape,
+    numpy=lambda xs, p: np.asarray([int(v) for v in p["values"]], p["dtype"]).reshape(p["shape"]),
+    onnx=OnnxMapping((), None, _export_dims),
+    groups=("size_dependent",),
+    doc="a tensor of sizes that depend on size symbols (a Shape computation), computed from the shapes at run time",
+)
+
+__all__ = ["transpose", "reshape", "concat", "split", "slice_", "gather", "expand", "pad", "dims"]

@@ -1,0 +1,449 @@
+"""Real exporter output with symbolic (dynamic) dimensions, for taso's symbolic-dimension tests and benchmark.
+
+Hand-written ONNX fixtures only show the shapes their author thought of. This script exports small
+PyTorch models the way users do — through both of PyTorch's ONNX exporters, with the batch (and,
+for the transformer, the sequence) dimension left symbolic — so the importer meets what the
+exporters really write: ``dim_param`` inputs, ``Shape``/``Gather``/``Concat`` chains feeding
+``Reshape`` and ``ConstantOfShape``, ``Range`` for positions, and so on.
+
+* TorchScript exporter: ``torch.onnx.export(..., dynamo=False, opset_version=17,
+  dynamic_axes={"x": {0: "batch"}})``;
+* dynamo exporter: ``torch.onnx.export(..., dynamo=True, dynamic_shapes={"x": {0: Dim("batch")}})``
+  at its default opset; when a named ``Dim`` is refused, ``Dim.DYNAMIC`` is tried (its
+  ``dim_param`` name is whatever the exporter writes).
+
+Models (weights random with ``torch.manual_seed(0)``, ``eval()`` mode):
+
+* ``lstm_cell_loop`` / ``gru_cell_loop``: one ``nn.LSTMCell`` / ``nn.GRUCell`` unrolled by a Python loop;
+* ``resnet_tiny``: conv-bn-relu stem, max pool, two basic blocks with residual adds, pooling, linear;
+* ``mobilenet_tiny``: MobileNet-v2 inverted residual blocks (expand, depthwise, ReLU6, project);
+* ``bert_tiny``: token + position embeddings, post-norm encoder layers with hand-written attention
+  reshaped by ``x.view(batch, seq, heads, -1)``; input ids ``[batch, seq]`` int64;
+* ``resnet50`` / ``mobilenet_v2``: torchvision's, random weights — only when torchvision is
+  importable and ``--small`` is not given.
+
+Each file is written as ``{model}.{exporter}.onnx``; one line is printed per file: its size, its
+graph inputs and outputs with their dims, and whether ONNX Runtime runs it at batch 1, 3 and 7
+(and seq 5 and 9 for ``bert_tiny``) with outputs matching PyTorch's. A model an exporter cannot
+export is reported on one line and skipped.
+
+Run: python benchmarks/symbolic_exports.py OUT_DIR [--small] [--only NAME ...]
+         [--exporter dynamo|torchscript|both] [--ops]
+The committed test files come from: python benchmarks/symbolic_exports.py tests/data/symbolic --small
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import io
+import itertools
+import logging
+import os
+import re
+import sys
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+SEED = 0
+TORCHSCRIPT_OPSET = 17
+BATCHES = (1, 3, 7)  # batch sizes the exported file must run at
+SEQS = (5, 9)  # sequence lengths, for models with a symbolic sequence
+EXAMPLE_BATCH = 2  # not 1: an example dim of 1 is specialised (broadcast) by the tracers
+EXAMPLE_SEQ = 6
+MAX_DIM = 1024
+EXPORTERS = ("torchscript", "dynamo")
+
+
+@dataclass
+class Spec:
+    """One model ready to export: the module, an example input, and which of its dims are symbolic."""
+
+    module: nn.Module
+    input_name: str
+    make_input: Callable[[int, int], torch.Tensor]  # (batch, seq) -> a tensor; seq ignored when not symbolic
+    symbolic: dict[int, str]  # input axis -> dim name ("batch", "seq")
+    seqs: tuple[int, ...] = (EXAMPLE_SEQ,)  # the seq values to check at; one value when seq is not symbolic
+
+    def example(self) -> torch.Tensor:
+        return self.make_input(EXAMPLE_BATCH, EXAMPLE_SEQ)
+
+
+@dataclass
+class Result:
+    """What one export gave: the file and its check, or why there is no file."""
+
+    name: str
+    path: Path | None = None
+    note: str = ""  # e.g. the fallback a dynamo export needed
+    error: str = ""
+    checks: list[str] = field(default_factory=list)
+
+
+# --------------------------------------------------------------------------- models
+
+
+class CellLoop(nn.Module):
+    """One recurrent cell unrolled over ``steps`` by a Python loop; returns the last hidden state."""
+
+    def __init__(self, cell: nn.Module, hidden: int, steps: int, lstm: bool):
+        super().__init__()
+        self.cell, self.hidden, self.steps, self.lstm = cell, hidden, steps, lstm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x.new_zeros(x.shape[0], self.hidden)  # from x's shape, so batch stays symbolic
+        c = x.new_zeros(x.shape[0], self.hidden)
+        for t in range(self.steps):
+            if self.lstm:
+                h, c = self.cell(x[:, t], (h, c))
+            else:
+                h = self.cell(x[:, t], h)
+        return h
+
+
+def _sequence_spec(module: nn.Module, hidden: int, steps: int) -> Spec:
+    return Spec(module, "x", lambda b, s: torch.randn(b, steps, hidden), {0: "batch"})
+
+
+def lstm_cell_loop(hidden: int = 512, steps: int = 32) -> Spec:
+    """``nn.LSTMCell(hidden, hidden)`` unrolled over ``steps``; input ``[batch, steps, hidden]``."""
+    return _sequence_spec(CellLoop(nn.LSTMCell(hidden, hidden), hidden, steps, lstm=True), hidden, steps)
+
+
+def gru_cell_loop(hidden: int = 384, steps: int = 24) -> Spec:
+    """``nn.GRUCell(hidden, hidden)`` unrolled over ``steps``; input ``[batch, steps, hidden]``."""
+    return _sequence_spec(CellLoop(nn.GRUCell(hidden, hidden), hidden, steps, lstm=False), hidden, steps)
+
+
+def conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act: type[nn.Module] | None = nn.ReLU) -> nn.Sequential:
+    """Conv (no bias) + BatchNorm + optional activation, padding ``k // 2``."""
+    layers: list[nn.Module] = [nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout)]
+    return nn.Sequential(*layers, act()) if act else nn.Sequential(*layers)
+
+
+class BasicBlock(nn.Module):
+    """ResNet's basic block: two 3x3 conv-bn, a residual add (1x1 projection when the shape changes), ReLU."""
+
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.body = nn.Sequential(conv_bn(cin, cout, 3, stride), conv_bn(cout, cout, 3, act=None))
+        self.down = conv_bn(cin, cout, 1, stride, act=None) if stride != 1 or cin != cout else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.body(x) + self.down(x))
+
+
+def _image_spec(module: nn.Module) -> Spec:
+    return Spec(module, "x", lambda b, s: torch.randn(b, 3, 32, 32), {0: "batch"})
+
+
+def resnet_tiny(width: int = 64, classes: int = 100) -> Spec:
+    """A small ResNet on ``[batch, 3, 32, 32]``: stem, max pool, two basic blocks, avg pool, linear."""
+    net = nn.Sequential(conv_bn(3, width, 3), nn.MaxPool2d(3, 2, 1), BasicBlock(width, width, 1), BasicBlock(width, 2 * width, 2),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, classes))
+    return _image_spec(net)
+
+
+class InvertedResidual(nn.Module):
+    """MobileNet-v2's block: 1x1 expand, 3x3 depthwise (groups = channels), ReLU6, 1x1 project, residual when shapes allow."""
+
+    def __init__(self, cin: int, cout: int, stride: int, expand: int):
+        super().__init__()
+        mid = cin * expand
+        self.body = nn.Sequential(conv_bn(cin, mid, 1, act=nn.ReLU6), conv_bn(mid, mid, 3, stride, groups=mid, act=nn.ReLU6),
+                                  conv_bn(mid, cout, 1, act=None))
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.body(x) if self.residual else self.body(x)
+
+
+def mobilenet_tiny(width: int = 32, expand: int = 6, classes: int = 100) -> Spec:
+    """A few inverted residual blocks on ``[batch, 3, 32, 32]``, then avg pool, flatten, linear."""
+    blocks = [InvertedResidual(width, width, 1, expand), InvertedResidual(width, 2 * width, 2, expand),
+              InvertedResidual(2 * width, 2 * width, 1, expand)]
+    net = nn.Sequential(conv_bn(3, width, 3, 2, act=nn.ReLU6), *blocks, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2 * width, classes))
+    return _image_spec(net)
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention written out as BERT implementations do, heads split by ``view``."""
+
+    def __init__(self, d_model: int, heads: int):
+        super().__init__()
+        self.q, self.k, self.v, self.out = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.heads, self.scale = heads, (d_model // heads) ** -0.5
+
+    def _split(self, x: torch.Tensor) -> torch.Tensor:
+        return x.view(x.shape[0], x.shape[1], self.heads, -1).transpose(1, 2)  # [batch, heads, seq, head_dim]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self._split(self.q(x)), self._split(self.k(x)), self._split(self.v(x))
+        weights = torch.softmax(torch.matmul(q, k.transpose(-2, -1)) * self.scale, dim=-1)
+        y = torch.matmul(weights, v).transpose(1, 2)
+        return self.out(y.reshape(x.shape[0], x.shape[1], -1))
+
+
+class EncoderLayer(nn.Module):
+    """A post-norm transformer encoder layer (BERT's): attention, add & norm, GELU feed-forward, add & norm."""
+
+    def __init__(self, d_model: int, heads: int, ff: int):
+        super().__init__()
+        self.attn = SelfAttention(d_model, heads)
+        self.ff = nn.Sequential(nn.Linear(d_model, ff), nn.GELU(), nn.Linear(ff, d_model))
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm1(x + self.attn(x))
+        return self.norm2(x + self.ff(x))
+
+
+class TinyBert(nn.Module):
+    """Token + position embeddings (positions from ``arange(seq)``), LayerNorm, encoder layers; returns ``[batch, seq, d_model]``."""
+
+    def __init__(self, vocab: int, max_positions: int, d_model: int, heads: int, ff: int, layers: int):
+        super().__init__()
+        self.tokens, self.positions = nn.Embedding(vocab, d_model), nn.Embedding(max_positions, d_model)
+        self.norm = nn.LayerNorm(d_model)
+        self.layers = nn.ModuleList(EncoderLayer(d_model, heads, ff) for _ in range(layers))
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        x = self.norm(self.tokens(input_ids) + self.positions(positions))
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def bert_tiny(d_model: int = 64, heads: int = 4, ff: int = 128, layers: int = 2, vocab: int = 1000, max_positions: int = 128) -> Spec:
+    """A small BERT-like encoder; input ids ``[batch, seq]`` int64 with both dims symbolic."""
+    net = TinyBert(vocab, max_positions, d_model, heads, ff, layers)
+    return Spec(net, "input_ids", lambda b, s: torch.randint(0, vocab, (b, s)), {0: "batch", 1: "seq"}, seqs=SEQS)
+
+
+def _torchvision(arch: str) -> Callable[[], Spec]:
+    """torchvision's ``arch`` with random weights on ``[batch, 3, 224, 224]``; raises ImportError without torchvision."""
+
+    def build() -> Spec:
+        import torchvision
+
+        net = getattr(torchvision.models, arch)(weights=None)
+        return Spec(net, "x", lambda b, s: torch.randn(b, 3, 224, 224), {0: "batch"})
+
+    return build
+
+
+def model_builders(small: bool) -> dict[str, Callable[[], Spec]]:
+    """name -> builder, at the benchmark sizes or (``small``) at test-fixture sizes."""
+    if small:
+        return {"lstm_cell_loop": lambda: lstm_cell_loop(32, 4), "gru_cell_loop": lambda: gru_cell_loop(24, 3),
+                "resnet_tiny": lambda: resnet_tiny(8, 10), "mobilenet_tiny": lambda: mobilenet_tiny(8, 4, 10),
+                "bert_tiny": lambda: bert_tiny(32, 4, 64, 2, 100, 32)}
+    return {"lstm_cell_loop": lstm_cell_loop, "gru_cell_loop": gru_cell_loop, "resnet_tiny": resnet_tiny,
+            "mobilenet_tiny": mobilenet_tiny, "bert_tiny": bert_tiny,
+            "resnet50": _torchvision("resnet50"), "mobilenet_v2": _torchvision("mobilenet_v2")}
+
+
+# --------------------------------------------------------------------------- export
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silences the exporters' warnings, logging and progress chatter (errors still raise)."""
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        yield
+
+
+def export_torchscript(spec: Spec, path: Path) -> str:
+    """The TorchScript exporter at opset 17, symbolic axes named by ``dynamic_axes``."""
+    torch.onnx.export(spec.module, (spec.example(),), str(path), dynamo=False, opset_version=TORCHSCRIPT_OPSET,
+                      input_names=[spec.input_name], output_names=["output"],
+                      dynamic_axes={spec.input_name: dict(spec.symbolic)})
+    return ""
+
+
+def _dynamo(spec: Spec, path: Path, dims: dict[int, object]) -> None:
+    # dynamic_shapes by position: keyed by name it must match forward's parameter (nn.Sequential's is "input")
+    torch.onnx.export(spec.module, (spec.example(),), str(path), dynamo=True, input_names=[spec.input_name], output_names=["output"],
+                      dynamic_shapes=(dims,), external_data=False)
+
+
+def export_dynamo(spec: Spec, path: Path) -> str:
+    """The dynamo exporter at its default opset with named ``Dim``s; ``Dim.DYNAMIC`` when those are refused (returned as a note)."""
+    Dim = torch.export.Dim
+    try:
+        _dynamo(spec, path, {axis: Dim(name, min=1, max=MAX_DIM) for axis, name in spec.symbolic.items()})
+        return ""
+    except Exception as named_error:  # noqa: BLE001 - retried below, reported if that fails too
+        try:
+            _dynamo(spec, path, {axis: Dim.DYNAMIC for axis in spec.symbolic})
+        except Exception:  # noqa: BLE001
+            raise named_error from None
+        return f"named Dim refused ({_first_line(named_error)}), Dim.DYNAMIC used"
+
+
+def _first_line(error: BaseException, limit: int = 200) -> str:
+    """The error's type and first line; for the dynamo exporter's long reports, the line its "Exception summary" gives."""
+    lines = [line.strip() for line in re.sub(r"\x1b\[[0-9;]*m", "", str(error)).splitlines() if line.strip()]
+    summary = next((i for i, line in enumerate(lines) if line.endswith("Exception summary")), None)
+    text = lines[summary + 1] if summary is not None and summary + 1 < len(lines) else (lines or [""])[0]
+    return f"{type(error).__name__}: {text[:limit]}"
+
+
+def export_one(name: str, build: Callable[[], Spec], exporter: str, out_dir: Path) -> tuple[Result, Spec | None]:
+    """Builds the model (seeded, eval mode) and exports it; an exporter's failure becomes the result's error."""
+    result = Result(f"{name}.{exporter}.onnx")
+    try:
+        torch.manual_seed(SEED)
+        spec = build()
+        spec.module.eval()
+    except ImportError as e:
+        result.error = f"not built: {_first_line(e)}"
+        return result, None
+    path = out_dir / result.name
+    tmp = path.with_suffix(".tmp.onnx")
+    try:
+        with torch.no_grad(), _quiet():
+            result.note = (export_dynamo if exporter == "dynamo" else export_torchscript)(spec, tmp)
+        os.replace(tmp, path)
+        result.path = path
+    except Exception as e:  # noqa: BLE001 - an exporter's refusal is a fact to report, not a crash
+        result.error = f"export failed: {_first_line(e, 300)}"
+    finally:
+        tmp.unlink(missing_ok=True)
+    return result, spec
+
+
+# --------------------------------------------------------------------------- checks and report
+
+
+def _dims(value: onnx.ValueInfoProto) -> str:
+    """``name[d0,d1,...]`` with each dim's dim_param name or value (``?`` when neither)."""
+    shape = value.type.tensor_type.shape.dim
+    dims = [d.dim_param or (str(d.dim_value) if d.HasField("dim_value") else "?") for d in shape]
+    return f"{value.name}[{','.join(dims)}]"
+
+
+def io_dims(model: onnx.ModelProto) -> str:
+    """The graph's inputs (initializers excluded) and outputs with their dims."""
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = " ".join(_dims(v) for v in model.graph.input if v.name not in initializers)
+    outputs = " ".join(_dims(v) for v in model.graph.output)
+    return f"{inputs} -> {outputs}"
+
+
+def op_histogram(model: onnx.ModelProto) -> dict[str, int]:
+    """op_type -> count over the main graph (and any subgraphs), most frequent first."""
+    counts: collections.Counter[str] = collections.Counter()
+
+    def walk(graph: onnx.GraphProto) -> None:
+        for node in graph.node:
+            counts[node.op_type] += 1
+            for attr in node.attribute:
+                for sub in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)):
+                    walk(sub)
+
+    walk(model.graph)
+    return dict(counts.most_common())
+
+
+def run_checks(spec: Spec, path: Path) -> list[str]:
+    """Runs the file on ONNX Runtime at every batch (and seq) size; "b3 OK", or "b3s9 <error>" per size."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = options.inter_op_num_threads = 1
+    options.log_severity_level = 4  # failures are reported by the check, not logged
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    symbolic_seq = 1 in spec.symbolic and len(spec.seqs) > 1
+    checks = []
+    for batch, seq in itertools.product(BATCHES, spec.seqs):
+        label = f"b{batch}s{seq}" if symbolic_seq else f"b{batch}"
+        checks.append(f"{label} {_check_one(spec, session, batch, seq)}")
+    return checks
+
+
+def _check_one(spec: Spec, session, batch: int, seq: int) -> str:
+    """OK when ONNX Runtime's output matches PyTorch's at this size, else the error or the mismatch."""
+    x = spec.make_input(batch, seq)
+    try:
+        (got,) = session.run(None, {spec.input_name: x.numpy()})
+    except Exception as e:  # noqa: BLE001 - the point of the check
+        return _ort_error(e)
+    with torch.no_grad():
+        want = spec.module(x).numpy()
+    if got.shape != want.shape:
+        return f"shape {list(got.shape)} != torch {list(want.shape)}"
+    if not np.allclose(got, want, rtol=1e-3, atol=1e-4):
+        return f"mismatch max|d|={float(np.max(np.abs(got - want))):.2e}"
+    return "OK"
+
+
+def lost_dims(spec: Spec, model: onnx.ModelProto) -> list[str]:
+    """The symbolic axes the exporter wrote as fixed values (it specialised them), as "x.0=2"."""
+    value = next((v for v in model.graph.input if v.name == spec.input_name), None)
+    if value is None:
+        return [f"{spec.input_name} missing"]
+    dims = value.type.tensor_type.shape.dim
+    return [f"{spec.input_name}.{axis}={dims[axis].dim_value}" for axis in spec.symbolic if axis < len(dims) and not dims[axis].dim_param]
+
+
+def _ort_error(error: BaseException) -> str:
+    """ONNX Runtime's message without its boilerplate (status prefix, source path)."""
+    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : |Non-zero status code returned while running |/onnxruntime_src/\S+ ", "", str(error))
+    return " ".join(text.split())[:200]
+
+
+def report(result: Result, spec: Spec | None, show_ops: bool) -> None:
+    """One line per file: name, size, inputs/outputs with dims, runs; a failed export is one line too."""
+    if result.path is None:
+        print(f"{result.name}: SKIPPED {result.error}", flush=True)
+        return
+    model = onnx.load(str(result.path))
+    checks = run_checks(spec, result.path)
+    failures = [c for c in checks if not c.endswith(" OK")]
+    lost = lost_dims(spec, model)
+    problems = ([f"NOT SYMBOLIC {', '.join(lost)}"] if lost else []) + failures
+    verdict = "FAIL " + "; ".join(problems) if problems else "OK"
+    note = f" ({result.note})" if result.note else ""
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), "?")
+    print(f"{result.name}: {result.path.stat().st_size} B opset {opset} {io_dims(model)} runs {','.join(c.split()[0] for c in checks)}: "
+          f"{verdict}{note}", flush=True)
+    if show_ops:
+        print("    ops: " + ", ".join(f"{op}: {n}" for op, n in op_histogram(model).items()), flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out_dir", type=Path, help="where the .onnx files go (created)")
+    parser.add_argument("--small", action="store_true", help="test-fixture sizes (each file well under 300 KB)")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="export only these models")
+    parser.add_argument("--exporter", choices=(*EXPORTERS, "both"), default="both")
+    parser.add_argument("--ops", action="store_true", help="also print each file's op_type histogram")
+    args = parser.parse_args(argv)
+
+    builders = model_builders(args.small)
+    unknown = sorted(set(args.only or ()) - set(builders))
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}; known: {sorted(builders)}")
+    exporters = EXPORTERS if args.exporter == "both" else (args.exporter,)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    for name in args.only or builders:
+        for exporter in exporters:
+            report(*export_one(name, builders[name], exporter, args.out_dir), show_ops=args.ops)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,301 @@
+"""Symbolic dims at import: the inputs' size symbols, shape computations folded symbolically, opaque outputs typed.
+
+A model as it ships declares some input dims by name (``batch``, ``seq``) or not at all. Each
+becomes a size symbol (:mod:`taso.dims`) measured at a size: the one ``input_shapes`` gives,
+else :data:`DEFAULT_BATCH` for a dim at axis 0 and :data:`DEFAULT_SIZE` for any other. Exporters
+compute shapes at run time from those dims (``Shape -> Gather -> Concat -> Reshape``); such a
+computation is folded here into a tensor of symbolic sizes, which the Reshape, Expand,
+ConstantOfShape and Slice importers read as parameters, so the graph has no shape constant
+baked at the measurement size. What cannot be folded this way (a ``Range`` over ``seq``) reads
+the sizes from a ``dims`` node, which export computes from the shapes at run time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..dims import Dim, UndecidableDim, decide_equal, floordiv, holds_dims, prod, symbol
+from ..errors import ImportError_, ShapeError
+from ..ir import TensorType
+
+__all__ = ["DEFAULT_BATCH", "DEFAULT_SIZE", "input_types", "fold_symbolic", "symbolic_types", "dim_labels", "has_dims", "range_length"]
+
+# Measurement sizes of a symbol that --input-shape does not give.
+DEFAULT_BATCH = 1  # a symbol at axis 0 of an input
+DEFAULT_SIZE = 128  # any other symbol
+
+
+def _is_static_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    return dim.HasField("dim_value") and dim.dim_value >= 0
+
+
+def _label(dim: onnx.TensorShapeProto.Dimension) -> str:
+    if _is_static_dim(dim):
+        return str(dim.dim_value)
+    return dim.dim_param or "?"
+
+
+def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], static: bool,
+                dtype_of: Callable[[int], str | None]) -> tuple[dict[str, TensorType], dict[str, int]]:
+    """The real inputs' types and the measurement size of each size symbol.
+
+    A declared size stays an int; a named dim (``dim_param``) becomes that symbol, shared by every
+    input that names it; an unnamed one (or an old converter's -1) a symbol of its own,
+    ``INPUT_dimAXIS``. ``input_shapes`` gives the sizes to measure at (its static entries must
+    match the declared ones); ``static`` freezes every symbol at its measurement size.
+
+    Raises:
+        ImportError_: an unknown input name, a rank or size that contradicts the declaration, two
+            sizes for one symbol, an input with no declared shape and none given, an unsupported type.
+    """
+    initializers = {i.name for i in model.graph.initializer}
+    real_inputs = [i for i in model.graph.input if i.name not in initializers]
+    names = {i.name for i in real_inputs}
+    unknown = set(input_shapes) - names
+    if unknown:
+        raise ImportError_(f"--input-shape names unknown input(s) {sorted(unknown)}; the model's inputs are {sorted(names)}")
+    declared: dict[str, tuple[list, str]] = {}
+    for vi in real_inputs:
+        if not vi.type.HasField("tensor_type"):
+            raise ImportError_(f"input {vi.name!r} is not a tensor (sequences, maps and optionals are not supported)")
+        tt = vi.type.tensor_type
+        dtype = dtype_of(tt.elem_type)
+        if dtype is None:
+            raise ImportError_(f"input {vi.name!r} has an element type taso does not support ({helper.tensor_dtype_to_string(tt.elem_type)})")
+        given = input_shapes.get(vi.name)
+        if not tt.HasField("shape"):
+            if given is None:
+                raise ImportError_(f"input {vi.name!r} has no declared shape; give one with --input-shape {vi.name}=D0,D1,...")
+            dims = [int(d) for d in given]
+        else:
+            dims = [int(d.dim_value) if _is_static_dim(d) else (d.dim_param or f"{vi.name}_dim{axis}") for axis, d in enumerate(tt.shape.dim)]
+            if given is not None and (len(given) != len(dims) or any(type(d) is int and d != int(s) for d, s in zip(dims, given))):
+                labels = ",".join(_label(d) for d in tt.shape.dim)
+                raise ImportError_(f"--input-shape {vi.name}={','.join(map(str, given))} does not fit the declared shape [{labels}]")
+        if given is not None and any(int(s) < 1 for s in given):
+            raise ImportError_(f"--input-shape {vi.name}={','.join(map(str, given))}: sizes must be at least 1")
+        declared[vi.name] = (dims, dtype)
+    sizes = _measurement_sizes(declared, input_shapes)
+    types = {}
+    for name, (dims, dtype) in declared.items():
+        shape = tuple(d if type(d) is int else (sizes[d] if static else symbol(d, sizes[d])) for d in dims)
+        types[name] = TensorType(shape, dtype)
+    return types, ({} if static else sizes)
+
+
+def _measurement_sizes(declared: Mapping[str, tuple[list, str]], input_shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for name, (dims, _) in declared.items():
+        for axis, d in enumerate(dims):
+            if type(d) is int or name not in input_shapes:
+                continue
+            size = int(input_shapes[name][axis])
+            if sizes.get(d, size) != size:
+                raise ImportError_(f"--input-shape gives the symbol {d!r} two sizes, {sizes[d]} and {size}")
+            sizes[d] = size
+    for name, (dims, _) in declared.items():
+        for axis, d in enumerate(dims):
+            if type(d) is not int and d not in sizes:
+                sizes[d] = DEFAULT_BATCH if axis == 0 else DEFAULT_SIZE
+    return sizes
+
+
+def has_dims(array) -> bool:
+    return isinstance(array, np.ndarray) and array.dtype == object and any(isinstance(v, Dim) for v in array.flat)
+
+
+def dim_labels(types: Mapping[str, TensorType]) -> dict[str, Dim]:
+    """The ``dim_param`` each symbolic dim is written as for ONNX shape inference, and back."""
+    labels: dict[str, Dim] = {}
+    for t in types.values():
+        for d in t.shape:
+            if isinstance(d, Dim):
+                labels[str(d)] = d
+    return labels
+
+
+def symbolic_types(concrete: Sequence[TensorType | None], inferred: Sequence[onnx.ValueInfoProto | None], labels: Mapping[str, Dim],
+                   fresh: Callable[[int, int], Dim]) -> list[TensorType | None]:
+    """Output types with symbolic dims: each measured dim takes what ONNX's symbolic inference says of it.
+
+    A dim inference gives as a size stays that int; one it names after a known symbolic dim
+    becomes that dim (when the measured sizes agree); any other (unknown to inference, a name of
+    its own) becomes a fresh symbol, ``fresh(output index, axis)``: nothing is assumed of it.
+    """
+    out = []
+    for k, (t, vi) in enumerate(zip(concrete, inferred)):
+        if t is None:
+            out.append(None)
+            continue
+        dims = list(vi.type.tensor_type.shape.dim) if vi is not None and vi.type.tensor_type.HasField("shape") else None
+        if dims is not None and len(dims) != t.rank:
+            dims = None
+        shape = []
+        for axis, size in enumerate(t.shape):
+            d = dims[axis] if dims is not None else None
+            if d is not None and _is_static_dim(d) and d.dim_value == size:
+                shape.append(int(size))
+            elif d is not None and d.dim_param in labels and int(labels[d.dim_param]) == size:
+                shape.append(labels[d.dim_param])
+            else:
+                shape.append(fresh(k, axis) if size >= 1 else int(size))
+        out.append(TensorType(tuple(shape), t.dtype))
+    return out
+
+
+def range_length(values: Sequence[np.ndarray | None]) -> int | None:
+    """The length of ONNX Range(start, limit, delta) over a symbolic limit: ``ceil((limit - start) / delta)``, or None."""
+    if len(values) != 3 or any(v is None or np.size(v) != 1 for v in values):
+        return None
+    start, limit, delta = (_objects(v).reshape(-1)[0] for v in values)
+    if isinstance(start, Dim) or isinstance(delta, Dim) or int(delta) <= 0:
+        return None
+    try:
+        return max(0, floordiv(limit - int(start) + int(delta) - 1, int(delta)))
+    except (UndecidableDim, ShapeError):
+        return None
+
+
+# ---- folding shape computations over symbolic sizes ------------------------------------------------
+
+_INTEGER = ("int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8")
+
+
+def fold_symbolic(node: onnx.NodeProto, values: Sequence[np.ndarray | None], types: Sequence[TensorType | None], attrs: Mapping) -> list[np.ndarray] | None:
+    """Evaluates a shape computation on symbolic sizes (object arrays of ints and dims), or None when it is not one.
+
+    ``values`` holds each input's value when known (an object array, or a NumPy array of a
+    weight), ``types`` each input's type. Covered: Shape, Size, Gather, Unsqueeze, Squeeze,
+    Reshape, Flatten, Concat, Slice, Identity, Cast (between integer types), Add, Sub, Mul, Div,
+    Mod, Max, Min, Equal, Where, Neg — each as ONNX defines it on integers. A comparison or a
+    division whose answer depends on the sizes is not folded.
+    """
+    try:
+        results = _fold(node.op_type, values, types, attrs)
+    except (UndecidableDim, ShapeError, ValueError, IndexError, TypeError, KeyError, ZeroDivisionError):
+        return None
+    return None if results is None else [r if isinstance(r, np.ndarray) and r.dtype == bool else _objects(r) for r in results]
+
+
+def _objects(value) -> np.ndarray:
+    """An object array (NumPy returns a bare element for 0-d results)."""
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return value
+    out = np.empty(np.shape(value), dtype=object)
+    out[...] = value if not isinstance(value, np.ndarray) else value.astype(object)
+    return out
+
+
+def _fold(op: str, values, types, attrs) -> list | None:
+    if True:
+        if op in ("Shape", "Size"):
+            return _fold_shape(op, types[0], attrs)
+        if any(v is None for v in values) or not values:
+            return None
+        xs = [_objects(v) for v in values]
+        if op == "Identity":
+            return [xs[0]]
+        if op == "Cast":
+            return [xs[0]] if helper.tensor_dtype_to_np_dtype(attrs["to"]).name in _INTEGER else None
+        if op == "Gather":
+            axis = int(attrs.get("axis", 0))
+            return [np.take(xs[0], np.asarray(values[1], dtype=np.int64), axis=axis)]
+        if op in ("Unsqueeze", "Squeeze", "Reshape", "Flatten"):
+            return [_fold_reshape_like(op, xs, attrs)]
+        if op == "Concat":
+            return [np.concatenate([x.reshape(x.shape or (1,)) if x.ndim == 0 else x for x in xs], axis=int(attrs.get("axis", 0)))]
+        if op == "Slice":
+            return [_fold_slice(xs, attrs)]
+        if op in _ARITHMETIC:
+            return [np.frompyfunc(_ARITHMETIC[op], 2, 1)(xs[0], xs[1]).astype(object)]
+        if op == "Neg":
+            return [np.frompyfunc(lambda a: -a, 1, 1)(xs[0]).astype(object)]
+        if op == "Equal":
+            decided = np.frompyfunc(decide_equal, 2, 1)(xs[0], xs[1])
+            return None if any(v is None for v in np.asarray(decided).flat) else [np.asarray(decided, dtype=bool)]
+        if op == "Where":
+            return [np.where(np.asarray(values[0], dtype=bool), xs[1], xs[2])]
+    return None
+
+
+def _truncating_div(a, b):
+    """ONNX's integer Div truncates; sizes are >= 0, where that is floor division."""
+    if isinstance(a, Dim) or isinstance(b, Dim):
+        if (isinstance(b, Dim) or b > 0) and a >= 0:
+            return floordiv(a, b)
+        raise UndecidableDim(f"{a} / {b} with a negative operand")
+    q = abs(int(a)) // abs(int(b))
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+def _mod(a, b):
+    if isinstance(a, Dim) or isinstance(b, Dim):
+        return a % b
+    return int(a) % int(b)
+
+
+_ARITHMETIC: dict[str, Callable] = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
+                                     "Div": _truncating_div, "Mod": _mod, "Max": max, "Min": min}
+
+
+def _fold_shape(op: str, t: TensorType | None, attrs: Mapping) -> list[np.ndarray] | None:
+    if t is None:
+        return None
+    if op == "Size":
+        return [np.asarray(prod(t.shape), dtype=object)]
+    rank = t.rank
+    start, end = int(attrs.get("start", 0)), int(attrs.get("end", rank))
+    return [np.asarray(list(t.shape[slice(start, end)]), dtype=object)]
+
+
+def _fold_reshape_like(op: str, xs: list[np.ndarray], attrs: Mapping) -> np.ndarray:
+    x = xs[0]
+    if op == "Flatten":
+        axis = int(attrs.get("axis", 1)) % max(x.ndim, 1)
+        return x.reshape(int(np.prod(x.shape[:axis])), -1)
+    if op == "Reshape":
+        target = [int(d) for d in xs[1].reshape(-1)]
+        target = [x.shape[i] if d == 0 else d for i, d in enumerate(target)]
+        return x.reshape(target)
+    axes = attrs.get("axes")
+    if axes is None and len(xs) > 1:
+        axes = [int(a) for a in xs[1].reshape(-1)]
+    if op == "Squeeze":
+        axes = [a % x.ndim for a in axes] if axes is not None else [i for i, d in enumerate(x.shape) if d == 1]
+        return x.reshape([d for i, d in enumerate(x.shape) if i not in axes])
+    rank = x.ndim + len(axes)
+    axes = sorted(a % rank for a in axes)
+    shape, it = [], iter(x.shape)
+    for i in range(rank):
+        shape.append(1 if i in axes else next(it))
+    return x.reshape(shape)
+
+
+def _fold_slice(xs: list[np.ndarray], attrs: Mapping) -> np.ndarray:
+    x = xs[0]
+    if "starts" in attrs:
+        starts, ends = list(attrs["starts"]), list(attrs["ends"])
+        axes = list(attrs.get("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts, ends = [int(v) for v in xs[1].reshape(-1)], [int(v) for v in xs[2].reshape(-1)]
+        axes = [int(v) for v in xs[3].reshape(-1)] if len(xs) > 3 else list(range(len(starts)))
+        steps = [int(v) for v in xs[4].reshape(-1)] if len(xs) > 4 else [1] * len(starts)
+    index = [slice(None)] * x.ndim
+    for s, e, a, t in zip(starts, ends, axes, steps):
+        index[a % x.ndim] = slice(s, e, t)
+    return x[tuple(index)]
+
+
+def concrete_array(array: np.ndarray, dtype: str) -> np.ndarray:
+    """A symbolic array's values at the measurement sizes."""
+    return np.asarray([int(v) for v in array.flat], dtype=dtype).reshape(array.shape)
+
+
+def static_or_none(array: np.ndarray, dtype: str) -> np.ndarray | None:
+    """The array as a plain NumPy array when no entry is symbolic (a shape computation over static dims)."""
+    return None if holds_dims(tuple(array.flat)) else np.asarray([v for v in array.flat], dtype=dtype).reshape(array.shape)
