@@ -52,7 +52,7 @@ def parse_input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]
 
 def _add_input_shape_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
-                        help="fix the shape of an input with symbolic dimensions (repeatable)")
+                        help="the size of an input to measure (info) or import (import-taso) at; symbolic dims stay symbolic (repeatable)")
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
@@ -76,16 +76,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
         print(to_json(summary) if args.json else "\n".join([f"{args.file}: {len(summary['rules'])} rules"] + [f"  {r['id']}  [{r['status']}]  {r['text']}" for r in summary["rules"]]))
         return 0
     from .onnx import read_model
-    from .onnx.importer import dynamic_input_hints
 
     model, shapes = read_model(args.file), parse_input_shapes(args.input_shape)
-    hints = dynamic_input_hints(model, shapes)
-    if hints:  # describe what is declared instead of refusing: the user came to find out what to fix
-        from .info import describe_dynamic_model, format_dynamic_description
-
-        summary = describe_dynamic_model(model, args.file, hints)
-        print(to_json(summary) if args.json else format_dynamic_description(summary))
-        return 0
     graph = load_onnx(model, shapes)
     summary = describe_graph(graph)
     print(to_json(summary) if args.json else format_description(summary, args.file))

@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from typing import Any
 
+from .dims import Dim
 from .ir import Graph
 
 
@@ -17,14 +18,20 @@ def describe_graph(graph: Graph) -> dict[str, Any]:
     names = graph.meta.output_names or graph.outputs
     return {
         "opset": graph.meta.opset,
-        "inputs": [{"name": n, "shape": list(t.shape), "dtype": t.dtype} for n, t in graph.inputs.items()],
-        "outputs": [{"name": n, "shape": list(graph.type(v).shape), "dtype": graph.type(v).dtype} for n, v in zip(names, graph.outputs)],
+        "inputs": [{"name": n, "shape": _dims(t.shape), "dtype": t.dtype} for n, t in graph.inputs.items()],
+        "outputs": [{"name": n, "shape": _dims(graph.type(v).shape), "dtype": graph.type(v).dtype} for n, v in zip(names, graph.outputs)],
+        "measurement_sizes": dict(graph.meta.sizes),
         "nodes": len(graph),
         "ops": dict(sorted(graph.op_histogram().items(), key=lambda kv: (-kv[1], kv[0]))),
         "opaque": dict(sorted(opaque.items())),
         "parameters": graph.parameter_count(),
         "weights": len(graph.weights),
     }
+
+
+def _dims(shape) -> list:
+    """A shape for people and JSON: a symbolic dim by its name or expression."""
+    return [str(d) if isinstance(d, Dim) else int(d) for d in shape]
 
 
 def is_rule_file(path: str) -> bool:
@@ -51,6 +58,9 @@ def format_description(summary: dict[str, Any], title: str) -> str:
     lines += [f"  {i['name']}: {i['dtype']}[{','.join(map(str, i['shape']))}]" for i in summary["inputs"]]
     lines.append("outputs:")
     lines += [f"  {o['name']}: {o['dtype']}[{','.join(map(str, o['shape']))}]" for o in summary["outputs"]]
+    if summary["measurement_sizes"]:
+        sizes = ", ".join(f"{k}={v}" for k, v in summary["measurement_sizes"].items())
+        lines.append(f"symbolic dims (kept in an optimized file), measured at: {sizes}")
     lines.append("operators:")
     width = max((len(k) for k in summary["ops"]), default=0)
     lines += [f"  {k:<{width}}  {v}" for k, v in summary["ops"].items()]
@@ -64,28 +74,3 @@ def format_description(summary: dict[str, Any], title: str) -> str:
 
 def to_json(summary: dict[str, Any]) -> str:
     return json.dumps(summary, indent=2)
-
-
-def describe_dynamic_model(model, path: str, hints: list[str]) -> dict[str, Any]:
-    """What can be said of a model whose inputs are not yet fixed: its declared interface and ONNX operators."""
-    from collections import Counter
-
-    from .onnx.importer import declared_interface
-
-    interface = declared_interface(model)
-    ops = Counter(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}::{n.op_type}" for n in model.graph.node)
-    return {"file": path, "dynamic": True, "opset": next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None),
-            "nodes": len(model.graph.node), **{k: [{"name": n, "shape": d, "dtype": t} for n, d, t in v] for k, v in interface.items()},
-            "onnx_operators": dict(ops.most_common()), "fix": hints}
-
-
-def format_dynamic_description(summary: dict[str, Any]) -> str:
-    lines = [f"{summary['file']}  (opset {summary['opset']}, {summary['nodes']} nodes; dynamic shapes: describe after fixing them)"]
-    for kind in ("inputs", "outputs"):
-        lines.append(f"{kind}:")
-        lines += [f"  {t['name']}: {t['dtype']}[{','.join(t['shape'])}]" for t in summary[kind]]
-    lines.append("ONNX operators:")
-    width = max((len(k) for k in summary["onnx_operators"]), default=0)
-    lines += [f"  {k:<{width}}  {v}" for k, v in summary["onnx_operators"].items()]
-    lines += [f"to optimize: {hint}" for hint in summary["fix"]]
-    return "\n".join(lines)

@@ -171,11 +171,12 @@ class ModelSource:
     path: str | None = None
 
     @classmethod
-    def from_file(cls, path: str, input_shapes: Mapping[str, Sequence[int]] | None = None) -> ModelSource:
+    def from_file(cls, path: str, input_shapes: Mapping[str, Sequence[int]] | None = None, static: bool = False) -> ModelSource:
+        """The model in ``path``; ``input_shapes`` are the sizes to measure at, ``static`` freezes the symbolic dims there."""
         from .onnx import load_onnx, read_model
 
         model = read_model(path)
-        return cls(load_onnx(model, dict(input_shapes or {})), model, path)
+        return cls(load_onnx(model, dict(input_shapes or {}), static=static), model, path)
 
     @classmethod
     def from_graph(cls, graph: Graph) -> ModelSource:
@@ -275,6 +276,8 @@ class Outcome:
         speedups: measured end-to-end speedup of each timed candidate over the input.
         check_seconds: time spent in the output check.
         notes: what the user should know (a candidate dropped and why).
+        checked_sizes: the valuations of the size symbols the output check ran at besides the
+            measurement sizes (empty for a static model).
     """
 
     graph: Graph
@@ -285,6 +288,7 @@ class Outcome:
     speedups: dict[str, float] = field(default_factory=dict)
     check_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    checked_sizes: list[dict[str, int]] = field(default_factory=list)
 
 
 def optimize_model(
@@ -310,16 +314,18 @@ def optimize_model(
         OutputMismatchError: the optimized model disagrees with the input, or ONNX Runtime cannot run it.
         TasoError: ONNX Runtime cannot run the input model.
     """
-    from .validate import random_input_sets
+    from .validate import check_sizes, random_input_sets
 
+    valuations = check_sizes(source.graph)
+    input_sets = random_input_sets(source.graph, sizes=valuations) + ([dict(extra_inputs)] if extra_inputs else [])
+    _require_runs_at_every_size(source, input_sets, valuations, threads)
     model = make_cost_model(cost, threads=threads) if isinstance(cost, str) else cost
     try:
         best, report = search(source.graph, load_rules() if rules is None else rules, model, config or SearchConfig(), progress)
     finally:
         model.close()
     confirm = model.name.startswith("ort-cpu") if confirm is None else confirm
-    input_sets = random_input_sets(source.graph) + ([dict(extra_inputs)] if extra_inputs else [])
-    outcome = Outcome(source.graph, None, "input", report)
+    outcome = Outcome(source.graph, None, "input", report, checked_sizes=valuations)
     candidates: dict[str, tuple[Graph, onnx.ModelProto]] = {}
     if best is not source.graph:
         _add_candidate(outcome, candidates, "optimized", best)
@@ -333,6 +339,26 @@ def optimize_model(
         _add_candidate(outcome, candidates, "re-export", source.graph)
     _keep_fastest(outcome, source, candidates, input_sets, threads, check)
     return outcome
+
+
+def _require_runs_at_every_size(source: ModelSource, input_sets, valuations: Sequence[Mapping[str, int]], threads: int) -> None:
+    """The input model must itself run at every size its output check uses: a symbol the model's own shape
+    operations pin to one size is a contradiction in the file, said before any search.
+
+    Raises:
+        TasoError: ONNX Runtime cannot run the input model at one of the sizes (exit 2).
+    """
+    if not valuations:
+        return
+    from .validate import describe_sizes
+
+    extra = input_sets[2:2 + len(valuations)]
+    for valuation, feeds in zip(valuations, extra):
+        failure = _ort_failure(source.model, [feeds], threads)
+        if failure is not None:
+            sizes = ", ".join(f"{k}={v}" for k, v in sorted(valuation.items()))
+            raise TasoError(f"the input model declares symbolic dims ({describe_sizes(valuations)}) but does not run at {sizes}: "
+                            f"{failure}; measure where it runs with --input-shape, or write a fixed-size copy with --static")
 
 
 def _add_candidate(outcome: Outcome, candidates: dict, name: str, graph: Graph) -> None:

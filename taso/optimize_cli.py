@@ -34,7 +34,9 @@ def add_parser(sub) -> None:
     p.add_argument("--budget", type=int, default=SearchConfig.budget, help="most graphs expanded (default %(default)s)")
     p.add_argument("--time-limit", type=float, default=SearchConfig.time_limit, help="search seconds (default %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads the model will run with (default 1)")
-    p.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...", help="fix a symbolic input shape (repeatable)")
+    p.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
+                   help="the sizes to measure costs at (repeatable); symbolic dims stay symbolic in the output (default: 1 for a dim at axis 0, 128 for others)")
+    p.add_argument("--static", action="store_true", help="freeze every symbolic dim at its measurement size: the output runs at that size only")
     p.add_argument("--inputs", metavar="FILE.npz", help="also check the optimized model on these inputs")
     p.add_argument("--report", metavar="FILE.json", help="write the search report as JSON")
     p.add_argument("--no-confirm", action="store_true",
@@ -84,7 +86,10 @@ def run(args: argparse.Namespace) -> int:
         raise TasoError("taso optimize needs -o/--output FILE (or --explain RULE)")
     _check_paths(args)
     cost_model = make_cost_model(args.cost, threads=args.threads)  # fail fast: no GPU, unknown model
-    source = ModelSource.from_file(args.input, parse_input_shapes(args.input_shape))
+    source = ModelSource.from_file(args.input, parse_input_shapes(args.input_shape), static=args.static)
+    if source.graph.meta.sizes:
+        sizes = ", ".join(f"{k}={v}" for k, v in source.graph.meta.sizes)
+        print(f"taso: symbolic dims kept; costs measured at {sizes}", file=sys.stderr)
     rules = load_rules(args.library)
     extra = load_inputs(args.inputs, source.graph.inputs) if args.inputs else None
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
@@ -111,7 +116,7 @@ def _explain(args: argparse.Namespace) -> int:
     from .onnx import load_onnx
     from .optimize import load_rules
 
-    graph = load_onnx(args.input, parse_input_shapes(args.input_shape))
+    graph = load_onnx(args.input, parse_input_shapes(args.input_shape), static=args.static)
     for rule in find_rules(load_rules(args.library), args.explain)[:20]:
         print("\n".join(explain_rule(graph, rule)))
     return 0
@@ -153,6 +158,7 @@ def _write_report(path: str, before, outcome, cost_fingerprint: str) -> None:
 
     data = {**outcome.report.to_json(), "nodes_before": len(before), "nodes_after": len(outcome.graph), "kept": outcome.kept,
             "measured_speedups": outcome.speedups, "check": outcome.comparison.describe() if outcome.comparison else None,
+            "measurement_sizes": dict(before.meta.sizes), "checked_sizes": outcome.checked_sizes,
             "cost_model": cost_fingerprint}
     write_model(json.dumps(data, indent=2).encode(), path)
 
@@ -166,6 +172,7 @@ _KEPT = {
 
 def _format_report(args, before, outcome) -> str:
     from .search import StopReason
+    from .validate import describe_sizes
 
     report, after = outcome.report, outcome.graph
     lines = [
@@ -182,7 +189,8 @@ def _format_report(args, before, outcome) -> str:
         + (f" (a longer --time-limit than {args.time_limit:g} s may find more)" if report.stop_reason is StopReason.TIME_LIMIT else ""),
     ]
     if outcome.comparison is not None:
-        lines.append(f"  check    {outcome.comparison.describe()} ({outcome.check_seconds:.1f} s)")
+        at = f" at {describe_sizes(outcome.checked_sizes)}" if outcome.checked_sizes else ""
+        lines.append(f"  check    {outcome.comparison.describe()}{at} ({outcome.check_seconds:.1f} s)")
     if report.applied and outcome.kept != "optimized":
         lines.append(f"  rules applied: none kept ({sum(report.applied.values())} rewrites found did not pay end to end)")
     elif report.applied:

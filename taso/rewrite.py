@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
+from .dims import concrete, symbols_of
 from .errors import GraphError, TasoError
 from .ir import Graph, Node, Params, TensorType
 from .ops import COMMUTATIVE, get
@@ -252,6 +253,9 @@ def decline_reason(graph: Graph, crule: CompiledRule, nodes: tuple[Node, ...], v
             if nodes[index].params.get(param) != resolve_expr(expr, shapes):
                 return f"parameter {param} of {nodes[index].name or nodes[index].op.name} is not {resolve_expr(expr, shapes)} at these shapes"
         if not rule.constraints_hold(shapes):
+            if rule.constraints_hold({v: concrete(s) for v, s in shapes.items()}):
+                names = sorted(set().union(*(symbols_of(s) for s in shapes.values())))
+                return f"a shape constraint of the rule holds at the measurement sizes but not at every size of {', '.join(names)}"
             return "a shape constraint of the rule is false here"
     except (KeyError, IndexError, TasoError) as e:
         return f"a shape expression does not apply here ({e})"

@@ -47,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, NamedTuple
 
+from .dims import Dim
 from .errors import TasoError
 from .ir import Graph, GraphMeta, Node, TensorType
 from .ops import get as get_op
@@ -78,7 +79,8 @@ def resolve_expr(expr: ShapeExpr, shapes: Mapping[str, Sequence[int]]) -> Any:
     if isinstance(expr, Mapping) and set(expr) == {"dim"}:
         name, axis = expr["dim"]
         try:
-            return int(shapes[name][axis])
+            dim = shapes[name][axis]
+            return dim if isinstance(dim, Dim) else int(dim)  # a symbolic dim stays symbolic: a split of it holds at every size
         except (KeyError, IndexError):
             raise RuleFormatError(f"shape expression {expr!r} does not apply to shapes {dict(shapes)}") from None
     raise RuleFormatError(f"not a shape expression: {expr!r}")
@@ -217,6 +219,7 @@ class Rule:
             raise RuleFormatError(f"rule {self.id}: {side} does not type-check: {e}") from None
 
     def constraints_hold(self, shapes: Mapping[str, Sequence[int]]) -> bool:
+        """Every shape equality of the rule holds, at every size when the shapes hold symbolic dims (:mod:`taso.dims`)."""
         return all(resolve_expr(c["eq"][0], shapes) == resolve_expr(c["eq"][1], shapes) for c in self.constraints)
 
     def validate(self) -> None:

@@ -21,7 +21,8 @@ from .cost import _random_array
 from .errors import TasoError
 from .ir import TensorType
 
-__all__ = ["Comparison", "compare_models", "random_inputs", "random_input_sets", "integer_ranges", "integer_choices", "load_inputs", "RTOL", "ATOL_SCALE"]
+__all__ = ["Comparison", "compare_models", "random_inputs", "random_input_sets", "integer_ranges", "integer_choices", "load_inputs", "RTOL", "ATOL_SCALE",
+           "check_sizes", "describe_sizes"]
 
 RTOL = 1e-3
 ATOL_SCALE = 1e-4
@@ -198,8 +199,12 @@ def random_inputs(source, seed: int = 0) -> dict[str, np.ndarray]:
     return random_input_sets(source, (seed,))[0]
 
 
-def random_input_sets(source, seeds: Sequence[int] = (0, 1)) -> list[dict[str, np.ndarray]]:
-    """:func:`random_inputs` for several seeds, the model's types and ranges worked out once."""
+def random_input_sets(source, seeds: Sequence[int] = (0, 1), sizes: Sequence[Mapping[str, int] | None] = ()) -> list[dict[str, np.ndarray]]:
+    """:func:`random_inputs` for several seeds, the model's types and ranges worked out once.
+
+    ``sizes`` adds one input set per valuation of the size symbols (a graph's symbolic inputs
+    drawn at those sizes), seeded after ``seeds``.
+    """
     from .ir import Graph
 
     if isinstance(source, (onnx.ModelProto, Graph)):
@@ -212,7 +217,40 @@ def random_input_sets(source, seeds: Sequence[int] = (0, 1)) -> list[dict[str, n
         ranges, choices = integer_ranges(model), integer_choices(model)
     else:
         types, ranges, choices = source, {}, {}
-    return [_draw(types, ranges, choices, np.random.default_rng(seed)) for seed in seeds]
+    sets = [_draw(types, ranges, choices, np.random.default_rng(seed)) for seed in seeds]
+    for k, valuation in enumerate(sizes):
+        at = {n: t.at(valuation) for n, t in types.items()} if valuation else types
+        sets.append(_draw(at, ranges, choices, np.random.default_rng(len(seeds) + k)))
+    return sets
+
+
+# Sizes a symbol is checked at besides its measurement size: a batch-like one (axis 0) at 1, 3 and 7;
+# any other at half and twice its measurement size.
+_BATCH_CHECK_SIZES = (1, 3, 7)
+
+
+def check_sizes(graph) -> list[dict[str, int]]:
+    """The valuations of a graph's size symbols its output check runs at: three or more sizes of each symbol.
+
+    Empty for a static graph. Valuation k gives each symbol its k-th check size (a symbol with
+    fewer sizes repeats its last), so every symbol is checked at each of its sizes.
+    """
+    measured = dict(graph.meta.sizes)
+    if not measured:
+        return []
+    batch_like = {d.poly[0][0][0] for t in graph.inputs.values() for d in t.shape[:1] if getattr(d, "poly", None) and len(d.poly) == 1}
+    per_symbol = {}
+    for name, size in measured.items():
+        sizes = sorted(set(_BATCH_CHECK_SIZES) | {size}) if name in batch_like else sorted({max(1, size // 2), size, 2 * size})
+        per_symbol[name] = sizes
+    count = max(len(v) for v in per_symbol.values())
+    return [{name: sizes[min(k, len(sizes) - 1)] for name, sizes in per_symbol.items()} for k in range(count)]
+
+
+def describe_sizes(valuations: Sequence[Mapping[str, int]]) -> str:
+    """``batch=1,3,7; seq=64,128,256``: the sizes each symbol was checked at."""
+    names = sorted({n for v in valuations for n in v})
+    return "; ".join(f"{n}={','.join(str(s) for s in sorted({v[n] for v in valuations}))}" for n in names)
 
 
 def _draw(types: Mapping[str, TensorType], ranges: Mapping[str, tuple[int, int]], choices: Mapping[str, tuple[int, ...]],

@@ -30,6 +30,7 @@ from ..ops import Op, onnx_importers
 from ..ops.opaque import opaque
 from ..ops.shape import dims as dims_op
 from . import symbolic
+from .symbolic import is_static_dim
 
 __all__ = ["load_onnx", "read_model", "MIN_OPSET", "MAX_OPSET"]
 
@@ -91,24 +92,13 @@ def _np_dtype(elem_type: int) -> str | None:
     return name if name in _SUPPORTED_DTYPES else None
 
 
-def _is_static_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
-    """A dimension with a size; old converters write -1 for "dynamic", which is no size."""
-    return dim.HasField("dim_value") and dim.dim_value >= 0
-
-
-def _dim_label(dim: onnx.TensorShapeProto.Dimension) -> str:
-    if _is_static_dim(dim):
-        return str(dim.dim_value)
-    return dim.dim_param or ("?" if not dim.HasField("dim_value") else str(dim.dim_value))
-
-
 def _static_type(value_info: onnx.ValueInfoProto) -> TensorType | None:
     t = value_info.type
     if not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
         return None
     dtype = _np_dtype(t.tensor_type.elem_type)
     dims = t.tensor_type.shape.dim
-    if dtype is None or not all(_is_static_dim(d) for d in dims):
+    if dtype is None or not all(is_static_dim(d) for d in dims):
         return None
     return TensorType(tuple(int(d.dim_value) for d in dims), dtype)
 
@@ -267,45 +257,6 @@ class _ImportState:
             self.aliases[dst] = self.resolve(src)
 
 
-def declared_interface(model: onnx.ModelProto) -> dict[str, list[tuple[str, list[str], str]]]:
-    """The model's real inputs and its outputs as declared: (name, dimension labels, dtype).
-
-    A dynamic dimension shows its symbol, or "?" (a -1 from an old converter is dynamic too):
-    what ``taso info`` prints for a model it cannot import until its shapes are fixed.
-    """
-    initializers = {t.name for t in model.graph.initializer}
-
-    def entry(vi: onnx.ValueInfoProto) -> tuple[str, list[str], str]:
-        tt = vi.type.tensor_type
-        dims = [_dim_label(d) if _is_static_dim(d) or d.dim_param else "?" for d in tt.shape.dim] if tt.HasField("shape") else ["?..."]
-        return vi.name, dims, _np_dtype(tt.elem_type) or "?"
-
-    return {"inputs": [entry(vi) for vi in model.graph.input if vi.name not in initializers], "outputs": [entry(vi) for vi in model.graph.output]}
-
-
-def dynamic_input_hints(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None) -> list[str]:
-    """For each real input still dynamic after ``input_shapes``, the message naming its dims and the --input-shape to give."""
-    initializers = {t.name for t in model.graph.initializer}
-    hints = []
-    for vi in model.graph.input:
-        if vi.name in initializers or vi.name in (input_shapes or {}) or not vi.type.HasField("tensor_type"):
-            continue
-        dims = list(vi.type.tensor_type.shape.dim)
-        dynamic = [(i, _dim_label(d)) for i, d in enumerate(dims) if not _is_static_dim(d)]
-        if dynamic:
-            hints.append(_dynamic_dim_message(vi.name, dims, dynamic))
-    return hints
-
-
-def _dynamic_dim_message(name: str, dims, dynamic: list[tuple[int, str]]) -> str:
-    """Names the dynamic dimensions and suggests an --input-shape the CLI parses (1 where a size is needed)."""
-    declared = ",".join(_dim_label(d) for d in dims)
-    example = ",".join(str(d.dim_value) if _is_static_dim(d) else "1" for d in dims)
-    which = ", ".join(f"{label!r} at axis {axis}" for axis, label in dynamic)
-    return (f"input {name!r} of shape [{declared}] has dynamic dimension(s) {which}; fix them with "
-            f"--input-shape {name}={example} (with the sizes you deploy with in place of the 1s)")
-
-
 class _InferredTypes:
     """Static types from ONNX shape inference, computed on first use (most models never need them).
 
@@ -323,17 +274,18 @@ class _InferredTypes:
     def get(self, name: str) -> TensorType | None:
         """The static type inference gives a value at the measurement sizes."""
         if self._infos is None:
-            self._infos = self._infer({n: t.shape for n, t in self._input_types.items()})
+            self._infos = self._infer({n: t.shape for n, t in self._input_types.items()}, symbolic=False)
         vi = self._infos.get(name)
         return None if vi is None else _static_type(vi)
 
     def symbolic_info(self, name: str) -> onnx.ValueInfoProto | None:
         """What inference says of a value's dims when the inputs' symbolic dims are named (see :mod:`taso.onnx.symbolic`)."""
         if self._symbolic_infos is None:
-            self._symbolic_infos = self._infer({n: [str(d) if isinstance(d, Dim) else d for d in t.shape] for n, t in self._input_types.items()})
+            self._symbolic_infos = self._infer({n: [str(d) if isinstance(d, Dim) else d for d in t.shape] for n, t in self._input_types.items()},
+                                               symbolic=True)
         return self._symbolic_infos.get(name)
 
-    def _infer(self, shapes: Mapping[str, Sequence]) -> dict[str, onnx.ValueInfoProto]:
+    def _infer(self, shapes: Mapping[str, Sequence], symbolic: bool) -> dict[str, onnx.ValueInfoProto]:
         g = self._model.graph
         small = [t for t in g.initializer if int(np.prod(t.dims, dtype=np.int64)) <= self._SKELETON_MAX_ELEMENTS]
         large = [t for t in g.initializer if int(np.prod(t.dims, dtype=np.int64)) > self._SKELETON_MAX_ELEMENTS]
@@ -343,7 +295,9 @@ class _InferredTypes:
             inputs.append(helper.make_tensor_value_info(vi.name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), shapes[vi.name]) if t else vi)
         declared = {vi.name for vi in inputs}
         inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in large if t.name not in declared]
-        skeleton_graph = helper.make_graph(list(g.node), g.name, inputs, list(g.output), initializer=small)
+        # NOTE: the outputs' declared shapes are left out: a file may declare at one size what its nodes compute at any.
+        outputs = list(g.output) if not symbolic else [helper.make_empty_tensor_value_info(o.name) for o in g.output]
+        skeleton_graph = helper.make_graph(list(g.node), g.name, inputs, outputs, initializer=small)
         skeleton = helper.make_model(skeleton_graph, opset_imports=list(self._model.opset_import))
         skeleton.ir_version = self._model.ir_version
         skeleton.functions.extend(self._model.functions)
@@ -485,7 +439,7 @@ def _declared_dims(graph: onnx.GraphProto, branch_inputs: set[str]) -> dict[str,
         tt = vi.type.tensor_type
         if not tt.HasField("shape"):
             return None
-        return tuple(int(d.dim_value) if _is_static_dim(d) else (d.dim_param or None) for d in tt.shape.dim)
+        return tuple(int(d.dim_value) if is_static_dim(d) else (d.dim_param or None) for d in tt.shape.dim)
 
     return {"declared_inputs": {vi.name: dims(vi) for vi in graph.input if vi.name in branch_inputs},
             "declared_outputs": {vi.name: dims(vi) for vi in graph.output}}
@@ -661,10 +615,8 @@ def _symbolized(state: _ImportState, node: onnx.NodeProto, captures: list[str], 
     if all(state.type(n).is_static and n not in state.symbolic for n in inputs):
         return types
     outputs = [o for o in node.output if o]
-    infos = [state.known_types.symbolic_info(o) for o in outputs]
-    if None in infos:
-        by_name = _node_inference(state, node, captures, symbolic=True) or {}
-        infos = [info or by_name.get(o) for info, o in zip(infos, outputs)]
+    by_name = _node_inference(state, node, captures, symbolic=True) or {}
+    infos = [(state.known_types.symbolic_info(o), by_name.get(o)) for o in outputs]
     if node.op_type == "Range" and len(types) == 1:
         length = symbolic.range_length([state.symbolic.get(n, state.weights.get(n)) for n in inputs])
         if length is not None and int(length) == types[0].shape[0]:

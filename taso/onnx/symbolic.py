@@ -29,12 +29,13 @@ DEFAULT_BATCH = 1  # a symbol at axis 0 of an input
 DEFAULT_SIZE = 128  # any other symbol
 
 
-def _is_static_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
+def is_static_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """A dimension with a size; old converters write -1 for \"dynamic\", which is no size."""
     return dim.HasField("dim_value") and dim.dim_value >= 0
 
 
 def _label(dim: onnx.TensorShapeProto.Dimension) -> str:
-    if _is_static_dim(dim):
+    if is_static_dim(dim):
         return str(dim.dim_value)
     return dim.dim_param or "?"
 
@@ -72,7 +73,7 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
                 raise ImportError_(f"input {vi.name!r} has no declared shape; give one with --input-shape {vi.name}=D0,D1,...")
             dims = [int(d) for d in given]
         else:
-            dims = [int(d.dim_value) if _is_static_dim(d) else (d.dim_param or f"{vi.name}_dim{axis}") for axis, d in enumerate(tt.shape.dim)]
+            dims = [int(d.dim_value) if is_static_dim(d) else (d.dim_param or f"{vi.name}_dim{axis}") for axis, d in enumerate(tt.shape.dim)]
             if given is not None and (len(given) != len(dims) or any(type(d) is int and d != int(s) for d, s in zip(dims, given))):
                 labels = ",".join(_label(d) for d in tt.shape.dim)
                 raise ImportError_(f"--input-shape {vi.name}={','.join(map(str, given))} does not fit the declared shape [{labels}]")
@@ -118,33 +119,44 @@ def dim_labels(types: Mapping[str, TensorType]) -> dict[str, Dim]:
     return labels
 
 
-def symbolic_types(concrete: Sequence[TensorType | None], inferred: Sequence[onnx.ValueInfoProto | None], labels: Mapping[str, Dim],
-                   fresh: Callable[[int, int], Dim]) -> list[TensorType | None]:
+def symbolic_types(concrete: Sequence[TensorType | None], inferred: Sequence[Sequence[onnx.ValueInfoProto | None]],
+                   labels: Mapping[str, Dim], fresh: Callable[[int, int], Dim]) -> list[TensorType | None]:
     """Output types with symbolic dims: each measured dim takes what ONNX's symbolic inference says of it.
 
-    A dim inference gives as a size stays that int; one it names after a known symbolic dim
-    becomes that dim (when the measured sizes agree); any other (unknown to inference, a name of
-    its own) becomes a fresh symbol, ``fresh(output index, axis)``: nothing is assumed of it.
+    ``inferred[k]`` lists what inferences (over the model, over the node alone) say of output k;
+    for each dim the first that tells is taken. A dim inference gives as a size stays that int;
+    one it names after a known symbolic dim becomes that dim (when the measured sizes agree); any
+    other (unknown, or a name of inference's own) becomes a fresh symbol ``fresh(k, axis)``, of
+    which nothing is assumed.
     """
     out = []
-    for k, (t, vi) in enumerate(zip(concrete, inferred)):
+    for k, (t, infos) in enumerate(zip(concrete, inferred)):
         if t is None:
             out.append(None)
             continue
-        dims = list(vi.type.tensor_type.shape.dim) if vi is not None and vi.type.tensor_type.HasField("shape") else None
-        if dims is not None and len(dims) != t.rank:
-            dims = None
+        candidates = [_dims_of(vi, t.rank) for vi in infos]
         shape = []
         for axis, size in enumerate(t.shape):
-            d = dims[axis] if dims is not None else None
-            if d is not None and _is_static_dim(d) and d.dim_value == size:
-                shape.append(int(size))
-            elif d is not None and d.dim_param in labels and int(labels[d.dim_param]) == size:
-                shape.append(labels[d.dim_param])
-            else:
-                shape.append(fresh(k, axis) if size >= 1 else int(size))
+            shape.append(_known_dim([c[axis] for c in candidates if c is not None], int(size), labels))
+            if shape[-1] is None:
+                shape[-1] = fresh(k, axis) if size >= 1 else int(size)
         out.append(TensorType(tuple(shape), t.dtype))
     return out
+
+
+def _dims_of(vi: onnx.ValueInfoProto | None, rank: int) -> list | None:
+    if vi is None or not vi.type.tensor_type.HasField("shape") or len(vi.type.tensor_type.shape.dim) != rank:
+        return None
+    return list(vi.type.tensor_type.shape.dim)
+
+
+def _known_dim(candidates: list, size: int, labels: Mapping[str, Dim]) -> int | None:
+    for d in candidates:
+        if is_static_dim(d) and d.dim_value == size:
+            return int(size)
+        if d.dim_param in labels and int(labels[d.dim_param]) == size:
+            return labels[d.dim_param]
+    return None
 
 
 def range_length(values: Sequence[np.ndarray | None]) -> int | None:
@@ -203,7 +215,7 @@ def _fold(op: str, values, types, attrs) -> list | None:
             return [xs[0]] if helper.tensor_dtype_to_np_dtype(attrs["to"]).name in _INTEGER else None
         if op == "Gather":
             axis = int(attrs.get("axis", 0))
-            return [np.take(xs[0], np.asarray(values[1], dtype=np.int64), axis=axis)]
+            return [np.take(xs[0], _ints(values[1]), axis=axis)]
         if op in ("Unsqueeze", "Squeeze", "Reshape", "Flatten"):
             return [_fold_reshape_like(op, xs, attrs)]
         if op == "Concat":
@@ -220,6 +232,14 @@ def _fold(op: str, values, types, attrs) -> list | None:
         if op == "Where":
             return [np.where(np.asarray(values[0], dtype=bool), xs[1], xs[2])]
     return None
+
+
+def _ints(value) -> np.ndarray:
+    """Indices, axes or bounds as an int64 array; symbolic ones are not folded here (``int()`` would freeze them)."""
+    array = np.asarray(value, dtype=object) if not isinstance(value, np.ndarray) else value
+    if array.dtype == object and any(isinstance(v, Dim) for v in array.flat):
+        raise UndecidableDim("an index, axis or bound that depends on the sizes")
+    return np.asarray(array, dtype=np.int64)
 
 
 def _truncating_div(a, b):
@@ -258,12 +278,12 @@ def _fold_reshape_like(op: str, xs: list[np.ndarray], attrs: Mapping) -> np.ndar
         axis = int(attrs.get("axis", 1)) % max(x.ndim, 1)
         return x.reshape(int(np.prod(x.shape[:axis])), -1)
     if op == "Reshape":
-        target = [int(d) for d in xs[1].reshape(-1)]
+        target = list(_ints(xs[1]).reshape(-1))
         target = [x.shape[i] if d == 0 else d for i, d in enumerate(target)]
         return x.reshape(target)
     axes = attrs.get("axes")
     if axes is None and len(xs) > 1:
-        axes = [int(a) for a in xs[1].reshape(-1)]
+        axes = list(_ints(xs[1]).reshape(-1))
     if op == "Squeeze":
         axes = [a % x.ndim for a in axes] if axes is not None else [i for i, d in enumerate(x.shape) if d == 1]
         return x.reshape([d for i, d in enumerate(x.shape) if i not in axes])
@@ -282,9 +302,9 @@ def _fold_slice(xs: list[np.ndarray], attrs: Mapping) -> np.ndarray:
         axes = list(attrs.get("axes", range(len(starts))))
         steps = [1] * len(starts)
     else:
-        starts, ends = [int(v) for v in xs[1].reshape(-1)], [int(v) for v in xs[2].reshape(-1)]
-        axes = [int(v) for v in xs[3].reshape(-1)] if len(xs) > 3 else list(range(len(starts)))
-        steps = [int(v) for v in xs[4].reshape(-1)] if len(xs) > 4 else [1] * len(starts)
+        starts, ends = list(_ints(xs[1]).reshape(-1)), list(_ints(xs[2]).reshape(-1))
+        axes = list(_ints(xs[3]).reshape(-1)) if len(xs) > 3 else list(range(len(starts)))
+        steps = list(_ints(xs[4]).reshape(-1)) if len(xs) > 4 else [1] * len(starts)
     index = [slice(None)] * x.ndim
     for s, e, a, t in zip(starts, ends, axes, steps):
         index[a % x.ndim] = slice(s, e, t)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dims import Dim, broadcast_dims, floordiv, is_static_shape, prod
+from ..dims import Dim, UndecidableDim, broadcast_dims, floordiv, is_static_shape, prod
 from ..ir import TensorType
 from .base import OnnxMapping, Param, as_dims, define, define_importer, normalize_axis, require
 
@@ -244,9 +244,10 @@ def _slice_shape(types, p) -> TensorType:
 def _clamped_slice_length(start, end, step: int):
     """The length of ``range(start, end, step)`` for bounds already clamped into the axis (symbolic allowed)."""
     if step > 0:
-        return max(0, floordiv(end - start + step - 1, step))
+        return _clamp(floordiv(end - start + step - 1, step), 0, floordiv(end - start + step - 1, step))
     end = -1 if end is None else end
-    return max(0, floordiv(start - end - step - 1, -step))
+    length = floordiv(start - end - step - 1, -step)
+    return _clamp(length, 0, length)
 
 
 def _slice(xs, p):
@@ -271,10 +272,33 @@ def _clamp_slice(start: int, end: int, step: int, dim: int) -> tuple[int, int | 
     if end < 0:
         end += dim
     if step > 0:
-        return max(0, min(start, dim)), max(0, min(end, dim))
-    start = max(-1, min(start, dim - 1))
-    end = max(-1, min(end, dim - 1))
+        return _clamp(start, 0, dim), _clamp(end, 0, dim)
+    start = _clamp(start, -1, dim - 1)
+    end = _clamp(end, -1, dim - 1)
     return start, None if end < 0 else end
+
+
+def _clamp(x: int, low: int, high: int) -> int:
+    """``min(max(x, low), high)`` when each comparison has one answer at every size (UndecidableDim otherwise).
+
+    Not ``max``/``min``: they ask strict questions (``x > low``), which a symbolic ``x`` equal to
+    ``low`` at some sizes cannot answer although ``x >= low`` holds at all of them.
+    """
+    if not _at_most(low, x):
+        x = low
+    if not _at_most(x, high):
+        x = high
+    return x
+
+
+def _at_most(a: int, b: int) -> bool:
+    """``a <= b`` at every size (True) or ``b <= a`` at every size (False, or both: then they are equal)."""
+    try:
+        return a <= b
+    except UndecidableDim:
+        if b <= a:
+            return False
+        raise
 
 
 def _import_slice(ctx) -> bool:
