@@ -443,7 +443,8 @@ def broadcast_dims(*shapes: Sequence[int]) -> tuple[int, ...]:
         first = real[0]
         for d in real[1:]:
             if not d == first:
-                raise ShapeError(f"shapes {[tuple(map(str, s)) for s in shapes]} do not broadcast (dims {first} and {d})"
-                                 + (" at every size" if isinstance(d, Dim) or isinstance(first, Dim) else ""))
+                listed = " and ".join(f"[{','.join(map(str, s))}]" for s in shapes)
+                raise ShapeError(f"shapes {listed} do not broadcast (dims {first} and {d}"
+                                 + (" are equal at some sizes only)" if isinstance(d, Dim) or isinstance(first, Dim) else ")"))
         out.append(first)
     return tuple(out)

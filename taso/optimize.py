@@ -237,11 +237,15 @@ def _check_candidate(source: ModelSource, candidate: onnx.ModelProto, input_sets
 
 def _ort_failure(model: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]], threads: int) -> str | None:
     """Why ONNX Runtime cannot load or run ``model`` on these inputs, or None when it can."""
+    import onnxruntime as ort
+
+    quiet = ort.RunOptions()
+    quiet.log_severity_level = 4  # the failure is reported in one line; ONNX Runtime's own log would repeat it in red
     try:
         session = open_session(model.SerializeToString(), threads)
         names = {i.name for i in session.get_inputs()}
         for feeds in input_sets:
-            session.run(None, {k: v for k, v in feeds.items() if k in names})
+            session.run(None, {k: v for k, v in feeds.items() if k in names}, quiet)
     except Exception as e:  # noqa: BLE001
         return _first_line(e)
     return None

@@ -87,13 +87,12 @@ def run(args: argparse.Namespace) -> int:
     _check_paths(args)
     cost_model = make_cost_model(args.cost, threads=args.threads)  # fail fast: no GPU, unknown model
     source = ModelSource.from_file(args.input, parse_input_shapes(args.input_shape), static=args.static)
-    if source.graph.meta.sizes:
-        sizes = ", ".join(f"{k}={v}" for k, v in source.graph.meta.sizes)
-        print(f"taso: symbolic dims kept; costs measured at {sizes}", file=sys.stderr)
     rules = load_rules(args.library)
     extra = load_inputs(args.inputs, source.graph.inputs) if args.inputs else None
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
     say(f"taso: {len(source.graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
+    if source.graph.meta.sizes:
+        say(f"taso: symbolic dims kept; costs measured at {', '.join(f'{k}={v}' for k, v in source.graph.meta.sizes)}")
     with _ProgressBar(args) as progress:
         outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit), args.threads,
                                  confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress)

@@ -55,10 +55,11 @@ def test_info_lists_opaque_operators(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["opaque"] == {"LRN": 1}
 
 
-def test_input_shape_fixes_symbolic_dimensions(tmp_path, capsys):
+def test_input_shape_gives_the_measurement_size_of_symbolic_dimensions(tmp_path, capsys):
     path = _save(_symbolic_model(), tmp_path / "sym.onnx")
     assert main(["info", path, "--input-shape", "x=2,3", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["inputs"][0]["shape"] == [2, 3]
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["inputs"][0]["shape"] == ["N", 3] and summary["measurement_sizes"] == {"N": 2}
 
 
 def _truncated(tmp_path):
@@ -107,13 +108,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, make, message):
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_symbolic_dims_are_described_by_info_and_refused_by_optimize_in_one_line(tmp_path, capsys):
+def test_symbolic_dims_are_described_by_info_and_kept_by_optimize(tmp_path, capsys):
     path = _save(_symbolic_model(), tmp_path / "sym.onnx")
     assert main(["info", path]) == 0
     assert "x: float32[N,3]" in capsys.readouterr().out
-    assert main(["optimize", path, "-o", str(tmp_path / "out.onnx"), "--cost", "analytic"]) == 2
-    err = capsys.readouterr().err
-    assert "--input-shape x=1,3 " in err and err.count("\n") == 1 and "Traceback" not in err
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", path, "-o", str(out), "--cost", "analytic"]) == 0
+    assert [d.dim_param or d.dim_value for d in onnx.load(str(out)).graph.input[0].type.tensor_type.shape.dim] == ["N", 3]
 
 
 def test_bad_input_shape_option_is_explained(capsys):
