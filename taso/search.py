@@ -470,4 +470,6 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
     report.rule_texts = {c.label: str(c.rule) for c in rule_index.compiled if c.label in applied}
     report.seconds_costing = pricer.seconds
     report.seconds = time.perf_counter() - start
+    if report.stop_reason is StopReason.SATURATED and report.seconds > config.time_limit:
+        report.stop_reason = StopReason.TIME_LIMIT  # an expansion cut short by the deadline proves nothing saturated
     return best, report
