@@ -658,8 +658,11 @@ def _types_by_branch_probe(state: _ImportState, node: onnx.NodeProto, captures: 
         raise ImportError_(f"{where}: neither branch runs at the fixed input shapes (then: {errors.get(True, '?')}; else: {errors.get(False, '?')})")
     if any(types != runs[0] for types in runs):
         shapes = " vs ".join(dict.fromkeys(str([str(t) for t in types]) for types in runs))
+        sized = any(not state.type(n).is_static for n in inputs)
         raise ImportError_(f"{where} chooses at run time between branches whose output types differ ({shapes}; its condition "
-                           f"{node.input[0]!r} is computed from the inputs): taso needs static shapes")
+                           f"{node.input[0]!r} is computed from the inputs"
+                           + ("; with symbolic dims the choice may depend on their sizes): optimize a fixed-size copy with --static"
+                              if sized else "): taso needs static shapes"))
     if not seen[True] or not seen[False]:
         state.branch_inputs.update(_graph_inputs_read(state, node, captures))
     return runs[0]
@@ -745,5 +748,7 @@ def _types_by_probe(state: _ImportState, node: onnx.NodeProto, inputs: list[str]
             raise ImportError_(f"cannot determine the static output shapes of {where}: ONNX shape inference gives none and running it on random inputs fails ({e})") from None
     if seen[0] != seen[1]:
         shapes = " vs ".join(str([str(t) for t in types]) for types in seen)
-        raise ImportError_(f"the output shapes of {where} depend on the values of its inputs ({shapes}): taso needs static shapes")
+        sized = any(not state.type(n).is_static or n in state.symbolic for n in inputs) or bool(state.symbolic)
+        raise ImportError_(f"the output shapes of {where} depend on the values of its inputs ({shapes}): taso needs static shapes"
+                           + ("; where they come from symbolic dims, optimize a fixed-size copy with --static" if sized else ""))
     return seen[0]

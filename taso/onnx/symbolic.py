@@ -73,7 +73,7 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
                 raise ImportError_(f"input {vi.name!r} has no declared shape; give one with --input-shape {vi.name}=D0,D1,...")
             dims = [int(d) for d in given]
         else:
-            dims = [int(d.dim_value) if is_static_dim(d) else (d.dim_param or f"{vi.name}_dim{axis}") for axis, d in enumerate(tt.shape.dim)]
+            dims = [int(d.dim_value) if is_static_dim(d) else _symbol_name(d, vi.name, axis) for axis, d in enumerate(tt.shape.dim)]
             if given is not None and (len(given) != len(dims) or any(type(d) is int and d != int(s) for d, s in zip(dims, given))):
                 labels = ",".join(_label(d) for d in tt.shape.dim)
                 raise ImportError_(f"--input-shape {vi.name}={','.join(map(str, given))} does not fit the declared shape [{labels}]")
@@ -86,6 +86,16 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
         shape = tuple(d if type(d) is int else (sizes[d] if static else symbol(d, sizes[d])) for d in dims)
         types[name] = TensorType(shape, dtype)
     return types, ({} if static else sizes)
+
+
+# Names converters write for "some size" that say nothing about which: each such dim is a symbol of its own.
+_ANONYMOUS = {"", "?", "-1", "None", "unk", "dynamic"}
+
+
+def _symbol_name(dim: onnx.TensorShapeProto.Dimension, value: str, axis: int) -> str:
+    """A dynamic dim's symbol: its ``dim_param``, shared by every input naming it, or ``INPUT_dimAXIS`` for an
+    unnamed one (paddle2onnx writes "?" for every dynamic dim: they are not one size)."""
+    return dim.dim_param if dim.dim_param.strip() not in _ANONYMOUS else f"{value}_dim{axis}"
 
 
 def _measurement_sizes(declared: Mapping[str, tuple[list, str]], input_shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
@@ -164,10 +174,12 @@ def range_length(values: Sequence[np.ndarray | None]) -> int | None:
     if len(values) != 3 or any(v is None or np.size(v) != 1 for v in values):
         return None
     start, limit, delta = (_objects(v).reshape(-1)[0] for v in values)
-    if isinstance(start, Dim) or isinstance(delta, Dim) or int(delta) <= 0:
-        return None
     try:
-        return max(0, floordiv(limit - int(start) + int(delta) - 1, int(delta)))
+        start, limit, delta = _whole(start), _whole(limit), _whole(delta)
+        if isinstance(start, Dim) or isinstance(delta, Dim) or delta <= 0:
+            return None
+        length = floordiv(limit - start + delta - 1, delta)
+        return length if length >= 0 else 0
     except (UndecidableDim, ShapeError):
         return None
 
@@ -175,6 +187,7 @@ def range_length(values: Sequence[np.ndarray | None]) -> int | None:
 # ---- folding shape computations over symbolic sizes ------------------------------------------------
 
 _INTEGER = ("int64", "int32", "int16", "int8", "uint64", "uint32", "uint16", "uint8")
+_FLOAT = ("float32", "float64", "float16")
 
 
 def fold_symbolic(node: onnx.NodeProto, values: Sequence[np.ndarray | None], types: Sequence[TensorType | None], attrs: Mapping) -> list[np.ndarray] | None:
@@ -212,7 +225,8 @@ def _fold(op: str, values, types, attrs) -> list | None:
         if op == "Identity":
             return [xs[0]]
         if op == "Cast":
-            return [xs[0]] if helper.tensor_dtype_to_np_dtype(attrs["to"]).name in _INTEGER else None
+            # sizes are whole numbers: exact in every integer type and in float (YOLO's Range over a float grid size)
+            return [xs[0]] if np.dtype(helper.tensor_dtype_to_np_dtype(attrs["to"])).name in _INTEGER + _FLOAT else None
         if op == "Gather":
             axis = int(attrs.get("axis", 0))
             return [np.take(xs[0], _ints(values[1]), axis=axis)]
@@ -222,10 +236,12 @@ def _fold(op: str, values, types, attrs) -> list | None:
             return [np.concatenate([x.reshape(x.shape or (1,)) if x.ndim == 0 else x for x in xs], axis=int(attrs.get("axis", 0)))]
         if op == "Slice":
             return [_fold_slice(xs, attrs)]
+        if op == "Div" and any(t is not None and t.dtype in _FLOAT for t in types):
+            return [np.frompyfunc(_exact_div, 2, 1)(xs[0], xs[1])]
         if op in _ARITHMETIC:
-            return [np.frompyfunc(_ARITHMETIC[op], 2, 1)(xs[0], xs[1]).astype(object)]
+            return [np.frompyfunc(_ARITHMETIC[op], 2, 1)(xs[0], xs[1])]
         if op == "Neg":
-            return [np.frompyfunc(lambda a: -a, 1, 1)(xs[0]).astype(object)]
+            return [np.frompyfunc(lambda a: -a, 1, 1)(xs[0])]
         if op == "Equal":
             decided = np.frompyfunc(decide_equal, 2, 1)(xs[0], xs[1])
             return None if any(v is None for v in np.asarray(decided).flat) else [np.asarray(decided, dtype=bool)]
@@ -250,6 +266,26 @@ def _truncating_div(a, b):
         raise UndecidableDim(f"{a} / {b} with a negative operand")
     q = abs(int(a)) // abs(int(b))
     return q if (a >= 0) == (b >= 0) else -q
+
+
+def _exact_div(a, b):
+    """Float division of sizes, folded only when the quotient is a whole number at every size."""
+    if not isinstance(a, Dim) and not isinstance(b, Dim):
+        if float(b) == 0 or float(a) / float(b) != int(float(a) / float(b)):
+            raise UndecidableDim(f"{a} / {b} is not a whole number")
+        return int(float(a) / float(b))
+    quotient = floordiv(a, _whole(b))
+    if not quotient * b == a:
+        raise UndecidableDim(f"{a} / {b} is a whole number at some sizes only")
+    return quotient
+
+
+def _whole(x):
+    if isinstance(x, Dim):
+        return x
+    if float(x) != int(float(x)):
+        raise UndecidableDim(f"{x} is not a whole number")
+    return int(float(x))
 
 
 def _mod(a, b):
@@ -313,7 +349,7 @@ def _fold_slice(xs: list[np.ndarray], attrs: Mapping) -> np.ndarray:
 
 def concrete_array(array: np.ndarray, dtype: str) -> np.ndarray:
     """A symbolic array's values at the measurement sizes."""
-    return np.asarray([int(v) for v in array.flat], dtype=dtype).reshape(array.shape)
+    return np.asarray([int(v) if isinstance(v, Dim) else v for v in array.flat], dtype=dtype).reshape(array.shape)
 
 
 def static_or_none(array: np.ndarray, dtype: str) -> np.ndarray | None:
