@@ -36,7 +36,8 @@ class CupyCost(CostModel):
             return cached
         inputs, weights = {}, {}
         for v in node.inputs:
-            (weights if v in consts else inputs)[v] = graph.type(v)
+            (weights if v in consts else inputs)[v] = graph.type(v).concrete()
+        node = node.concrete()
         arrays = {v: _random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
         single = Graph(inputs, {v: arrays[v] for v in weights}, [node], list(node.outputs), meta=GraphMeta(output_names=tuple(node.outputs)))
         runner = DeviceGraph(single, self.cp)

@@ -114,7 +114,8 @@ class OrtCpuCost(CostModel):
         self._calibrate()
         inputs, weights = {}, {}
         for v in node.inputs:
-            (weights if v in consts else inputs)[v] = graph.type(v)
+            (weights if v in consts else inputs)[v] = graph.type(v).concrete()
+        node = node.concrete()  # measured at the measurement sizes: a one-node model has no value to take a symbol's size from
         # A weight keeps its value: a shape operand (Resize sizes, OneHot depth) filled at random is another kernel, or none.
         arrays = {v: graph.weights[v] if v in graph.weights else _random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
         single = Graph(inputs, {v: arrays[v] for v in weights}, [node], list(node.outputs),

@@ -181,8 +181,9 @@ def region_pair(parent: Graph, removed: Sequence[Node], added: Sequence[Node], c
 
 
 def _region(view, core: list[Node], around: list[Node], consts, graph_outputs: set[str]) -> Graph | None:
-    """A standalone graph of ``core`` and ``around``: values from outside become inputs (or weights, when constant)."""
-    nodes = core + around
+    """A standalone graph of ``core`` and ``around`` at the measurement sizes: values from outside become inputs (or
+    weights, when constant)."""
+    nodes = [n.concrete() for n in core + around]
     produced = {o for n in nodes for o in n.outputs}
     inputs: dict[str, TensorType] = {}
     weights: dict[str, np.ndarray] = {}
@@ -196,11 +197,11 @@ def _region(view, core: list[Node], around: list[Node], consts, graph_outputs: s
             elif value in consts:
                 weights[value] = _random_array(view.type(value), rng)  # a folded constant: its value does not change the kernels
             else:
-                inputs[value] = view.type(value)
+                inputs[value] = view.type(value).concrete()
     outputs = [o for n in around for o in n.outputs] + [o for n in core for o in n.outputs if o in graph_outputs]
     if not outputs or not inputs:
         return None
-    types = {v: view.type(v) for n in nodes for v in (*n.inputs, *n.outputs)}
+    types = {v: view.type(v).concrete() for n in nodes for v in (*n.inputs, *n.outputs)}
     try:
         return Graph(inputs, weights, nodes, outputs, types=types,
                      meta=GraphMeta(opset=max(view.meta.opset, 13), output_names=tuple(outputs)))

@@ -27,6 +27,7 @@ dimension that does not depend on any symbol.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Union
@@ -318,6 +319,7 @@ def floor_definition(atom: str) -> tuple[Poly, int] | None:
 
 # ---- order ----------------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1 << 14)
 def _lower_bound(p: Poly) -> int | None:
     """A lower bound of the polynomial over every size, or None when this simple test finds none.
 
@@ -358,6 +360,7 @@ def _undecidable(what: str):
 
 # ---- rendering ---------------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=1 << 14)
 def _render(p: Poly) -> str:
     if not p:
         return "0"

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .dims import Dim, concrete, evaluate, is_static_shape, symbols_of
+from .dims import concrete, concrete_value, evaluate, holds_dims, is_static_shape, symbols_of
 from .errors import GraphError, ShapeError
 
 if TYPE_CHECKING:
@@ -174,6 +174,12 @@ class Node:
         """A digest of op, params and edge names (the search keys graphs by their sum: :mod:`taso.graph_index`)."""
         text = f"{self.op.name}|{self.params.canonical()}|{','.join(self.inputs)}|{','.join(self.outputs)}"
         return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=16).digest(), "little")
+
+    def concrete(self) -> Node:
+        """The node at the measurement sizes: every symbolic dim in its parameters a plain int (what a cost is measured on)."""
+        if not any(holds_dims(v) for v in self.params.values()):
+            return self
+        return Node(self.op, Params({k: concrete_value(v) for k, v in self.params.items()}), self.inputs, self.outputs, self.name)
 
     def __repr__(self) -> str:
         params = ", ".join(f"{k}={v!r}" for k, v in self.params.items() if not isinstance(v, bytes))

@@ -8,6 +8,7 @@ fail when the op is defined, not when it is first used. Z3 specifications live i
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -139,9 +140,8 @@ class Op:
             want = f"{lo}" if lo == hi else f"{lo}..{hi if hi is not None else ''}"
             raise ShapeError(f"{self.name}: takes {want} inputs, got {len(types)}")
         outs = self._apply_shape_rule(types, params)
-        symbols = frozenset().union(*(t.symbols for t in types), *(value_symbols(v) for v in params.values()))
-        if symbols:
-            self._check_follows_symbols(types, params, outs, symbols)
+        if not all(t.is_static for t in types) or any(holds_dims(v) for v in params.values()):
+            _check_follows_symbols(self, tuple(types), params, tuple(outs))
         return outs
 
     def _apply_shape_rule(self, types: Sequence[TensorType], params: Params) -> list[TensorType]:
@@ -152,24 +152,6 @@ class Op:
         except (ValueError, IndexError, KeyError, TypeError, ZeroDivisionError) as e:
             raise ShapeError(f"{self.name}{tuple(str(t) for t in types)} with {dict(params)}: {e}") from None
         return [out] if isinstance(out, TensorType) else list(out)
-
-    def _check_follows_symbols(self, types: Sequence[TensorType], params: Params, outs: list[TensorType], symbols) -> None:
-        """Re-runs the shape rule at other sizes of the symbols: the dims it returned must give the sizes it computes there.
-
-        A rule that turned a symbolic dim into a plain int (``int(d)``, ``np.prod``, ``slice.indices``)
-        would type the node for the measurement sizes only; this catches it, and the node is refused
-        (left opaque at import, the rewrite declined in a search) instead of written wrong.
-        """
-        sizes = other_sizes(symbols)
-        moved_types = [TensorType(rebind_value(t.shape, sizes), t.dtype) for t in types]
-        moved_params = Params({k: rebind_value(v, sizes) for k, v in params.items()}) if any(holds_dims(v) for v in params.values()) else params
-        try:
-            moved = self._apply_shape_rule(moved_types, moved_params)
-        except ShapeError as e:
-            raise ShapeError(f"{self.name}: its shape depends on the sizes of {sorted(symbols)} in a way taso does not track ({e})") from None
-        expected = [t.at(sizes) for t in outs]
-        if [t.concrete() for t in moved] != expected:
-            raise ShapeError(f"{self.name}: its output shape {[str(t) for t in outs]} does not follow the sizes of {sorted(symbols)}")
 
     def evaluate(self, arrays: Sequence[np.ndarray], params: Params) -> list[np.ndarray]:
         """Runs the reference semantics; always returns a list of arrays.
@@ -197,6 +179,28 @@ class Op:
         out = self.exact_impl(arrays, params)
         outs = [np.asarray(o) for o in out] if isinstance(out, (list, tuple)) else [np.asarray(out)]
         return [np.mod(o, FINGERPRINT_PRIME).astype(np.int64) for o in outs]
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _check_follows_symbols(op: Op, types: tuple[TensorType, ...], params: Params, outs: tuple[TensorType, ...]) -> None:
+    """Re-runs the shape rule at other sizes of the symbols: the dims it returned must give the sizes it computes there.
+
+    A rule that turned a symbolic dim into a plain int (``int(d)``, ``np.prod``, ``slice.indices``)
+    would type the node for the measurement sizes only; this catches it, and the node is refused
+    (left opaque at import, the rewrite declined in a search) instead of written wrong. Cached:
+    a search asks about the same node types again and again.
+    """
+    symbols = frozenset().union(*(t.symbols for t in types), *(value_symbols(v) for v in params.values()))
+    sizes = other_sizes(symbols)
+    moved_types = [TensorType(rebind_value(t.shape, sizes), t.dtype) for t in types]
+    moved_params = Params({k: rebind_value(v, sizes) for k, v in params.items()}) if any(holds_dims(v) for v in params.values()) else params
+    try:
+        moved = op._apply_shape_rule(moved_types, moved_params)
+    except ShapeError as e:
+        raise ShapeError(f"{op.name}: its shape depends on the sizes of {sorted(symbols)} in a way taso does not track ({e})") from None
+    expected = [t.at(sizes) for t in outs]
+    if [t.concrete() for t in moved] != expected:
+        raise ShapeError(f"{op.name}: its output shape {[str(t) for t in outs]} does not follow the sizes of {sorted(symbols)}")
 
 
 def is_device_array(value) -> bool:
