@@ -202,6 +202,8 @@ class GraphMeta:
     extra: Mapping[str, Any] = field(default_factory=dict)
     # The measurement size of each size symbol of the inputs, (name, size) sorted; empty for a static graph.
     sizes: tuple[tuple[str, int], ...] = ()
+    # The original's name for each symbolic dim of each output (None where it named none), kept at export.
+    output_dim_params: tuple[tuple[str | None, ...] | None, ...] = ()
 
 
 class Graph:

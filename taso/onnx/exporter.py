@@ -246,11 +246,12 @@ def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> o
     output_names = graph.meta.output_names or graph.outputs
     declared_inputs, declared_outputs, verbatim = _declared_interface(live, folded_ids)
     outputs = []
-    for value, name in zip(graph.outputs, output_names):
+    original_params = graph.meta.output_dim_params or (None,) * len(graph.outputs)
+    for value, name, params in zip(graph.outputs, output_names, original_params):
         if value != name:
             ctx.nodes.append(helper.make_node("Identity", [value], [name], name=ctx.fresh("output")))
         t = graph.type(value)
-        shape = declared_outputs.get(name, t.shape) if value in verbatim else t.shape
+        shape = declared_outputs.get(name, t.shape) if value in verbatim else _with_original_names(t.shape, params)
         outputs.append(helper.make_tensor_value_info(name, ctx.onnx_dtype(t.dtype), _declared(shape)))
     inputs = [helper.make_tensor_value_info(n, ctx.onnx_dtype(t.dtype), _declared(declared_inputs.get(n, t.shape))) for n, t in graph.inputs.items()]
     for name in graph.meta.initializer_inputs:
@@ -264,6 +265,13 @@ def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> o
     if check:
         _check(model)
     return model
+
+
+def _with_original_names(shape, params: tuple[str | None, ...] | None):
+    """An output's symbolic dims under the names the original file gave them (a dim taso knows static stays an int)."""
+    if params is None or len(params) != len(shape):
+        return shape
+    return tuple(p if isinstance(d, Dim) and p else d for d, p in zip(shape, params))
 
 
 def _declared(shape):

@@ -423,9 +423,17 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
         graph_name=g.name or "graph",
         extra=_declared_dims(g, state.branch_inputs),
         sizes=tuple(sorted(sizes.items())),
+        output_dim_params=tuple(_dim_params(vi) for vi in g.output) if sizes else (),
     )
     graph = Graph(input_types, state.weights, state.nodes, outputs, types=state.types, meta=meta)
     return graph.pruned()
+
+
+def _dim_params(vi: onnx.ValueInfoProto) -> tuple[str | None, ...] | None:
+    tt = vi.type.tensor_type
+    if not vi.type.HasField("tensor_type") or not tt.HasField("shape"):
+        return None
+    return tuple(d.dim_param or None for d in tt.shape.dim)
 
 
 def _declared_dims(graph: onnx.GraphProto, branch_inputs: set[str]) -> dict[str, Any]:
