@@ -54,6 +54,8 @@ class SearchConfig:
             pair of such nodes, and on an unrolled RNN export the first expansion drowned in
             tens of thousands of them; the merges that pay share an input (a weight, an
             activation). False uses every rule: for benchmarks.
+        excluded: rules the search must not use, by the label reports name them with (the
+            pipeline's answer to an optimized model that failed its output check).
     """
 
     alpha: float = 1.05
@@ -63,6 +65,7 @@ class SearchConfig:
     lazy: bool = True
     incremental: bool = True
     connected_only: bool = True
+    excluded: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -248,8 +251,9 @@ class _RuleIndex:
     the same rewrites, in the same order, as with every rule compiled up front.
     """
 
-    def __init__(self, rules: Iterable[Rule | CompiledRule], connected_only: bool = False):
+    def __init__(self, rules: Iterable[Rule | CompiledRule], connected_only: bool = False, excluded: frozenset[str] = frozenset()):
         self.connected_only = connected_only
+        self.excluded = excluded
         slots = rules.slots if isinstance(rules, LazyRules) else [RuleSlot.of(r) for r in rules]
         self._pending = list(enumerate(slots))
         self._admitted: list[tuple[int, CompiledRule]] = []
@@ -272,7 +276,7 @@ class _RuleIndex:
         self._pending = [(i, slot) for i, slot in self._pending if not slot.source_ops <= self.present]
         for position, slot in ready:
             crule = slot.compiled()
-            if crule is None or (self.connected_only and not crule.connected):
+            if crule is None or (self.connected_only and not crule.connected) or crule.label in self.excluded:
                 continue
             if crule.rule_id not in self._ids:
                 self._ids.add(crule.rule_id)
@@ -394,7 +398,7 @@ def search(
 def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: CostModel, config: SearchConfig,
             progress: Callable[[int, float], None] | None) -> tuple[Graph, SearchReport]:
     start = time.perf_counter()
-    rule_index = _RuleIndex(rules, config.connected_only)
+    rule_index = _RuleIndex(rules, config.connected_only, config.excluded)
     pricer = _Pricer(cost_model)
     best, best_cost = graph, pricer.graph_cost(graph)
     report = SearchReport(StopReason.SATURATED, best_cost, best_cost)

@@ -302,3 +302,34 @@ def test_shape_computations_fold_symbolically_and_export_runs_at_every_size(seed
 def test_prod_is_symbolic():
     batch = symbol("batch", 2)
     assert prod((batch, 3, batch)) == batch * batch * 3 and isinstance(prod((batch, 1)), Dim)
+
+
+def test_a_rewrite_wrong_at_other_sizes_only_is_rejected_and_the_search_runs_again(tmp_path):
+    """A planted "proved" rule, mean over rows = the first row, holds at batch 1 (the measurement size) only: the
+    check at batch 3 and 7 catches it, the search runs again without it, and the report says why."""
+    from taso.cost import AnalyticCost
+    from taso.optimize import ModelSource, load_rules, optimize_model
+    from taso.rules import Library, Rule, RuleInput, RuleNode
+    from taso.search import SearchConfig
+
+    class SliceIsFree(AnalyticCost):  # so that the planted rewrite pays
+        def node_cost(self, node, graph, consts):
+            return 0.0 if node.op.name == "slice" else super().node_cost(node, graph, consts)
+
+    x = RuleInput("x", "act", TensorType((1, 4)))
+    planted = Rule((x,), (RuleNode("reduce_mean", {"axes": (0,), "keepdims": 1}, ("x",), ("a",)),),
+                   (RuleNode("slice", {"starts": (0,), "ends": (1,), "axes": (0,), "steps": (1,)}, ("x",), ("b",)),), (("a", "b"),),
+                   name="planted-first-row", status="proved")
+    Library([planted]).save(tmp_path / "planted.json")
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, 4] x) => (float[1, 4] y) { m = ReduceMean <axes = [0], keepdims = 1> (x)  y = Relu (m) }""")
+    onnx.save(model, str(tmp_path / "rows.onnx"))
+    outcome = optimize_model(ModelSource.from_file(str(tmp_path / "rows.onnx")), load_rules(str(tmp_path / "planted.json")),
+                             SliceIsFree(), SearchConfig(budget=5), confirm=False)
+    assert outcome.kept == "input" and outcome.model is None
+    assert len(outcome.notes) == 1 and "matched at the measurement sizes but not at batch=1,3,7" in outcome.notes[0]
+    assert "without the rules it applied (planted-first-row)" in outcome.notes[0]
+    static = optimize_model(ModelSource.from_file(str(tmp_path / "rows.onnx"), static=True), load_rules(str(tmp_path / "planted.json")),
+                            SliceIsFree(), SearchConfig(budget=5), confirm=False)
+    assert static.kept == "optimized", "frozen at batch 1 the rewrite is right"
