@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .dims import concrete
 from .errors import TasoError
-from .ir import Graph, TensorType
+
+if TYPE_CHECKING:  # the IR imports this module (Graph.run), never the other way round
+    from .ir import Graph
 
 __all__ = ["run", "run_values", "to_host"]
 
@@ -28,8 +32,9 @@ def _check_inputs(graph: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, n
     for name, expected in graph.inputs.items():
         array = inputs[name]
         array = array if hasattr(array, "__cuda_array_interface__") else np.asarray(array)
-        if TensorType(tuple(array.shape), array.dtype.name) != expected:
-            raise TasoError(f"input {name!r} is {array.dtype.name}{list(array.shape)}, the graph expects {expected}")
+        if tuple(array.shape) != concrete(expected.shape) or array.dtype.name != expected.dtype:
+            at = f" (the reference executor runs a graph at its measurement sizes: {expected.concrete()})" if not expected.is_static else ""
+            raise TasoError(f"input {name!r} is {array.dtype.name}{list(array.shape)}, the graph expects {expected}{at}")
         arrays[name] = array
     return arrays
 
@@ -71,7 +76,7 @@ def run_values(graph: Graph, inputs: Mapping[str, np.ndarray], keep: set[str] | 
             args = [to_host(a) for a in args]
         results = node.op.evaluate(args, node.params)
         for name, value, t in zip(node.outputs, results, (graph.type(o) for o in node.outputs)):
-            if tuple(value.shape) != t.shape:
+            if tuple(value.shape) != concrete(t.shape):
                 raise TasoError(f"{node.op.name} node {node.name!r} produced shape {tuple(value.shape)}, its type says {t}")
             value = value if value.dtype.name == t.dtype else value.astype(t.dtype)
             env[name] = device.asarray(value) if on_host else value

@@ -298,9 +298,17 @@ def load_inputs(path: str, types: Mapping[str, TensorType]) -> dict[str, np.ndar
     if set(arrays) != set(types):
         raise TasoError(f"--inputs {path}: has arrays {sorted(arrays)}, the model's inputs are {sorted(types)}")
     for name, t in types.items():
-        if TensorType.of(arrays[name]) != t:
+        if not _fits(arrays[name], t):
             raise TasoError(f"--inputs {path}: {name!r} is {TensorType.of(arrays[name])}, the model expects {t}")
     return arrays
+
+
+def _fits(array: np.ndarray, t: TensorType) -> bool:
+    """An array the model takes for an input of type ``t``: its dtype, its rank, its static dims (a symbolic one takes any size)."""
+    from .dims import Dim
+
+    return (array.dtype.name == t.dtype and array.ndim == t.rank
+            and all(isinstance(d, Dim) or int(d) == n for d, n in zip(t.shape, array.shape)))
 
 
 def compare_models(original: onnx.ModelProto, optimized: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]], threads: int = 1) -> Comparison:

@@ -333,3 +333,12 @@ def test_a_rewrite_wrong_at_other_sizes_only_is_rejected_and_the_search_runs_aga
     static = optimize_model(ModelSource.from_file(str(tmp_path / "rows.onnx"), static=True), load_rules(str(tmp_path / "planted.json")),
                             SliceIsFree(), SearchConfig(budget=5), confirm=False)
     assert static.kept == "optimized", "frozen at batch 1 the rewrite is right"
+
+
+def test_user_inputs_at_any_size_of_a_symbolic_dim_join_the_check(tmp_path, capsys):
+    path, out, feeds = os.path.join(DATA, "gru_cell_loop.dynamo.onnx"), tmp_path / "out.onnx", tmp_path / "x.npz"
+    np.savez(feeds, x=np.random.default_rng(0).standard_normal((5, 3, 24)).astype(np.float32))
+    assert main(["optimize", path, "-o", str(out), "--cost", "analytic", "--budget", "3", "--quiet", "--inputs", str(feeds)]) == 0
+    np.savez(feeds, x=np.zeros((5, 3, 25), np.float32))
+    assert main(["optimize", path, "-o", str(out), "--cost", "analytic", "--budget", "3", "--quiet", "--inputs", str(feeds)]) == 2
+    assert "the model expects float32[batch,3,24]" in capsys.readouterr().err
