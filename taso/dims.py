@@ -34,7 +34,7 @@ from typing import Union
 
 from .errors import ShapeError
 
-__all__ = ["Dim", "DimLike", "UndecidableDim", "symbol", "is_symbolic", "symbols_of", "evaluate", "prod", "floor_atom", "floordiv",
+__all__ = ["Dim", "DimLike", "UndecidableDim", "symbol", "symbols_of", "evaluate", "prod", "floor_atom", "floordiv",
            "floor_definition", "poly_terms", "is_static_shape", "concrete", "concrete_value", "rebind_value", "holds_dims",
            "value_symbols", "other_sizes", "broadcast_dims", "decide_equal"]
 
@@ -71,7 +71,8 @@ class Dim(int):
         return str(self) if not spec else format(int(self), spec)
 
     def __reduce__(self):
-        return (Dim, (int(self), self.poly))
+        # the floor atoms' definitions travel with the dim: another process has not seen them made
+        return (_restore, (int(self), self.poly, _floor_definitions(self.poly)))
 
     @property
     def symbols(self) -> frozenset[str]:
@@ -143,6 +144,22 @@ class Dim(int):
 
 
 DimLike = Union[int, Dim]
+
+
+def _floor_definitions(p: Poly) -> dict[str, tuple[Poly, int]]:
+    found: dict[str, tuple[Poly, int]] = {}
+    for m, _ in p:
+        for atom in m:
+            if atom in _FLOORS:
+                found[atom] = _FLOORS[atom]
+                found.update(_floor_definitions(_FLOORS[atom][0]))
+    return found
+
+
+def _restore(value: int, poly: Poly, floors: dict[str, tuple[Poly, int]]) -> Dim:
+    for atom, definition in floors.items():
+        _FLOORS.setdefault(atom, definition)
+    return Dim(value, poly)
 
 
 # ---- construction ----------------------------------------------------------------------------------
@@ -284,10 +301,6 @@ def symbols_of(dims: Iterable[int]) -> frozenset[str]:
         if isinstance(d, Dim):
             out |= d.symbols
     return out
-
-
-def is_symbolic(x: object) -> bool:
-    return isinstance(x, Dim)
 
 
 def is_static_shape(shape: Sequence[int]) -> bool:

@@ -342,3 +342,17 @@ def test_user_inputs_at_any_size_of_a_symbolic_dim_join_the_check(tmp_path, caps
     np.savez(feeds, x=np.zeros((5, 3, 25), np.float32))
     assert main(["optimize", path, "-o", str(out), "--cost", "analytic", "--budget", "3", "--quiet", "--inputs", str(feeds)]) == 2
     assert "the model expects float32[batch,3,24]" in capsys.readouterr().err
+
+
+def test_a_dim_pickles_with_its_floor_atoms():
+    """Dims cross process boundaries (Ray workers) with what their floor quotients mean (>= 0, not a symbol >= 1)."""
+    import pickle
+
+    from taso import dims
+
+    half = (symbol("seq", 9) - 1) // 2 + 1
+    atom = next(a for m, _ in half.poly for a in m)
+    data = pickle.dumps(half)
+    dims._FLOORS.pop(atom)
+    restored = pickle.loads(data)
+    assert restored == half and evaluate(restored, {"seq": 4}) == 2 and restored - 1 >= 0

@@ -22,7 +22,7 @@ from ..dims import Dim, UndecidableDim, decide_equal, floordiv, holds_dims, prod
 from ..errors import ImportError_, ShapeError
 from ..ir import TensorType
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_SIZE", "input_types", "fold_symbolic", "symbolic_types", "dim_labels", "has_dims", "range_length"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_SIZE", "input_types", "fold_symbolic", "symbolic_types", "dim_labels", "range_length"]
 
 # Measurement sizes of a symbol that --input-shape does not give.
 DEFAULT_BATCH = 1  # a symbol at axis 0 of an input
@@ -113,10 +113,6 @@ def _measurement_sizes(declared: Mapping[str, tuple[list, str]], input_shapes: M
             if type(d) is not int and d not in sizes:
                 sizes[d] = DEFAULT_BATCH if axis == 0 else DEFAULT_SIZE
     return sizes
-
-
-def has_dims(array) -> bool:
-    return isinstance(array, np.ndarray) and array.dtype == object and any(isinstance(v, Dim) for v in array.flat)
 
 
 def dim_labels(types: Mapping[str, TensorType]) -> dict[str, Dim]:
