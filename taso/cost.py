@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from .errors import TasoError
-from .ir import Graph, Node, TensorType
+from .ir import Graph, Node, TensorType, folds_when_constant
 
 __all__ = ["CostModel", "Neighbourhood", "AnalyticCost", "CostCache", "node_key", "flops", "make_cost_model", "COST_MODELS"]
 
@@ -163,7 +163,7 @@ class Neighbourhood:
         parent_consts = parent.constant_values()
         new_consts: set[str] = set()
         for node in added:  # added nodes are in topological order among themselves
-            if node.op.name != "opaque" and all(v in parent_consts or v in new_consts for v in node.inputs):
+            if all(v in parent_consts or v in new_consts for v in node.inputs) and folds_when_constant(node, child.type):
                 new_consts.update(node.outputs)
         readers: dict[str, list[Node]] = {}
         for n in added:

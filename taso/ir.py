@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .graph_index import GraphIndex
     from .ops.base import Op
 
-__all__ = ["TensorType", "Params", "Node", "Graph", "check"]
+__all__ = ["TensorType", "Params", "Node", "Graph", "check", "folds_when_constant"]
 
 
 @dataclass(frozen=True)
@@ -306,11 +306,14 @@ class Graph:
         return GraphIndex(self, self._nodes)
 
     def constant_values(self) -> frozenset[str]:
-        """Values computable from weights alone (weights and weight-only subgraphs), folded at export."""
+        """Values computable from weights alone (weights and weight-only subgraphs), folded at export.
+
+        A value whose shape depends on a size symbol is not one: no initializer holds it at every size.
+        """
         if self.__dict__.get("_consts") is None:
             const = set(self._weights)
             for node in self.topological_order():
-                if node.op.name not in ("opaque", "dims") and all(v in const for v in node.inputs):
+                if all(v in const for v in node.inputs) and folds_when_constant(node, self._types.__getitem__):
                     const.update(node.outputs)
             self.__dict__["_consts"] = frozenset(const)
         return self.__dict__["_consts"]
@@ -475,6 +478,12 @@ class Graph:
         from .execute import run
 
         return run(self, inputs, device)
+
+
+def folds_when_constant(node: Node, type_of) -> bool:
+    """Whether export evaluates ``node`` into an initializer once its inputs are constant: not a verbatim
+    ONNX node, not sizes computed at run time, and no output whose shape depends on a size symbol."""
+    return node.op.name not in ("opaque", "dims") and all(type_of(o).is_static for o in node.outputs)
 
 
 def _toposort_local(nodes: list[Node]) -> list[Node]:
