@@ -349,6 +349,19 @@ def bert_base() -> Spec:
                 max_dims={"seq": config.max_position_embeddings})
 
 
+def bert_hf_tiny() -> Spec:
+    """``transformers.BertModel`` of a tiny config: the same export paths as BERT-base (the token-type buffer
+    sliced to ``seq`` and expanded to ``batch``, the extended attention mask), small enough for a test fixture."""
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                        max_position_embeddings=64)
+    net = BertLastHidden(BertModel(config))
+    inputs = {"input_ids": lambda b, s: torch.randint(0, config.vocab_size, (b, s)), "attention_mask": padding_mask}
+    return Spec(net, inputs, {0: "batch", 1: "seq"}, seqs=(5, 9, 16), outputs=("last_hidden_state",),
+                max_dims={"seq": config.max_position_embeddings})
+
+
 BENCHMARK_ONLY = ("resnet50", "mobilenet_v2", "bert_base")  # not exported with --small
 
 
@@ -357,7 +370,7 @@ def model_builders(small: bool) -> dict[str, Callable[[], Spec]]:
     if small:
         return {"lstm_cell_loop": lambda: lstm_cell_loop(32, 4), "gru_cell_loop": lambda: gru_cell_loop(24, 3),
                 "resnet_tiny": lambda: resnet_tiny(8, 10), "mobilenet_tiny": lambda: mobilenet_tiny(8, 4, 10),
-                "bert_tiny": lambda: bert_tiny(32, 4, 64, 2, 100, 32)}
+                "bert_tiny": lambda: bert_tiny(32, 4, 64, 2, 100, 32), "bert_hf_tiny": bert_hf_tiny}
     return {"lstm_cell_loop": lstm_cell_loop, "gru_cell_loop": gru_cell_loop, "resnet_tiny": resnet_tiny,
             "mobilenet_tiny": mobilenet_tiny, "bert_tiny": bert_tiny,
             "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert_base": bert_base}

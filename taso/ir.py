@@ -204,6 +204,8 @@ class GraphMeta:
     sizes: tuple[tuple[str, int], ...] = ()
     # The original's name for each symbolic dim of each output (None where it named none), kept at export.
     output_dim_params: tuple[tuple[str | None, ...] | None, ...] = ()
+    # Where each size symbol no input carries comes from: (symbol, value, axis), the value an opaque node's output.
+    symbol_sources: tuple[tuple[str, str, int], ...] = ()
 
 
 class Graph:

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..dims import Dim, floor_definition, is_static_shape, poly_terms
+from ..dims import Dim, floor_definition, is_static_shape, poly_terms, value_symbols
 from ..errors import ExportError
 from ..ir import Graph, Node, TensorType
 
@@ -156,7 +156,13 @@ class ExportContext:
         """A value already computed (a graph input first) whose shape holds the symbol itself on some axis."""
         if self._sources is None:
             self._sources = {}
-            for value, t in [*self.graph.inputs.items(), *self.graph.types.items()]:
+            for value, t in self.graph.inputs.items():
+                for axis, d in enumerate(t.shape):
+                    if isinstance(d, Dim) and len(d.poly) == 1 and d.poly[0][1] == 1 and len(d.poly[0][0]) == 1:
+                        self._sources.setdefault(d.poly[0][0][0], []).append((value, axis))
+            for name, value, axis in self.graph.meta.symbol_sources:  # where an opaque node's output made it
+                self._sources.setdefault(name, []).append((value, axis))
+            for value, t in self.graph.types.items():
                 for axis, d in enumerate(t.shape):
                     if isinstance(d, Dim) and len(d.poly) == 1 and d.poly[0][1] == 1 and len(d.poly[0][0]) == 1:
                         self._sources.setdefault(d.poly[0][0][0], []).append((value, axis))
@@ -212,6 +218,56 @@ def _weight_only_values(graph: Graph) -> list[Node]:
     return folded
 
 
+def _export_order(graph: Graph) -> list[Node]:
+    """The graph's nodes in an order where each node comes after the values its symbolic sizes are read from.
+
+    A size that no graph input carries (a fresh symbol of an opaque node's output) is computed at
+    run time from the value that has it; a node writing such a size (a ``dims`` node, a Reshape
+    target), which may have no input at all, must follow that value in the file.
+    """
+    order = list(graph.topological_order())
+    sources: dict[str, str | None] = {s: None for t in graph.inputs.values() for s in _bare_symbols(t.shape)}
+    for symbol, value, _ in graph.meta.symbol_sources:
+        if graph.is_defined(value):
+            sources.setdefault(symbol, value)
+    for node in order:
+        for out in node.outputs:
+            for s in _bare_symbols(graph.type(out).shape):
+                sources.setdefault(s, out)
+    after: dict[int, set[str]] = {}
+    for node in order:
+        symbols = frozenset().union(*(value_symbols(v) for v in node.params.values()))
+        needs = {sources[s] for s in symbols if sources.get(s) is not None} - set(node.outputs)
+        if needs:
+            after[id(node)] = needs
+    if not after:
+        return order
+    produced_by = {o: node for node in order for o in node.outputs}
+    placed: set[int] = set()
+    result: list[Node] = []
+    for root in order:  # depth-first, each node after what it reads and the values its sizes come from
+        stack = [(root, False)]
+        while stack:
+            node, ready = stack.pop()
+            if ready:
+                result.append(node)
+                continue
+            if id(node) in placed:
+                continue
+            placed.add(id(node))
+            stack.append((node, True))
+            for value in (*node.inputs, *sorted(after.get(id(node), ()))):
+                producer = produced_by.get(value)
+                if producer is not None and id(producer) not in placed:
+                    stack.append((producer, False))
+    return result
+
+
+def _bare_symbols(shape) -> list[str]:
+    """The size symbols that stand alone as a dim of ``shape`` (a Shape -> Gather of the value gives them)."""
+    return [d.poly[0][0][0] for d in shape if isinstance(d, Dim) and len(d.poly) == 1 and d.poly[0][1] == 1 and len(d.poly[0][0]) == 1]
+
+
 def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> onnx.ModelProto:
     """Writes a graph as an ONNX model.
 
@@ -236,7 +292,7 @@ def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> o
     for name, array in weights.items():
         if name in needed:
             ctx.initializer(name, array)
-    for node in live.topological_order():
+    for node in _export_order(live):
         if id(node) in folded_ids:
             continue
         ctx._node_name = node.name

@@ -221,6 +221,7 @@ class _ImportState:
         self.known_types = known_types  # from ONNX shape inference: static types only
         self.weights: dict[str, np.ndarray] = {}
         self.symbolic: dict[str, np.ndarray] = {}  # shape computations over symbolic dims: object arrays of ints and dims
+        self.symbol_sources: list[tuple[str, str, int]] = []  # fresh symbols of opaque outputs: (symbol, value, axis)
         self.types: dict[str, TensorType] = {}
         self.nodes: list[Node] = []
         self.aliases: dict[str, str] = {}
@@ -404,7 +405,14 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
     other_opsets = tuple((o.domain, o.version) for o in model.opset_import if o.domain not in _ONNX_DOMAINS)
     all_opsets = (("", opset),) + other_opsets
     for node in _toposort_onnx(g, set(state.types)):
-        _import_node(state, node, importers, all_opsets)
+        try:
+            _import_node(state, node, importers, all_opsets)
+        except ImportError_ as e:
+            if not sizes:
+                raise
+            measured = ", ".join(f"{k}={v}" for k, v in sorted(sizes.items()))
+            raise ImportError_(f"{e} (at the measurement sizes {measured}: if the model runs at other sizes only, give them with "
+                               "--input-shape)") from None
     _materialize_sizes(state, g)
     outputs, output_names = [], []
     for vi in g.output:
@@ -424,6 +432,7 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
         extra=_declared_dims(g, state.branch_inputs),
         sizes=tuple(sorted(sizes.items())),
         output_dim_params=tuple(_dim_params(vi) for vi in g.output) if sizes else (),
+        symbol_sources=tuple(state.symbol_sources),
     )
     graph = Graph(input_types, state.weights, state.nodes, outputs, types=state.types, meta=meta)
     return graph.pruned()
@@ -631,7 +640,12 @@ def _symbolized(state: _ImportState, node: onnx.NodeProto, captures: list[str], 
             return [TensorType((length,), types[0].dtype)]
     labels = symbolic.dim_labels({n: state.type(n) for n in inputs})
     labels.update(symbolic.dim_labels({n: t for n, t in state.types.items() if n in state.input_names}))
-    return symbolic.symbolic_types(types, infos, labels, lambda k, axis: symbol(f"{outputs[k]}_dim{axis}", int(types[k].shape[axis])))
+    def fresh(k: int, axis: int):
+        name = f"{outputs[k]}_dim{axis}"
+        state.symbol_sources.append((name, outputs[k], axis))
+        return symbol(name, int(types[k].shape[axis]))
+
+    return symbolic.symbolic_types(types, infos, labels, fresh)
 
 
 def _is_runtime_if(state: _ImportState, node: onnx.NodeProto) -> bool:
