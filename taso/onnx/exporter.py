@@ -54,6 +54,7 @@ class ExportContext:
         self._node_name = ""
         self.defined: set[str] = set(graph.inputs) | set(graph.weights)  # values an emitted node may read so far
         self._dim_tensors: dict[tuple, str] = {}  # a dim's polynomial -> its 1-D int64 [1] tensor
+        self._shape_tensors: dict[tuple, str] = {}  # a list of sizes -> its 1-D tensor
         self._shapes: dict[str, str] = {}  # a value -> its Shape tensor
         self._sources: dict[str, list[tuple[str, int]]] | None = None
 
@@ -82,10 +83,17 @@ class ExportContext:
 
     # ---- shape operands that hold at every size ---------------------------------------------------
     def shape_tensor(self, values, dtype: str = "int64") -> str:
-        """A 1-D int tensor of sizes: a constant when none is symbolic, else computed from the shapes at run time."""
+        """A 1-D int tensor of sizes: a constant when none is symbolic, else computed from the shapes at run time
+        (once per list of sizes: the per-step Splits of an unrolled loop share one)."""
         values = tuple(values)
         if is_static_shape(values):
             return self.const(np.asarray([int(v) for v in values], dtype).reshape(len(values)))
+        key = (tuple(poly_terms(v) for v in values), dtype)
+        if key not in self._shape_tensors:
+            self._shape_tensors[key] = self._computed_sizes(values, dtype)
+        return self._shape_tensors[key]
+
+    def _computed_sizes(self, values: tuple, dtype: str) -> str:
         parts, run = [], []
         for v in values:
             if isinstance(v, Dim):

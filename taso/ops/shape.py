@@ -206,11 +206,16 @@ def _import_split(ctx) -> bool:
 
 def _export_split(ctx, node) -> None:
     sizes = list(node.params["sizes"])
-    if ctx.opset >= 13:
-        ctx.emit("Split", [node.inputs[0], ctx.shape_tensor(sizes)], list(node.outputs), axis=node.params["axis"])
+    axis = node.params["axis"]
+    if not is_static_shape(sizes) and all(s == sizes[0] for s in sizes):
+        # equal parts of a symbolic size: ONNX's even split, no sizes to compute at run time
+        extra = {"num_outputs": len(sizes)} if ctx.opset >= 18 else {}
+        ctx.emit("Split", [node.inputs[0]], list(node.outputs), axis=axis, **extra)
+    elif ctx.opset >= 13:
+        ctx.emit("Split", [node.inputs[0], ctx.shape_tensor(sizes)], list(node.outputs), axis=axis)
     else:
-        require(is_static_shape(sizes), "split: sizes that depend on symbolic dims need opset >= 13")
-        ctx.emit("Split", [node.inputs[0]], list(node.outputs), axis=node.params["axis"], split=sizes)
+        require(is_static_shape(sizes), "split: unequal sizes that depend on symbolic dims need opset >= 13")
+        ctx.emit("Split", [node.inputs[0]], list(node.outputs), axis=axis, split=sizes)
 
 
 split = define(
