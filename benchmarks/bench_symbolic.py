@@ -5,8 +5,10 @@ one after the other:
 
 a) ``taso optimize FILE -o A.onnx --report A.json``: symbolic, default flags (measured ``ort-cpu``
    costs at the default measurement sizes: 1 for a dim at axis 0, 128 for others; default time limit);
-b) ``taso optimize FILE -o B.onnx --report B.json --static``: the same, with every dim frozen at
-   those measurement sizes (the old behaviour).
+b) the baseline: ``taso optimize NAME.static.onnx`` when that file lies beside FILE (the same model
+   exported with fixed sizes, ``symbolic_exports.py --static-too``: what taso gets on a static export,
+   each speedup against its own input), else ``taso optimize FILE --static`` (every dim frozen at the
+   measurement sizes; that speedup includes what freezing alone buys ONNX Runtime).
 
 Each run times its result against the input file inside taso (interleaved rounds), so the two
 runs' ``measured_speedups`` (input time / result time, above 1: faster) are the side-by-side
@@ -273,9 +275,13 @@ def bench_model(path: Path, work: Path, time_limit: float | None, threads: int |
     """Both taso runs, one after the other, then the independent check of the symbolic one."""
     name = path.name.removesuffix(".onnx")
     runs = {}
+    static_export = path.with_name(f"{name}.static.onnx")  # the same model exported with fixed sizes, when there is one
     for mode in ("symbolic", "static"):
         _progress(f"{name}: taso optimize ({mode}) ...")
-        runs[mode] = run_taso(path, work, mode, time_limit, threads)
+        if mode == "static" and static_export.exists():
+            runs[mode] = run_taso(static_export, work, "static-export", time_limit, threads)
+        else:
+            runs[mode] = run_taso(path, work, mode, time_limit, threads)
         _progress(f"{name}: {mode} exit {runs[mode].returncode} in {runs[mode].seconds} s, kept {runs[mode].report.get('kept')}")
     row = Row(name, str(path), runs["symbolic"], runs["static"])
     if row.symbolic.ok:

@@ -72,6 +72,7 @@ SEQS = (5, 9)  # sequence lengths, for models with a symbolic sequence
 BERT_BASE_SEQS = (64, 128, 256)
 EXAMPLE_BATCH = 2  # not 1: an example dim of 1 is specialised (broadcast) by the tracers
 EXAMPLE_SEQ = 6
+STATIC_SEQ = 128  # taso's default measurement size of a symbol off axis 0
 MAX_DIM = 1024
 EXPORTERS = ("torchscript", "dynamo")
 
@@ -425,7 +426,19 @@ def _first_line(error: BaseException, limit: int = 200) -> str:
     return f"{type(error).__name__}: {text[:limit]}"
 
 
-def export_one(name: str, build: Callable[[], Spec], exporter: str, out_dir: Path) -> tuple[Result, Spec | None]:
+def export_static(spec: Spec, exporter: str, path: Path) -> None:
+    """The same model exported with every dim fixed at taso's default measurement sizes (batch 1, seq 128):
+    what a user without dynamic axes gets, the baseline the symbolic export's speedup is compared with."""
+    example = spec.make(1, STATIC_SEQ)
+    if exporter == "dynamo":
+        torch.onnx.export(spec.module, example, str(path), dynamo=True, input_names=list(spec.inputs), output_names=list(spec.outputs),
+                          external_data=False)
+    else:
+        torch.onnx.export(spec.module, example, str(path), dynamo=False, opset_version=TORCHSCRIPT_OPSET,
+                          input_names=list(spec.inputs), output_names=list(spec.outputs))
+
+
+def export_one(name: str, build: Callable[[], Spec], exporter: str, out_dir: Path, static: bool = False) -> tuple[Result, Spec | None]:
     """Builds the model (seeded, eval mode) and exports it; an exporter's failure becomes the result's error."""
     result = Result(f"{name}.{exporter}.onnx")
     try:
@@ -440,6 +453,8 @@ def export_one(name: str, build: Callable[[], Spec], exporter: str, out_dir: Pat
     try:
         with torch.no_grad(), _quiet():
             result.note = (export_dynamo if exporter == "dynamo" else export_torchscript)(spec, tmp)
+            if static:
+                export_static(spec, exporter, out_dir / f"{name}.{exporter}.static.onnx")
         os.replace(tmp, path)
         result.path = path
     except Exception as e:  # noqa: BLE001 - an exporter's refusal is a fact to report, not a crash
@@ -564,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="export only these models")
     parser.add_argument("--exporter", choices=(*EXPORTERS, "both"), default="both")
     parser.add_argument("--ops", action="store_true", help="also print each file's op_type histogram")
+    parser.add_argument("--static-too", action="store_true",
+                        help="also export each model with fixed sizes (batch 1, seq 128) as NAME.EXPORTER.static.onnx (bench_symbolic's baseline)")
     args = parser.parse_args(argv)
 
     builders = model_builders(args.small)
@@ -576,7 +593,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     for name in args.only or builders:
         for exporter in exporters:
-            report(*export_one(name, builders[name], exporter, args.out_dir), show_ops=args.ops)
+            report(*export_one(name, builders[name], exporter, args.out_dir, args.static_too), show_ops=args.ops)
     return 0
 
 
