@@ -363,3 +363,21 @@ def test_measurement_sizes_the_model_cannot_run_at_are_named_with_the_way_out():
     """A tiny BERT's position table has 64 rows: at the default seq of 128 its embeddings do not broadcast."""
     with pytest.raises(taso.TasoError, match=r"do not broadcast.*at the measurement sizes batch=1, seq=128: .* --input-shape"):
         taso.load_onnx(os.path.join(DATA, "bert_hf_tiny.torchscript.onnx"))
+
+
+def test_a_size_times_a_fraction_is_not_frozen():
+    """Cast(h) * 0.5 is not a whole number at every size: it stays a run-time computation, never the measured value."""
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[1, h] x) => (float[1, h] y) {
+            s = Shape <start = 1> (x)
+            f = Cast <to = 1> (s)
+            half = Constant <value = float[1] {0.5}> ()
+            m = Mul (f, half)
+            y = Add (x, m)
+        }""")
+    graph = taso.load_onnx(model, {"x": (1, 8)})
+    exported = taso.export_onnx(graph)
+    assert not [t for t in exported.graph.initializer if numpy_helper.to_array(t).tolist() == [4.0]], "h * 0.5 at h=8 baked in"
+    sets = [{"x": np.random.default_rng(n).standard_normal((1, n)).astype(np.float32)} for n in (3, 8, 11)]
+    assert compare_models(model, exported, sets).ok

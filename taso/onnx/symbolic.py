@@ -191,7 +191,7 @@ def fold_symbolic(node: onnx.NodeProto, values: Sequence[np.ndarray | None], typ
 
     ``values`` holds each input's value when known (an object array, or a NumPy array of a
     weight), ``types`` each input's type. Covered: Shape, Size, Gather, Unsqueeze, Squeeze,
-    Reshape, Flatten, Concat, Slice, Identity, Cast (between integer types), Add, Sub, Mul, Div,
+    Reshape, Flatten, Concat, Slice, Identity, Cast (to integer and float types), Add, Sub, Mul, Div,
     Mod, Max, Min, Equal, Where, Neg — each as ONNX defines it on integers. A comparison or a
     division whose answer depends on the sizes is not folded.
     """
@@ -212,37 +212,37 @@ def _objects(value) -> np.ndarray:
 
 
 def _fold(op: str, values, types, attrs) -> list | None:
-    if True:
-        if op in ("Shape", "Size"):
-            return _fold_shape(op, types[0], attrs)
-        if any(v is None for v in values) or not values:
-            return None
-        xs = [_objects(v) for v in values]
-        if op == "Identity":
-            return [xs[0]]
-        if op == "Cast":
-            # sizes are whole numbers: exact in every integer type and in float (YOLO's Range over a float grid size)
-            return [xs[0]] if np.dtype(helper.tensor_dtype_to_np_dtype(attrs["to"])).name in _INTEGER + _FLOAT else None
-        if op == "Gather":
-            axis = int(attrs.get("axis", 0))
-            return [np.take(xs[0], _ints(values[1]), axis=axis)]
-        if op in ("Unsqueeze", "Squeeze", "Reshape", "Flatten"):
-            return [_fold_reshape_like(op, xs, attrs)]
-        if op == "Concat":
-            return [np.concatenate([x.reshape(x.shape or (1,)) if x.ndim == 0 else x for x in xs], axis=int(attrs.get("axis", 0)))]
-        if op == "Slice":
-            return [_fold_slice(xs, attrs)]
-        if op == "Div" and any(t is not None and t.dtype in _FLOAT for t in types):
-            return [np.frompyfunc(_exact_div, 2, 1)(xs[0], xs[1])]
-        if op in _ARITHMETIC:
-            return [np.frompyfunc(_ARITHMETIC[op], 2, 1)(xs[0], xs[1])]
-        if op == "Neg":
-            return [np.frompyfunc(lambda a: -a, 1, 1)(xs[0])]
-        if op == "Equal":
-            decided = np.frompyfunc(decide_equal, 2, 1)(xs[0], xs[1])
-            return None if any(v is None for v in np.asarray(decided).flat) else [np.asarray(decided, dtype=bool)]
-        if op == "Where":
-            return [np.where(np.asarray(values[0], dtype=bool), xs[1], xs[2])]
+    """One ONNX op on symbolic sizes (see :func:`fold_symbolic`); raises when the answer depends on the sizes."""
+    if op in ("Shape", "Size"):
+        return _fold_shape(op, types[0], attrs)
+    if any(v is None for v in values) or not values:
+        return None
+    xs = [_objects(v) for v in values]
+    if op == "Identity":
+        return [xs[0]]
+    if op == "Cast":
+        # sizes are whole numbers: exact in every integer type and in float (YOLO's Range over a float grid size)
+        return [xs[0]] if np.dtype(helper.tensor_dtype_to_np_dtype(attrs["to"])).name in _INTEGER + _FLOAT else None
+    if op == "Gather":
+        axis = int(attrs.get("axis", 0))
+        return [np.take(xs[0], _ints(values[1]), axis=axis)]
+    if op in ("Unsqueeze", "Squeeze", "Reshape", "Flatten"):
+        return [_fold_reshape_like(op, xs, attrs)]
+    if op == "Concat":
+        return [np.concatenate([x.reshape(x.shape or (1,)) if x.ndim == 0 else x for x in xs], axis=int(attrs.get("axis", 0)))]
+    if op == "Slice":
+        return [_fold_slice(xs, attrs)]
+    if op == "Div" and any(t is not None and t.dtype in _FLOAT for t in types):
+        return [np.frompyfunc(_exact_div, 2, 1)(xs[0], xs[1])]
+    if op in _ARITHMETIC:
+        return [np.frompyfunc(_ARITHMETIC[op], 2, 1)(xs[0], xs[1])]
+    if op == "Neg":
+        return [np.frompyfunc(lambda a: -a, 1, 1)(xs[0])]
+    if op == "Equal":
+        decided = np.frompyfunc(decide_equal, 2, 1)(xs[0], xs[1])
+        return None if any(v is None for v in np.asarray(decided).flat) else [np.asarray(decided, dtype=bool)]
+    if op == "Where":
+        return [np.where(np.asarray(values[0], dtype=bool), xs[1], xs[2])]
     return None
 
 
@@ -290,8 +290,20 @@ def _mod(a, b):
     return int(a) % int(b)
 
 
-_ARITHMETIC: dict[str, Callable] = {"Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
-                                     "Div": _truncating_div, "Mod": _mod, "Max": max, "Min": min}
+def _on_sizes(fn: Callable) -> Callable:
+    """A binary op where a symbolic size meets a float: folded only when the float is a whole number (a float
+    0.5 times ``h`` would otherwise leave a plain float, the measured value, in place of the size)."""
+    def apply(a, b):
+        if isinstance(a, Dim) or isinstance(b, Dim):
+            a, b = _whole(a), _whole(b)
+        return fn(a, b)
+
+    return apply
+
+
+_ARITHMETIC: dict[str, Callable] = {name: _on_sizes(fn) for name, fn in {
+    "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b, "Mul": lambda a, b: a * b,
+    "Div": _truncating_div, "Mod": _mod, "Max": max, "Min": min}.items()}
 
 
 def _fold_shape(op: str, t: TensorType | None, attrs: Mapping) -> list[np.ndarray] | None:
