@@ -47,6 +47,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from taso.validate import describe_sizes
+
 BATCHES = (1, 3, 7)  # sizes of the symbol at axis 0
 SEQS = (64, 128, 256)  # sizes of any other symbol
 WITHIN = 0.02  # "within 2%": symbolic's speedup at least 98% of static's
@@ -173,12 +175,6 @@ def describe_io(model: onnx.ModelProto) -> str:
 def is_frozen(model: onnx.ModelProto) -> bool:
     """No dim_param left on the graph's inputs and outputs."""
     return not _symbols([*_graph_inputs(model), *model.graph.output])
-
-
-def describe_sizes(valuations: Sequence[Mapping[str, int]]) -> str:
-    """``batch=1,3,7; seq=64,128,256``: the sizes each symbol took."""
-    names = sorted({n for v in valuations for n in v})
-    return "; ".join(f"{n}={','.join(str(s) for s in sorted({v[n] for v in valuations}))}" for n in names)
 
 
 # --------------------------------------------------------------------------- independent check
