@@ -34,7 +34,7 @@ from typing import Union
 
 from .errors import ShapeError
 
-__all__ = ["Dim", "DimLike", "UndecidableDim", "symbol", "symbols_of", "evaluate", "prod", "floor_atom", "floordiv",
+__all__ = ["Dim", "DimLike", "UndecidableDim", "symbol", "bare_symbol", "symbols_of", "evaluate", "prod", "floor_atom", "floordiv",
            "floor_definition", "poly_terms", "is_static_shape", "concrete", "concrete_value", "rebind_value", "holds_dims",
            "value_symbols", "other_sizes", "broadcast_dims", "decide_equal"]
 
@@ -301,6 +301,16 @@ def symbols_of(dims: Iterable[int]) -> frozenset[str]:
         if isinstance(d, Dim):
             out |= d.symbols
     return out
+
+
+def bare_symbol(x: int) -> str | None:
+    """The symbol a dim is, when it is one symbol alone (``batch``, not ``2*batch`` or ``batch*seq``): a
+    Shape -> Gather of a value with that dim reads its size at run time."""
+    if isinstance(x, Dim) and len(x.poly) == 1:
+        (monomial, coefficient), = x.poly
+        if coefficient == 1 and len(monomial) == 1 and monomial[0] not in _FLOORS:
+            return monomial[0]
+    return None
 
 
 def is_static_shape(shape: Sequence[int]) -> bool:

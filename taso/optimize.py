@@ -22,6 +22,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -237,17 +238,26 @@ def _check_candidate(source: ModelSource, candidate: onnx.ModelProto, input_sets
 
 def _ort_failure(model: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]], threads: int) -> str | None:
     """Why ONNX Runtime cannot load or run ``model`` on these inputs, or None when it can."""
+    failure = _first_ort_failure(model, input_sets, threads)
+    return None if failure is None else failure[1]
+
+
+def _first_ort_failure(model: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]], threads: int) -> tuple[int, str] | None:
+    """The first input set ONNX Runtime cannot run ``model`` on (-1: it cannot load it) and why; one session for all."""
     import onnxruntime as ort
 
     quiet = ort.RunOptions()
     quiet.log_severity_level = 4  # the failure is reported in one line; ONNX Runtime's own log would repeat it in red
     try:
         session = open_session(model.SerializeToString(), threads)
-        names = {i.name for i in session.get_inputs()}
-        for feeds in input_sets:
-            session.run(None, {k: v for k, v in feeds.items() if k in names}, quiet)
     except Exception as e:  # noqa: BLE001
-        return _first_line(e)
+        return -1, _first_line(e)
+    names = {i.name for i in session.get_inputs()}
+    for position, feeds in enumerate(input_sets):
+        try:
+            session.run(None, {k: v for k, v in feeds.items() if k in names}, quiet)
+        except Exception as e:  # noqa: BLE001
+            return position, _first_line(e)
     return None
 
 
@@ -321,8 +331,9 @@ def optimize_model(
     from .validate import check_sizes, random_input_sets
 
     valuations = check_sizes(source.graph)
-    input_sets = random_input_sets(source.graph, sizes=valuations) + ([dict(extra_inputs)] if extra_inputs else [])
-    _require_runs_at_every_size(source, input_sets, valuations, threads)
+    drawn = random_input_sets(source.graph, sizes=valuations)  # two at the measurement sizes, then one per valuation
+    sets = _CheckSets(drawn[:2] + ([dict(extra_inputs)] if extra_inputs else []), drawn[2:])
+    _require_runs_at_every_size(source, sets.at_other_sizes, valuations, threads)
     model = make_cost_model(cost, threads=threads) if isinstance(cost, str) else cost
     config = config or SearchConfig()
     rules = load_rules() if rules is None else rules
@@ -334,7 +345,7 @@ def optimize_model(
         if best is not source.graph:
             _add_candidate(outcome, candidates, "optimized", best)
             if check and candidates:
-                best = _checked_or_searched_again(outcome, source, candidates, rules, model, config, input_sets, threads, progress)
+                best = _checked_or_searched_again(outcome, source, candidates, rules, model, config, sets, threads, progress)
     finally:
         model.close()
     if not confirm:
@@ -343,12 +354,25 @@ def optimize_model(
         return outcome
     if source.path is not None:
         _add_candidate(outcome, candidates, "re-export", source.graph)
-    _keep_fastest(outcome, source, candidates, input_sets, threads, check)
+    _keep_fastest(outcome, source, candidates, sets.all, threads, check)
     return outcome
 
 
+class _CheckSets(NamedTuple):
+    """The output check's input sets: at the measurement sizes (two seeded, then the user's ``--inputs``), and one
+    at each other valuation of the size symbols."""
+
+    at_measurement: list
+    at_other_sizes: list
+
+    @property
+    def all(self) -> list:
+        """Every set; the first is the measurement-size set that end-to-end timing uses."""
+        return self.at_measurement[:2] + self.at_other_sizes + self.at_measurement[2:]
+
+
 def _checked_or_searched_again(outcome: Outcome, source: ModelSource, candidates: dict, rules, model: CostModel, config: SearchConfig,
-                               input_sets, threads: int, progress) -> Graph:
+                               sets: _CheckSets, threads: int, progress) -> Graph:
     """The optimized graph once its output check passes.
 
     A mismatch at the measurement sizes raises, as always (a wrong rule: nothing is written). One
@@ -361,19 +385,17 @@ def _checked_or_searched_again(outcome: Outcome, source: ModelSource, candidates
     """
     graph, candidate = candidates["optimized"]
     try:
-        _check_into(outcome, source, candidate, input_sets, threads)
+        _check_into(outcome, source, candidate, sets.all, threads)
         return graph
     except OutputMismatchError:
         applied = frozenset(outcome.report.applied)
-        sized = len(outcome.checked_sizes)
-        at_measurement = input_sets[:2] + input_sets[2 + sized:]
-        if not applied or not sized or not _check_candidate(source, candidate, at_measurement, threads).ok:
+        if not applied or not sets.at_other_sizes or not _check_candidate(source, candidate, sets.at_measurement, threads).ok:
             raise
         from dataclasses import replace
 
         from .validate import describe_sizes
 
-        elsewhere = _check_candidate(source, candidate, input_sets[2:2 + sized], threads)
+        elsewhere = _check_candidate(source, candidate, sets.at_other_sizes, threads)
         best, report = search(source.graph, rules, model, replace(config, excluded=config.excluded | applied), progress)
         outcome.notes.append(f"the optimized model matched at the measurement sizes but not at {describe_sizes(outcome.checked_sizes)} "
                              f"({elsewhere.describe()}); the search ran again without the rules it applied ({', '.join(sorted(applied))})")
@@ -383,11 +405,11 @@ def _checked_or_searched_again(outcome: Outcome, source: ModelSource, candidates
             return best
         _add_candidate(outcome, candidates, "optimized", best)
         if "optimized" in candidates:
-            _check_into(outcome, source, candidates["optimized"][1], input_sets, threads)
+            _check_into(outcome, source, candidates["optimized"][1], sets.all, threads)
         return best
 
 
-def _require_runs_at_every_size(source: ModelSource, input_sets, valuations: Sequence[Mapping[str, int]], threads: int) -> None:
+def _require_runs_at_every_size(source: ModelSource, sized_sets, valuations: Sequence[Mapping[str, int]], threads: int) -> None:
     """The input model must itself run at every size its output check uses: a symbol the model's own shape
     operations pin to one size is a contradiction in the file, said before any search.
 
@@ -398,13 +420,13 @@ def _require_runs_at_every_size(source: ModelSource, input_sets, valuations: Seq
         return
     from .validate import describe_sizes
 
-    extra = input_sets[2:2 + len(valuations)]
-    for valuation, feeds in zip(valuations, extra):
-        failure = _ort_failure(source.model, [feeds], threads)
-        if failure is not None:
-            sizes = ", ".join(f"{k}={v}" for k, v in sorted(valuation.items()))
-            raise TasoError(f"the input model declares symbolic dims ({describe_sizes(valuations)}) but does not run at {sizes}: "
-                            f"{failure}; measure where it runs with --input-shape, or write a fixed-size copy with --static")
+    failure = _first_ort_failure(source.model, sized_sets, threads)
+    if failure is None:
+        return
+    at, reason = failure
+    where = "at all" if at < 0 else "at " + ", ".join(f"{k}={v}" for k, v in sorted(valuations[at].items()))
+    raise TasoError(f"the input model declares symbolic dims ({describe_sizes(valuations)}) but does not run {where}: "
+                    f"{reason}; measure where it runs with --input-shape, or write a fixed-size copy with --static")
 
 
 def _add_candidate(outcome: Outcome, candidates: dict, name: str, graph: Graph) -> None:

@@ -18,6 +18,7 @@ import onnx
 import onnxruntime as ort
 
 from .cost import _random_array
+from .dims import bare_symbol
 from .errors import TasoError
 from .ir import TensorType
 
@@ -238,7 +239,7 @@ def check_sizes(graph) -> list[dict[str, int]]:
     measured = dict(graph.meta.sizes)
     if not measured:
         return []
-    batch_like = {d.poly[0][0][0] for t in graph.inputs.values() for d in t.shape[:1] if getattr(d, "poly", None) and len(d.poly) == 1}
+    batch_like = {bare_symbol(t.shape[0]) for t in graph.inputs.values() if t.shape} - {None}
     per_symbol = {}
     for name, size in measured.items():
         sizes = sorted(set(_BATCH_CHECK_SIZES) | {size}) if name in batch_like else sorted({max(1, size // 2), size, 2 * size})

@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..dims import Dim, floor_definition, is_static_shape, poly_terms, value_symbols
+from ..dims import Dim, bare_symbol, floor_definition, is_static_shape, poly_terms, value_symbols
 from ..errors import ExportError
 from ..ir import Graph, Node, TensorType
 
@@ -164,16 +164,12 @@ class ExportContext:
         """A value already computed (a graph input first) whose shape holds the symbol itself on some axis."""
         if self._sources is None:
             self._sources = {}
-            for value, t in self.graph.inputs.items():
-                for axis, d in enumerate(t.shape):
-                    if isinstance(d, Dim) and len(d.poly) == 1 and d.poly[0][1] == 1 and len(d.poly[0][0]) == 1:
-                        self._sources.setdefault(d.poly[0][0][0], []).append((value, axis))
-            for name, value, axis in self.graph.meta.symbol_sources:  # where an opaque node's output made it
-                self._sources.setdefault(name, []).append((value, axis))
-            for value, t in self.graph.types.items():
-                for axis, d in enumerate(t.shape):
-                    if isinstance(d, Dim) and len(d.poly) == 1 and d.poly[0][1] == 1 and len(d.poly[0][0]) == 1:
-                        self._sources.setdefault(d.poly[0][0][0], []).append((value, axis))
+            carriers = [(v, axis, bare_symbol(d)) for v, t in self.graph.inputs.items() for axis, d in enumerate(t.shape)]
+            carriers += [(value, axis, name) for name, value, axis in self.graph.meta.symbol_sources]  # where an opaque node made it
+            carriers += [(v, axis, bare_symbol(d)) for v, t in self.graph.types.items() for axis, d in enumerate(t.shape)]
+            for value, axis, name in carriers:
+                if name is not None:
+                    self._sources.setdefault(name, []).append((value, axis))
         for value, axis in self._sources.get(symbol, ()):
             if value in self.defined:
                 return value, axis
@@ -273,7 +269,7 @@ def _export_order(graph: Graph) -> list[Node]:
 
 def _bare_symbols(shape) -> list[str]:
     """The size symbols that stand alone as a dim of ``shape`` (a Shape -> Gather of the value gives them)."""
-    return [d.poly[0][0][0] for d in shape if isinstance(d, Dim) and len(d.poly) == 1 and d.poly[0][1] == 1 and len(d.poly[0][0]) == 1]
+    return [s for s in map(bare_symbol, shape) if s is not None]
 
 
 def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> onnx.ModelProto:

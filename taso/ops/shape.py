@@ -249,10 +249,10 @@ def _slice_shape(types, p) -> TensorType:
 def _clamped_slice_length(start, end, step: int):
     """The length of ``range(start, end, step)`` for bounds already clamped into the axis (symbolic allowed)."""
     if step > 0:
-        return _clamp(floordiv(end - start + step - 1, step), 0, floordiv(end - start + step - 1, step))
-    end = -1 if end is None else end
-    length = floordiv(start - end - step - 1, -step)
-    return _clamp(length, 0, length)
+        length = floordiv(end - start + step - 1, step)
+    else:
+        length = floordiv(start - (-1 if end is None else end) - step - 1, -step)
+    return _clamp(length, 0, length)  # max(0, length), asked as questions a symbolic length can answer
 
 
 def _slice(xs, p):
