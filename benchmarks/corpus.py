@@ -372,6 +372,50 @@ def _torch_models() -> dict[str, Callable[[], tuple]]:
         ids = torch.randint(0, 1000, (1, 32))
         return model, (ids, torch.ones(1, 32, dtype=torch.int64)), ["input_ids", "attention_mask"], {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "seq"}}
 
+    def transformer_encoder() -> tuple:
+        layer = nn.TransformerEncoderLayer(d_model=256, nhead=4, dim_feedforward=1024, batch_first=True, dropout=0.0)
+        return nn.TransformerEncoder(layer, num_layers=3, enable_nested_tensor=False), (torch.randn(1, 64, 256),), ["src"], None
+
+    class CausalDecoder(nn.Module):
+        """nn.TransformerDecoder with the causal target mask a language model passes."""
+
+        def __init__(self):
+            super().__init__()
+            layer = nn.TransformerDecoderLayer(d_model=256, nhead=4, dim_feedforward=1024, batch_first=True, dropout=0.0)
+            self.decoder = nn.TransformerDecoder(layer, num_layers=3)
+            self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(32))
+
+        def forward(self, tgt, memory):
+            return self.decoder(tgt, memory, tgt_mask=self.mask, tgt_is_causal=True)
+
+    def transformer_decoder() -> tuple:
+        return CausalDecoder(), (torch.randn(1, 32, 256), torch.randn(1, 64, 256)), ["tgt", "memory"], None
+
+    class LastHidden(nn.Module):
+        """A transformers model called by keyword, its last hidden state returned (as applications wrap them)."""
+
+        def __init__(self, model: nn.Module):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask):
+            return self.model(input_ids=input_ids, attention_mask=attention_mask, return_dict=True).last_hidden_state
+
+    def build_gpt2() -> tuple:
+        from transformers import GPT2Config, GPT2Model
+
+        config = GPT2Config(vocab_size=1000, n_positions=128, n_embd=256, n_layer=3, n_head=4, attn_implementation="eager")
+        ids = torch.randint(0, 1000, (1, 64))
+        return LastHidden(GPT2Model(config)), (ids, torch.ones(1, 64, dtype=torch.int64)), ["input_ids", "attention_mask"], None
+
+    def build_distilbert() -> tuple:
+        from transformers import DistilBertConfig, DistilBertModel
+
+        config = DistilBertConfig(vocab_size=1000, max_position_embeddings=128, dim=256, n_layers=3, n_heads=4, hidden_dim=1024,
+                                  attn_implementation="eager")
+        ids = torch.randint(0, 1000, (1, 64))
+        return LastHidden(DistilBertModel(config)), (ids, torch.ones(1, 64, dtype=torch.int64)), ["input_ids", "attention_mask"], None
+
     def cell(kind: str, steps: int) -> tuple:
         module = UnrolledCell(nn.LSTMCell(64, 128) if kind == "lstm" else nn.GRUCell(64, 128), kind == "lstm")
         return module, (torch.randn(steps, 1, 64), torch.zeros(1, 128)), ["xs", "h0"], None
@@ -387,6 +431,10 @@ def _torch_models() -> dict[str, Callable[[], tuple]]:
         "shufflenet_v2_unit": lambda: (shufflenet(), *image()),
         "fpn_decoder": lambda: (FpnDecoder(), *image(128)),
         "bert_encoder": build_bert,
+        "transformer_encoder": transformer_encoder,
+        "transformer_decoder": transformer_decoder,
+        "gpt2_decoder": build_gpt2,
+        "distilbert_encoder": build_distilbert,
         "lstm_cell_unrolled16": lambda: cell("lstm", 16),
         "gru_cell_unrolled32": lambda: cell("gru", 32),
         "lstm_cell_unrolled64": lambda: cell("lstm", 64),
@@ -395,7 +443,8 @@ def _torch_models() -> dict[str, Callable[[], tuple]]:
 
 
 TORCH_ARCHITECTURES = ("resnet_bottleneck", "resnext_bottleneck", "inception_v3_block", "squeezenet_fire", "mobilenet_v2", "nasnet_a_cell",
-                       "densenet_block", "shufflenet_v2_unit", "fpn_decoder", "bert_encoder", "lstm_cell_unrolled16", "gru_cell_unrolled32",
+                       "densenet_block", "shufflenet_v2_unit", "fpn_decoder", "bert_encoder", "transformer_encoder", "transformer_decoder", "gpt2_decoder",
+                       "distilbert_encoder", "lstm_cell_unrolled16", "gru_cell_unrolled32",
                        "lstm_cell_unrolled64", "lstm_2layer")
 _TORCH_LICENCE = "written for this corpus (Apache-2.0, as taso); random weights"
 
@@ -420,6 +469,7 @@ def export_torch_model(arch: str, dynamo: bool, path: Path) -> None:
     import torch
 
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    torch.backends.mha.set_fastpath_enabled(False)  # the fused encoder-layer kernel has no ONNX export
 
     torch.manual_seed(0)
     module, args, names, dynamic_axes = _torch_models()[arch]()

@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import onnx
 
+from .cleanup import CleanupReport, clean_up
 from .cost import CostModel, make_cost_model
 from .errors import TasoError
 from .ir import Graph
@@ -283,8 +284,9 @@ class Outcome:
     Attributes:
         graph: the graph the output holds (the source graph itself when nothing was kept).
         model: the model to write, or None: write the input unchanged.
-        kept: "optimized", "re-export" (the unchanged graph, cleaned, measured faster) or "input".
+        kept: "optimized", "re-export" (the cleaned-up graph without rewrites, measured faster) or "input".
         report: the search's report.
+        cleanup: what clean-up did before the search and to its result (:mod:`taso.cleanup`).
         comparison: the output check of the kept model (None when the input is kept unchanged
             and no candidate was checked).
         speedups: measured end-to-end speedup of each timed candidate over the input.
@@ -303,6 +305,7 @@ class Outcome:
     check_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     checked_sizes: list[dict[str, int]] = field(default_factory=list)
+    cleanup: CleanupReport | None = None
 
 
 def optimize_model(
@@ -337,23 +340,24 @@ def optimize_model(
     model = make_cost_model(cost, threads=threads) if isinstance(cost, str) else cost
     config = config or SearchConfig()
     rules = load_rules() if rules is None else rules
+    start, cleanup = clean_up(source.graph)
     try:
-        best, report = search(source.graph, rules, model, config, progress)
+        best, report = _search_and_clean_up(start, cleanup, rules, model, config, progress)
         confirm = model.name.startswith("ort-cpu") if confirm is None else confirm
-        outcome = Outcome(source.graph, None, "input", report, checked_sizes=valuations)
+        outcome = Outcome(source.graph, None, "input", report, checked_sizes=valuations, cleanup=cleanup)
         candidates: dict[str, tuple[Graph, onnx.ModelProto]] = {}
         if best is not source.graph:
             _add_candidate(outcome, candidates, "optimized", best)
             if check and candidates:
-                best = _checked_or_searched_again(outcome, source, candidates, rules, model, config, sets, threads, progress)
+                best = _checked_or_searched_again(outcome, source, start, candidates, rules, model, config, sets, threads, progress)
     finally:
         model.close()
     if not confirm:
         if candidates:
             outcome.graph, outcome.model, outcome.kept = best, candidates["optimized"][1], "optimized"
         return outcome
-    if source.path is not None:
-        _add_candidate(outcome, candidates, "re-export", source.graph)
+    if source.path is not None and (best is not start or start is source.graph):  # else "optimized" is the cleaned-up graph
+        _add_candidate(outcome, candidates, "re-export", start)
     _keep_fastest(outcome, source, candidates, sets.all, threads, check)
     return outcome
 
@@ -371,8 +375,20 @@ class _CheckSets(NamedTuple):
         return self.at_measurement[:2] + self.at_other_sizes + self.at_measurement[2:]
 
 
-def _checked_or_searched_again(outcome: Outcome, source: ModelSource, candidates: dict, rules, model: CostModel, config: SearchConfig,
-                               sets: _CheckSets, threads: int, progress) -> Graph:
+def _search_and_clean_up(start: Graph, cleanup: CleanupReport, rules, model: CostModel, config: SearchConfig, progress) -> tuple[Graph, SearchReport]:
+    """The search from the cleaned-up graph; what its rewrites leave to clean up (a projection both merged
+    branches now share) is cleaned up too, and counted in ``cleanup``."""
+    best, report = search(start, rules, model, config, progress)
+    if best is start:
+        return best, report
+    cleaned, after = clean_up(best)
+    cleanup.steps.update(after.steps)
+    cleanup.nodes_after, cleanup.weight_bytes_after = after.nodes_after, after.weight_bytes_after
+    return cleaned, report
+
+
+def _checked_or_searched_again(outcome: Outcome, source: ModelSource, start: Graph, candidates: dict, rules, model: CostModel,
+                               config: SearchConfig, sets: _CheckSets, threads: int, progress) -> Graph:
     """The optimized graph once its output check passes.
 
     A mismatch at the measurement sizes raises, as always (a wrong rule: nothing is written). One
@@ -396,7 +412,7 @@ def _checked_or_searched_again(outcome: Outcome, source: ModelSource, candidates
         from .validate import describe_sizes
 
         elsewhere = _check_candidate(source, candidate, sets.at_other_sizes, threads)
-        best, report = search(source.graph, rules, model, replace(config, excluded=config.excluded | applied), progress)
+        best, report = _search_and_clean_up(start, outcome.cleanup, rules, model, replace(config, excluded=config.excluded | applied), progress)
         outcome.notes.append(f"the optimized model matched at the measurement sizes but not at {describe_sizes(outcome.checked_sizes)} "
                              f"({elsewhere.describe()}); the search ran again without the rules it applied ({', '.join(sorted(applied))})")
         outcome.report = report

@@ -155,7 +155,12 @@ class _ProgressBar:
 def _write_report(path: str, before, outcome, cost_fingerprint: str) -> None:
     from .optimize import write_model
 
+    from .onnx import folding_plan
+
+    plan = folding_plan(outcome.graph)
     data = {**outcome.report.to_json(), "nodes_before": len(before), "nodes_after": len(outcome.graph), "kept": outcome.kept,
+            "cleanup": outcome.cleanup.to_json() if outcome.cleanup else None,
+            "folding": {"folded": len(plan.folded), "unfolded": [{"op": n.op.name, "output": n.outputs[0], "why": why} for n, why in plan.unfolded]},
             "measured_speedups": outcome.speedups, "check": outcome.comparison.describe() if outcome.comparison else None,
             "measurement_sizes": dict(before.meta.sizes), "checked_sizes": outcome.checked_sizes,
             "cost_model": cost_fingerprint}
@@ -164,9 +169,22 @@ def _write_report(path: str, before, outcome, cost_fingerprint: str) -> None:
 
 _KEPT = {
     "optimized": "the optimized model",
-    "re-export": "taso's re-export of the unchanged graph (measured faster than the input)",
+    "re-export": "taso's cleaned-up graph without rewrites (measured faster than the input)",
     "input": "the input model, byte for byte unchanged",
 }
+
+
+def _cleanup_lines(outcome) -> list[str]:
+    """What clean-up and constant folding did, apart from the proved rewrites (for the graph written)."""
+    from .onnx import folding_plan
+
+    if outcome.kept == "input":
+        return []
+    lines = [f"  clean-up {outcome.cleanup.describe()}"] if outcome.cleanup is not None else []
+    plan = folding_plan(outcome.graph)
+    if plan.folded or plan.unfolded:
+        lines.append(f"  folding  {plan.describe()}")
+    return lines
 
 
 def _format_report(args, before, outcome) -> str:
@@ -183,6 +201,7 @@ def _format_report(args, before, outcome) -> str:
                      f"({'kept' if outcome.kept == name else 'not kept'})")
     lines += [
         f"  nodes    {len(before)} -> {len(after)}",
+        *_cleanup_lines(outcome),
         f"  search   {report.seconds:.1f} s ({report.seconds_rewriting:.1f} s rewriting, {report.seconds_costing:.1f} s costing), "
         f"{report.expanded} graphs expanded, {report.generated} rewrites tried, {report.accepted} queued, stopped: {report.stop_reason.value}"
         + (f" (a longer --time-limit than {args.time_limit:g} s may find more)" if report.stop_reason is StopReason.TIME_LIMIT else ""),

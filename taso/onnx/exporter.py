@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any
+from collections import Counter
+from typing import Any, NamedTuple
 
 import numpy as np
 import onnx
@@ -28,7 +29,7 @@ from ..dims import Dim, bare_symbol, floor_definition, is_static_shape, poly_ter
 from ..errors import ExportError
 from ..ir import Graph, Node, TensorType
 
-__all__ = ["export_onnx", "save_onnx"]
+__all__ = ["export_onnx", "save_onnx", "folding_plan", "FoldingPlan"]
 
 # Constants that stay lazy: materialising ConstantOfShape would bloat "light" models.
 _KEEP_LAZY = {"fill", "opaque", "dims"}
@@ -204,22 +205,48 @@ class ExportContext:
         self.nodes.append(proto)
 
 
-def _weight_only_values(graph: Graph) -> list[Node]:
-    """Nodes computed from weights alone, in topological order (to be folded)."""
+class FoldingPlan(NamedTuple):
+    """What export evaluates into initializers, and the weight-only nodes it leaves as nodes, each with the reason."""
+
+    folded: list[Node]
+    unfolded: list[tuple[Node, str]]
+
+    def describe(self) -> str:
+        text = f"{len(self.folded)} weight-only nodes folded into initializers"
+        if self.unfolded:
+            reasons = Counter(f"{node.op.name}: {why}" for node, why in self.unfolded)
+            text += "; left as nodes: " + ", ".join(f"{n} {r}" if n > 1 else r for r, n in reasons.most_common())
+        return text
+
+
+def folding_plan(graph: Graph) -> FoldingPlan:
+    """The nodes computed from weights alone, in topological order, that export folds (and those it does not)."""
     constant = set(graph.weights)
-    folded = []
+    folded, unfolded = [], []
     for node in graph.topological_order():
-        if node.op.name in _KEEP_LAZY:
+        if not all(v in constant for v in node.inputs):
             continue
-        if all(v in constant for v in node.inputs):
-            if not all(graph.type(o).is_static for o in node.outputs):
-                continue  # a value whose shape depends on the sizes is computed at run time
-            out_bytes = sum(graph.type(o).nbytes for o in node.outputs)
-            if out_bytes > _MAX_FOLDED_BYTES or (node.op.name in _BROADCASTS and out_bytes > _MAX_FOLDED_BROADCAST_BYTES):
-                continue
-            folded.append(node)
-            constant.update(node.outputs)
-    return folded
+        why = _why_not_folded(graph, node)
+        if why:
+            if node.inputs:  # a node of no inputs (a fill, run-time sizes) is no weight subgraph
+                unfolded.append((node, why))
+            continue
+        folded.append(node)
+        constant.update(node.outputs)
+    return FoldingPlan(folded, unfolded)
+
+
+def _why_not_folded(graph: Graph, node: Node) -> str:
+    if node.op.name in _KEEP_LAZY:
+        return {"opaque": "an ONNX node kept verbatim", "dims": "sizes computed at run time"}.get(node.op.name, "kept lazy: its result is larger than its inputs")
+    if not all(graph.type(o).is_static for o in node.outputs):
+        return "its shape depends on a size symbol"
+    out_bytes = sum(graph.type(o).nbytes for o in node.outputs)
+    if out_bytes > _MAX_FOLDED_BYTES:
+        return "its result is over 1 GiB"
+    if node.op.name in _BROADCASTS and out_bytes > _MAX_FOLDED_BROADCAST_BYTES:
+        return "a broadcast whose result would grow the file"
+    return ""
 
 
 def _export_order(graph: Graph) -> list[Node]:
@@ -286,7 +313,7 @@ def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> o
     opset = opset or graph.meta.opset
     ctx = ExportContext(graph, opset)
     weights: dict[str, np.ndarray] = dict(graph.weights)
-    folded = _weight_only_values(graph)
+    folded = folding_plan(graph).folded
     folded_ids = {id(n) for n in folded}
     for node in folded:
         for name, value in zip(node.outputs, node.op.evaluate([weights[v] for v in node.inputs], node.params)):

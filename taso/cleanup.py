@@ -1,0 +1,210 @@
+"""Clean-up: the simplifications a graph simplifier does, each an instance of a proved equality.
+
+Exporters leave work behind that no cost model needs to weigh: the same projection computed
+once per layer from tied weights, a transpose undone by the next, a reshape to the shape the
+tensor already has. :func:`clean_up` removes it in one topological sweep, before the search
+and again on its result, so every graph the search prices is already clean. Each step is an
+instance of an equality the project has proved, recorded in :data:`CLEANUPS` (``taso info
+--cleanups`` lists them):
+
+* ``tied-weights``: initializers with the same dtype, shape and bits are one tensor;
+* ``common-subexpression``: a node applying the same operator with the same parameters to
+  the same values as an earlier one computes the same outputs (every taso operator is a
+  function of its inputs and parameters; verbatim ONNX nodes, which may be random, are
+  never merged);
+* ``transpose-pair`` / ``identity-transpose``: the spec axioms ``transpose-transpose-Nd``
+  and ``transpose-identity-Nd``;
+* ``reshape-pair`` / ``identity-reshape``: the spec axioms ``reshape-reshape-Md-Nd`` and
+  ``reshape-identity-Nd``;
+* ``dead-code``: nodes and weights no output depends on (counted together).
+
+Constant subgraphs (weights transposed, split or scaled by the exporter) need no clean-up:
+the cost models price a value computed from weights alone at zero and export folds it into
+an initializer (:func:`taso.onnx.exporter.weight_only_nodes`), so a rewrite that makes a new
+one is priced folded the moment it is made.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from .ir import Graph, Node, Params
+
+__all__ = ["Cleanup", "CLEANUPS", "CleanupReport", "clean_up"]
+
+
+@dataclass(frozen=True)
+class Cleanup:
+    """One clean-up: the equality it applies and what proves it."""
+
+    name: str
+    equality: str
+    proof: str
+
+
+CLEANUPS: tuple[Cleanup, ...] = (
+    Cleanup("tied-weights", "w1 = w2  ->  one initializer", "the tensors are compared bit for bit (dtype, shape and bytes)"),
+    Cleanup("common-subexpression", "op(x; p) twice  ->  once", "every taso operator is a function of its inputs and parameters (verbatim ONNX nodes are never merged)"),
+    Cleanup("transpose-pair", "transpose(transpose(x, p), q)  ->  transpose(x, p[q])", "spec axioms transpose-transpose-{2,3,4,5}d"),
+    Cleanup("identity-transpose", "transpose(x, 0..n-1)  ->  x", "spec axioms transpose-identity-{2,3,4,5}d"),
+    Cleanup("reshape-pair", "reshape(reshape(x, s), t)  ->  reshape(x, t)", "spec axioms reshape-reshape-{1..4}d-{1..4}d"),
+    Cleanup("identity-reshape", "reshape(x, shape(x))  ->  x", "spec axioms reshape-identity-{1..4}d"),
+    Cleanup("dead-code", "a node no output reads  ->  nothing", "the outputs do not depend on it"),
+)
+
+# Operators whose nodes are never merged: verbatim ONNX (possibly random) and run-time sizes.
+_NOT_MERGED = frozenset({"opaque", "dims"})
+# Weights compared by a strided sample first; only equal samples are compared in full.
+_SAMPLE = 64
+
+
+@dataclass
+class CleanupReport:
+    """What :func:`clean_up` did: steps by kind, nodes and weight bytes before and after."""
+
+    nodes_before: int
+    nodes_after: int
+    weight_bytes_before: int
+    weight_bytes_after: int
+    steps: Counter = field(default_factory=Counter)
+    seconds: float = 0.0
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.steps)
+
+    def describe(self) -> str:
+        if not self.steps:
+            return "nothing to clean up"
+        kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(self.steps.items(), key=lambda kv: (-kv[1], kv[0])))
+        return (f"{self.nodes_before} -> {self.nodes_after} nodes, weights {_megabytes(self.weight_bytes_before)} -> "
+                f"{_megabytes(self.weight_bytes_after)} ({kinds})")
+
+    def to_json(self) -> dict:
+        return {"nodes_before": self.nodes_before, "nodes_after": self.nodes_after, "weight_bytes_before": self.weight_bytes_before,
+                "weight_bytes_after": self.weight_bytes_after, "steps": dict(self.steps), "seconds": self.seconds}
+
+
+def _megabytes(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n} B"
+
+
+def clean_up(graph: Graph) -> tuple[Graph, CleanupReport]:
+    """The graph with tied weights merged, common subexpressions shared, transpose and reshape chains
+    shortened and dead code removed; the input graph itself when nothing applies."""
+    started = time.perf_counter()
+    steps: Counter = Counter()
+    alias = _tied_weights(graph, steps)
+    nodes: list[Node] = []
+    producer: dict[str, Node] = {}
+    seen: dict[tuple, Node] = {}
+    for node in graph.topological_order():
+        inputs = tuple(alias.get(v, v) for v in node.inputs)
+        node = node if inputs == node.inputs else replace(node, inputs=inputs)
+        node = _shortened(node, producer, steps)
+        same = _identity_of(node, graph)
+        if same is not None:
+            alias[node.outputs[0]] = same
+            steps[f"identity-{node.op.name}"] += 1
+            continue
+        if node.op.name not in _NOT_MERGED:
+            key = (node.op, node.params, node.inputs)
+            earlier = seen.get(key)
+            if earlier is not None:
+                alias.update(zip(node.outputs, earlier.outputs))
+                steps["common-subexpression"] += 1
+                continue
+            seen[key] = node
+        nodes.append(node)
+        producer.update((o, node) for o in node.outputs)
+    result = _rebuilt(graph, nodes, alias) if steps else graph.pruned()
+    dead = (len(nodes) - len(result)) + (len(graph.weights) - steps["tied-weights"] - len(result.weights))  # nodes and weights
+    if dead:
+        steps["dead-code"] += dead
+    report = CleanupReport(len(graph), len(result), _weight_bytes(graph), _weight_bytes(result), steps, time.perf_counter() - started)
+    return result, report
+
+
+def _weight_bytes(graph: Graph) -> int:
+    return sum(int(w.nbytes) for w in graph.weights.values())
+
+
+def _tied_weights(graph: Graph, steps: Counter) -> dict[str, str]:
+    """Each weight that equals an earlier one bit for bit, mapped to that one (overridable inputs excepted)."""
+    overridable = set(graph.meta.initializer_inputs)
+    groups: dict[tuple, list[str]] = {}
+    for name, array in graph.weights.items():
+        if name not in overridable and array.size > 1:
+            groups.setdefault((array.dtype.str, array.shape, _sample(array)), []).append(name)
+    alias: dict[str, str] = {}
+    for names in groups.values():
+        kept: list[str] = []
+        for name in names:
+            twin = next((k for k in kept if _same_bits(graph.weights[k], graph.weights[name])), None)
+            if twin is None:
+                kept.append(name)
+            else:
+                alias[name] = twin
+                steps["tied-weights"] += 1
+    return alias
+
+
+def _sample(array: np.ndarray) -> bytes:
+    flat = array.reshape(-1)
+    return flat[:: max(1, flat.size // _SAMPLE)].tobytes()
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bitwise equality (NaN equals NaN, 0.0 differs from -0.0), without copying either array."""
+    if a.dtype.kind in "fc":
+        as_int = np.dtype(f"u{a.dtype.itemsize}") if a.dtype.kind == "f" else np.dtype("u1")
+        return bool(np.array_equal(np.ascontiguousarray(a).view(as_int), np.ascontiguousarray(b).view(as_int)))
+    return bool(np.array_equal(a, b))
+
+
+def _shortened(node: Node, producer: Mapping[str, Node], steps: Counter) -> Node:
+    """A transpose of a transpose as one transpose, a reshape of a reshape as one reshape (of the first's input)."""
+    name = node.op.name
+    if name not in ("transpose", "reshape"):
+        return node
+    inner = producer.get(node.inputs[0])
+    if inner is None or inner.op is not node.op:
+        return node
+    steps[f"{name}-pair"] += 1
+    params = node.params
+    if name == "transpose":
+        first, second = inner.params["perm"], node.params["perm"]
+        params = Params({"perm": tuple(first[i] for i in second)})
+    return replace(node, params=params, inputs=inner.inputs)
+
+
+def _identity_of(node: Node, graph: Graph) -> str | None:
+    """The value a node returns unchanged: a transpose by the identity, a reshape to the input's own shape."""
+    name = node.op.name
+    if name == "transpose" and tuple(node.params["perm"]) == tuple(range(len(node.params["perm"]))):
+        return node.inputs[0]
+    if name == "reshape" and graph.type(node.outputs[0]).shape == graph.type(node.inputs[0]).shape:
+        return node.inputs[0]
+    return None
+
+
+def _rebuilt(graph: Graph, nodes: list[Node], alias: Mapping[str, str]) -> Graph:
+    """The graph over the kept nodes, its outputs (and the values its symbols are read from) renamed through ``alias``."""
+
+    def resolved(value: str) -> str:
+        while value in alias:
+            value = alias[value]
+        return value
+
+    outputs = tuple(resolved(v) for v in graph.outputs)
+    meta = graph.meta
+    if meta.symbol_sources:
+        meta = replace(meta, symbol_sources=tuple((s, resolved(v), axis) for s, v, axis in meta.symbol_sources))
+    types = dict(graph.types)
+    weights = {k: v for k, v in graph.weights.items() if k not in alias}
+    return Graph(graph.inputs, weights, nodes, outputs, types, meta).pruned()
