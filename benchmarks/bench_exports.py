@@ -1,25 +1,29 @@
-"""Real exports against a peer: ONNX Runtime alone, onnxslim first, taso first — timed side by side (issue 12).
+"""Real exports against the graph simplifiers: ONNX Runtime alone, onnxslim, onnxsim, taso, and taso after the best of them (issues 12, 22).
 
-For each model — PyTorch ``LSTMCell``/``GRUCell`` unrolled over time and a two-layer ``nn.LSTM``
-from both exporters, a NASNet-A cell, a BERT encoder and an application's CRNN (a bidirectional LSTM
-unrolled by its exporter) from the corpus (benchmarks/corpus.py;
-build it first), and models of taso's own zoo (``taso.models``) — and each thread count:
+For each model — transformers (``nn.TransformerEncoder``/``Decoder``, GPT-2- and
+DistilBERT-style models, a BERT encoder), PyTorch ``LSTMCell``/``GRUCell`` unrolled over time and
+a two-layer ``nn.LSTM``, each from both exporters, a NASNet-A cell and an application's CRNN from
+the corpus (benchmarks/corpus.py; build it first), and models of taso's own zoo
+(``taso.models``) — and each thread count:
 
 * the input file on ONNX Runtime CPU with ORT_ENABLE_ALL: the reference (1.00x);
-* the peer a user would run first: ``onnxslim.slim`` on the model (its shapes pinned as taso's
-  are), checked against the input on random inputs, then ENABLE_ALL;
+* the peers a user would run first: ``onnxslim.slim`` and ``onnxsim.simplify`` on the model (its
+  shapes pinned as taso's are), each checked against the input on random inputs, then ENABLE_ALL;
 * ``taso optimize`` through the CLI as a user would (measured ``ort-cpu`` costs at that thread
   count, ``--time-limit`` seconds of search), then ENABLE_ALL. When taso wrote the input's bytes
-  back, its ratio is 1 by construction and it is not timed again.
+  back, its ratio is 1 by construction;
+* ``taso optimize`` run on the faster peer's output ("taso after the best peer"): what is left
+  for taso once a simplifier ran. Above taso alone by more than 2%, the peer did something taso
+  does not.
 
 The variants of one model are timed in one :func:`taso.timing.interleaved_times` call (rounds
 interleaved in a rotating order, the median of each round's fastest run), so a load change hits
-them alike; ratios are input time / variant time (above 1: faster than the input). Also printed:
-taso's predicted speedup (its search's cost model) and whether it changed the graph. Prints one
-Markdown table and the geometric means, writes JSON after every model, prints progress on stderr.
+them alike; ratios are input time / variant time (above 1: faster than the input). The best peer
+is picked by a first, shorter interleaved timing of the two. Prints one Markdown table and the
+geometric means, writes JSON after every model, prints progress on stderr.
 
 Run: python benchmarks/corpus.py build && python benchmarks/bench_exports.py [--threads 1 --threads 2]
-     [--model torch-script/lstm_cell_unrolled16 --model zoo/nasrnn ...] [--time-limit 20] [--rounds 9] [--json FILE]
+     [--model torch-script/lstm_cell_unrolled16 --model zoo/nasrnn ...] [--time-limit 9] [--rounds 9] [--json FILE]
 """
 
 from __future__ import annotations
@@ -29,9 +33,11 @@ import contextlib
 import io
 import json
 import math
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -39,16 +45,17 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402 - sibling scripts, not a package
-from bench_corpus import _optimize, read_report  # noqa: E402
+from bench_corpus import read_report  # noqa: E402
 
 from taso.timing import TimingError, interleaved_times  # noqa: E402
 from taso.validate import compare_models, random_input_sets  # noqa: E402
 
+TRANSFORMERS = ("transformer_encoder", "transformer_decoder", "gpt2_decoder", "distilbert_encoder", "bert_encoder")
 RECURRENT = ("lstm_cell_unrolled16", "lstm_cell_unrolled64", "gru_cell_unrolled32", "lstm_2layer")
-DEFAULT_MODELS = (*(f"{source}/{arch}" for arch in RECURRENT for source in ("torch-script", "torch-dynamo")),
-                  "torch-dynamo/nasnet_a_cell", "torch-dynamo/bert_encoder", "pypi-wheel/captcha_crnn", "zoo/nasrnn", "zoo/squeezenet",
-                  "zoo/bert_base")
-LEVEL = 0.02  # taso and the peer within 2% of each other: level
+DEFAULT_MODELS = (*(f"{source}/{arch}" for arch in TRANSFORMERS + RECURRENT for source in ("torch-script", "torch-dynamo")),
+                  "torch-dynamo/nasnet_a_cell", "pypi-wheel/captcha_crnn", "zoo/nasrnn", "zoo/squeezenet", "zoo/bert_base")
+PEERS = ("onnxslim", "onnxsim")
+LEVEL = 0.02  # within 2% of each other: level
 
 
 @dataclass
@@ -57,15 +64,22 @@ class Row:
     threads: int
     nodes: int
     input_ms: float | None = None
-    slim: float | None = None  # input time / onnxslim's output time; None when onnxslim failed (slim_note says why)
-    slim_note: str = ""
+    peers: dict[str, float | None] = field(default_factory=dict)  # input time / the peer's output time; None when it failed
+    peer_notes: dict[str, str] = field(default_factory=dict)  # why a peer has no figure
     taso: float | None = None  # input time / taso's output time; 1.0 when taso wrote the input's bytes back
     taso_note: str = ""
+    best_peer: str = ""
+    taso_after_peer: float | None = None  # input time / (taso run on the best peer's output)'s time
     predicted: float | None = None  # taso's search: initial cost / best cost
     changed: bool = False  # taso wrote a rewritten graph (kept "optimized")
     change: str = ""
     optimize_seconds: float = 0.0
     errors: list[str] = field(default_factory=list)
+
+    @property
+    def best_peer_ratio(self) -> float:
+        """The faster peer's ratio; 1.00x when both failed (the user keeps the input)."""
+        return max([v for v in self.peers.values() if v is not None], default=1.0)
 
 
 def _one_line(error: BaseException | str, limit: int = 120) -> str:
@@ -92,34 +106,61 @@ def resolve(name: str, workdir: Path) -> corpus.Entry | str:
     return entries[name]
 
 
-def slim(model: onnx.ModelProto, input_sets: list[dict], out: Path) -> str:
-    """onnxslim's model of ``model`` written to ``out``, checked against it; "" on success, else one line saying what failed."""
+def _run_onnxslim(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    import onnxslim
+
+    return onnxslim.slim(model)
+
+
+def _run_onnxsim(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    import onnxsim
+
+    simplified, ok = onnxsim.simplify(model)
+    if not ok:
+        raise RuntimeError("onnxsim's own check failed")
+    return simplified
+
+
+_PEER_RUNNERS: dict[str, Callable[[onnx.ModelProto], onnx.ModelProto | None]] = {"onnxslim": _run_onnxslim, "onnxsim": _run_onnxsim}
+
+
+def run_peer(peer: str, model: onnx.ModelProto, input_sets: list[dict], out: Path) -> str:
+    """The peer's model of ``model`` written to ``out``, checked against it; "" on success, else one line saying what failed."""
     try:
-        import onnxslim
+        with contextlib.redirect_stdout(io.StringIO()):  # the peers report on stdout; the table goes there
+            result = _PEER_RUNNERS[peer](model)
     except ImportError:
-        return "onnxslim not installed (pip install -e '.[corpus]')"
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # onnxslim reports on stdout; the table goes there
-            slimmed = onnxslim.slim(model)
+        return f"{peer} not installed (pip install -e '.[corpus]')"
     except Exception as e:  # noqa: BLE001 - a peer's failure is a result to report, not a crash
-        return f"onnxslim failed: {type(e).__name__}: {_one_line(e)}"
-    if slimmed is None:
-        return "onnxslim returned no model"
+        return f"{peer} failed: {type(e).__name__}: {_one_line(e)}"
+    if result is None:
+        return f"{peer} returned no model"
     try:
-        comparison = compare_models(model, slimmed, input_sets)
+        comparison = compare_models(model, result, input_sets)
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-        return f"onnxslim's model does not run: {_one_line(e)}"
+        return f"{peer}'s model does not run: {_one_line(e)}"
     if not comparison.ok:
-        return f"onnxslim's model differs: {comparison.describe()}"
-    onnx.save(slimmed, str(out))
+        return f"{peer}'s model differs: {comparison.describe()}"
+    onnx.save(result, str(out))
     return ""
+
+
+def _optimize(path: Path, out: Path, report: Path, time_limit: float, threads: int, shape_args: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    """Runs ``taso optimize`` through the CLI as a user would (measured costs); the process and its seconds."""
+    command = [sys.executable, "-m", "taso", "optimize", str(path), "-o", str(out), "--cost", "ort-cpu", "--threads", str(threads),
+               "--time-limit", str(time_limit), "--report", str(report), "--quiet", *shape_args]
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True)
+    return proc, time.perf_counter() - start
 
 
 def _change(report: dict) -> tuple[bool, str]:
     kept = report.get("kept", "?")
+    cleaned = sum(((report.get("cleanup") or {}).get("steps") or {}).values())
     if kept == "optimized":
         applied = report.get("applied") or {}
-        return True, f"yes: {sum(applied.values())} rewrites, {report.get('nodes_before')} → {report.get('nodes_after')} nodes"
+        return True, (f"yes: {sum(applied.values())} rewrites, {cleaned} clean-up steps, "
+                      f"{report.get('nodes_before')} → {report.get('nodes_after')} nodes")
     measured = report.get("measured_speedups") or {}
     found = len(report.get("trace") or [])
     why = f"{found} rewrite{'s' if found != 1 else ''} found, measured {measured['optimized']:.2f}x by taso, not kept" if found and "optimized" in measured else "no rewrite found"
@@ -127,20 +168,24 @@ def _change(report: dict) -> tuple[bool, str]:
 
 
 def bench_model(entry: corpus.Entry, threads: list[int], time_limit: float, rounds: int, workdir: Path, log) -> list[Row]:
-    """One model at every thread count: onnxslim once, taso optimize per thread count, the variants timed interleaved per thread count."""
+    """One model at every thread count: the peers once, taso per thread count (alone and after the best peer), all timed interleaved."""
     model = onnx.load(str(entry.path()))
     static = corpus.with_static_inputs(model, entry.input_shapes)
     input_sets = random_input_sets(static, (0, 1))
     stem = workdir / entry.name.replace("/", "__")
-    slim_path = stem.with_suffix(".slim.onnx")
-    start = time.perf_counter()
-    slim_note = slim(static, input_sets, slim_path)
-    log(f"  onnxslim: {slim_note or 'ok'} ({time.perf_counter() - start:.1f} s)")
+    peer_paths, peer_notes = {}, {}
+    for peer in PEERS:
+        start, path = time.perf_counter(), stem.with_suffix(f".{peer}.onnx")
+        peer_notes[peer] = run_peer(peer, static, input_sets, path)
+        log(f"  {peer}: {peer_notes[peer] or 'ok'} ({time.perf_counter() - start:.1f} s)")
+        if not peer_notes[peer]:
+            peer_paths[peer] = path
+    shape_args = corpus.input_shape_args(entry)
     rows = []
     for t in threads:
-        row = Row(entry.name, t, len(model.graph.node), slim_note=slim_note)
+        row = Row(entry.name, t, len(model.graph.node), peer_notes={k: v for k, v in peer_notes.items() if v})
         out, report_path = stem.with_suffix(f".taso{t}.onnx"), stem.with_suffix(f".taso{t}.json")
-        proc, row.optimize_seconds = _optimize(entry, out, report_path, time_limit, threads=t)
+        proc, row.optimize_seconds = _optimize(entry.path(), out, report_path, time_limit, t, shape_args)
         report = read_report(report_path)
         if proc.returncode != 0:
             row.taso_note = f"taso exit {proc.returncode}: {_one_line(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else '')}"
@@ -148,9 +193,16 @@ def bench_model(entry: corpus.Entry, threads: list[int], time_limit: float, roun
             row.predicted = report.get("predicted_speedup")
             row.changed, row.change = _change(report)
         same = proc.returncode == 0 and out.read_bytes() == entry.path().read_bytes()
-        variants = [("input", entry.path())]
-        if not slim_note:
-            variants.append(("onnxslim", slim_path))
+        variants = [("input", entry.path()), *peer_paths.items()]
+        try:
+            row.best_peer = _faster_peer(variants, input_sets[0], t) if len(peer_paths) > 1 else next(iter(peer_paths), "")
+        except TimingError as e:
+            row.errors.append(str(e))
+        if row.best_peer:
+            after = stem.with_suffix(f".{row.best_peer}.taso{t}.onnx")
+            after_proc, _ = _optimize(peer_paths[row.best_peer], after, stem.with_suffix(f".after{t}.json"), time_limit, t, shape_args)
+            if after_proc.returncode == 0:
+                variants.append(("taso after the best peer", after))
         if proc.returncode == 0 and not same:
             variants.append(("taso", out))
         try:
@@ -162,16 +214,25 @@ def bench_model(entry: corpus.Entry, threads: list[int], time_limit: float, roun
             rows.append(row)
             continue
         row.input_ms = seconds["input"] * 1e3
-        if "onnxslim" in seconds:
-            row.slim = seconds["input"] / seconds["onnxslim"]
+        row.peers = {peer: (seconds["input"] / seconds[peer] if peer in seconds else None) for peer in PEERS}
         if "taso" in seconds:
             row.taso = seconds["input"] / seconds["taso"]
         elif same:
             row.taso, row.taso_note = 1.0, "input bytes kept"
-        log(f"  {t} thread(s): input {row.input_ms:.3f} ms, onnxslim {_ratio(row.slim)}, taso {_ratio(row.taso)} "
+        if "taso after the best peer" in seconds:
+            row.taso_after_peer = seconds["input"] / seconds["taso after the best peer"]
+        log(f"  {t} thread(s): input {row.input_ms:.3f} ms, " + ", ".join(f"{p} {_ratio(v)}" for p, v in row.peers.items())
+            + f", taso {_ratio(row.taso)}, taso after {row.best_peer or '—'} {_ratio(row.taso_after_peer)} "
             f"(predicted {_ratio(row.predicted)}; {row.change or row.taso_note}; optimize {row.optimize_seconds:.0f} s)")
         rows.append(row)
     return rows
+
+
+def _faster_peer(variants: list[tuple[str, Path]], feeds: dict, threads: int) -> str:
+    """The peer whose output runs faster, by a short interleaved timing of the peers' outputs."""
+    peers = [(name, path) for name, path in variants if name in PEERS]
+    seconds = interleaved_times([str(p) for _, p in peers], feeds, threads, 3, labels=[n for n, _ in peers])
+    return min(zip(seconds, (n for n, _ in peers)))[1]
 
 
 def _ratio(x: float | None) -> str:
@@ -183,46 +244,49 @@ def _geomean(values: list[float]) -> float:
 
 
 def verdict(row: Row) -> str:
-    """taso against the peer on this row: ahead, level (within 2%) or behind; "" when either is missing."""
+    """taso against the best peer on this row: ahead, level (within 2%) or behind; "" when taso has no figure."""
     if row.taso is None:
         return ""
-    peer = row.slim if row.slim is not None else 1.0  # a user whose onnxslim fails keeps the input
+    peer = row.best_peer_ratio
     if row.taso > peer * (1 + LEVEL):
         return "ahead"
     return "behind" if row.taso < peer * (1 - LEVEL) else "level"
 
 
 def markdown(rows: list[Row]) -> str:
-    lines = ["| model | threads | ORT ENABLE_ALL (input) | onnxslim → ENABLE_ALL | taso → ENABLE_ALL | taso predicted | taso changed the graph | taso vs onnxslim |",
-             "|---|---:|---:|---:|---:|---:|---|---|"]
+    lines = ["| model | threads | ORT ENABLE_ALL (input) | " + " | ".join(f"{p} → ENABLE_ALL" for p in PEERS)
+             + " | taso → ENABLE_ALL | taso after the best peer | taso predicted | taso changed the graph | taso vs the best peer |",
+             "|---|---:|---:|" + "---:|" * len(PEERS) + "---:|---:|---:|---|---|"]
     for r in rows:
         base = "—" if r.input_ms is None else f"1.00x ({r.input_ms:.3f} ms)"
-        peer = _ratio(r.slim) if r.slim is not None else r.slim_note or "—"
+        peers = [_ratio(r.peers.get(p)) if r.peers.get(p) is not None else _one_line(r.peer_notes.get(p, "—"), 60) for p in PEERS]
         taso = _ratio(r.taso) + (" (input kept)" if r.taso_note == "input bytes kept" else "") if r.taso is not None else r.taso_note or "—"
+        after = f"{_ratio(r.taso_after_peer)} (after {r.best_peer})" if r.taso_after_peer is not None else "—"
         if r.errors:
             base = f"timing failed: {_one_line(r.errors[0])}"
-        lines.append(f"| {r.model} | {r.threads} | {base} | {peer} | {taso} | {_ratio(r.predicted)} | {r.change or '—'} | {verdict(r)} |")
+        lines.append(f"| {r.model} | {r.threads} | {base} | {' | '.join(peers)} | {taso} | {after} | {_ratio(r.predicted)} | {r.change or '—'} | {verdict(r)} |")
     lines.append("")
     for t in sorted({r.threads for r in rows}):
         timed = [r for r in rows if r.threads == t and r.taso is not None and r.input_ms is not None]
         if not timed:
             continue
-        peers = [r.slim if r.slim is not None else 1.0 for r in timed]
+        means = ", ".join(f"{p} {_geomean([r.peers.get(p) or 1.0 for r in timed]):.3f}x" for p in PEERS)
         counts = {v: sum(verdict(r) == v for r in timed) for v in ("ahead", "level", "behind")}
-        changed = [r for r in timed if r.changed]
-        lines.append(f"{t} thread(s), {len(timed)} models: geometric mean onnxslim {_geomean(peers):.3f}x, taso {_geomean([r.taso for r in timed]):.3f}x "
-                     f"(onnxslim failures count as 1.00x); taso ahead of onnxslim on {counts['ahead']}, level on {counts['level']}, "
-                     f"behind on {counts['behind']}; taso changed the graph on {len(changed)}"
-                     + (f", ahead on {sum(verdict(r) == 'ahead' for r in changed)} of them" if changed else "") + ".")
+        after = [r for r in timed if r.taso_after_peer is not None]
+        gains = [r.taso_after_peer / r.taso for r in after]
+        lines.append(f"{t} thread(s), {len(timed)} models: geometric mean {means}, best peer {_geomean([r.best_peer_ratio for r in timed]):.3f}x, "
+                     f"taso {_geomean([r.taso for r in timed]):.3f}x (a failed peer counts as 1.00x); taso ahead of the best peer on "
+                     f"{counts['ahead']}, level on {counts['level']}, behind on {counts['behind']}"
+                     + (f"; taso after the best peer / taso alone: geometric mean {_geomean(gains):.3f}, at most {max(gains):.3f}" if gains else "") + ".")
     return "\n".join(lines)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", help="a corpus model (torch-script/lstm_cell_unrolled16) or zoo/NAME (taso.models); repeatable "
-                                                         "(default: the recurrent exports of both exporters, nasnet_a_cell, bert_encoder, zoo nasrnn, squeezenet, bert_base)")
+                                                         "(default: the transformer and recurrent exports of both exporters, nasnet_a_cell, captcha_crnn, zoo nasrnn, squeezenet, bert_base)")
     parser.add_argument("--threads", type=int, action="append", help="intra-op threads, repeatable (default 1 and 2)")
-    parser.add_argument("--time-limit", type=float, default=20.0, help="taso optimize's search seconds per model and thread count (default 20)")
+    parser.add_argument("--time-limit", type=float, default=9.0, help="taso optimize's search seconds per model and thread count (default 9, taso's)")
     parser.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds (default 9)")
     parser.add_argument("--json", type=Path, default=Path("bench_exports.json"), help="where to write the rows (default bench_exports.json)")
     return parser.parse_args(argv)
@@ -244,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             entry = resolve(name, Path(tmp))
             if isinstance(entry, str):
                 log(f"  skipped: {entry}")
-                rows += [Row(name, t, 0, slim_note="—", taso_note=entry) for t in threads]
+                rows += [Row(name, t, 0, taso_note=entry) for t in threads]
                 continue
             rows += bench_model(entry, threads, args.time_limit, args.rounds, Path(tmp), log)
             args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")  # kept after every model
