@@ -16,6 +16,10 @@ instance of an equality the project has proved, recorded in :data:`CLEANUPS` (``
   and ``transpose-identity-Nd``;
 * ``reshape-pair`` / ``identity-reshape``: the spec axioms ``reshape-reshape-Md-Nd`` and
   ``reshape-identity-Nd``;
+
+  an instance at a rank the specs state no axiom for (a rank-5 transpose) is left alone: the
+  axioms are validated against the NumPy semantics (``taso.verifier.axiom_check``), and a
+  clean-up is exactly as proved as the axiom it instantiates;
 * ``dead-code``: nodes and weights no output depends on (counted together).
 
 Constant subgraphs (weights transposed, split or scaled by the exporter) need no clean-up:
@@ -26,6 +30,7 @@ one is priced folded the moment it is made.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter
 from collections.abc import Mapping
@@ -40,22 +45,41 @@ __all__ = ["Cleanup", "CLEANUPS", "CleanupReport", "clean_up"]
 
 @dataclass(frozen=True)
 class Cleanup:
-    """One clean-up: the equality it applies and what proves it."""
+    """One clean-up: the equality it applies and what proves it.
+
+    ``axiom`` names the spec axiom each instance applies (``{}`` stands for its ranks); an instance
+    whose axiom the specs do not state (a rank-5 transpose pair) is not applied.
+    """
 
     name: str
     equality: str
     proof: str
+    axiom: str = ""
 
 
 CLEANUPS: tuple[Cleanup, ...] = (
     Cleanup("tied-weights", "w1 = w2  ->  one initializer", "the tensors are compared bit for bit (dtype, shape and bytes)"),
     Cleanup("common-subexpression", "op(x; p) twice  ->  once", "every taso operator is a function of its inputs and parameters (verbatim ONNX nodes are never merged)"),
-    Cleanup("transpose-pair", "transpose(transpose(x, p), q)  ->  transpose(x, p[q])", "spec axioms transpose-transpose-{2,3,4,5}d"),
-    Cleanup("identity-transpose", "transpose(x, 0..n-1)  ->  x", "spec axioms transpose-identity-{2,3,4,5}d"),
-    Cleanup("reshape-pair", "reshape(reshape(x, s), t)  ->  reshape(x, t)", "spec axioms reshape-reshape-{1..4}d-{1..4}d"),
-    Cleanup("identity-reshape", "reshape(x, shape(x))  ->  x", "spec axioms reshape-identity-{1..4}d"),
+    Cleanup("transpose-pair", "transpose(transpose(x, p), q)  ->  transpose(x, p[q])", "spec axiom transpose-transpose-<rank>d", "transpose-transpose-{}d"),
+    Cleanup("identity-transpose", "transpose(x, 0..n-1)  ->  x", "spec axiom transpose-identity-<rank>d", "transpose-identity-{}d"),
+    Cleanup("reshape-pair", "reshape(reshape(x, s), t)  ->  reshape(x, t)", "spec axiom reshape-reshape-<rank s>d-<rank t>d", "reshape-reshape-{}d-{}d"),
+    Cleanup("identity-reshape", "reshape(x, shape(x))  ->  x", "spec axiom reshape-identity-<rank>d", "reshape-identity-{}d"),
     Cleanup("dead-code", "a node no output reads  ->  nothing", "the outputs do not depend on it"),
 )
+_AXIOM_PATTERN = {c.name: c.axiom for c in CLEANUPS if c.axiom}
+
+
+@functools.cache
+def _axiom_names() -> frozenset[str]:
+    from .specs import AXIOMS
+
+    return frozenset(a.name for a in AXIOMS)
+
+
+def _proved(cleanup: str, *ranks: int) -> bool:
+    """Whether the specs state the axiom this instance of ``cleanup`` applies."""
+    return _AXIOM_PATTERN[cleanup].format(*ranks) in _axiom_names()
+
 
 # Operators whose nodes are never merged: verbatim ONNX (possibly random) and run-time sizes.
 _NOT_MERGED = frozenset({"opaque", "dims"})
@@ -175,21 +199,27 @@ def _shortened(node: Node, producer: Mapping[str, Node], steps: Counter) -> Node
     inner = producer.get(node.inputs[0])
     if inner is None or inner.op is not node.op:
         return node
-    steps[f"{name}-pair"] += 1
     params = node.params
     if name == "transpose":
         first, second = inner.params["perm"], node.params["perm"]
+        if not _proved("transpose-pair", len(first)):
+            return node
         params = Params({"perm": tuple(first[i] for i in second)})
+    elif not _proved("reshape-pair", len(inner.params["shape"]), len(node.params["shape"])):
+        return node
+    steps[f"{name}-pair"] += 1
     return replace(node, params=params, inputs=inner.inputs)
 
 
 def _identity_of(node: Node, graph: Graph) -> str | None:
     """The value a node returns unchanged: a transpose by the identity, a reshape to the input's own shape."""
     name = node.op.name
-    if name == "transpose" and tuple(node.params["perm"]) == tuple(range(len(node.params["perm"]))):
-        return node.inputs[0]
-    if name == "reshape" and graph.type(node.outputs[0]).shape == graph.type(node.inputs[0]).shape:
-        return node.inputs[0]
+    if name == "transpose":
+        perm = tuple(node.params["perm"])
+        return node.inputs[0] if perm == tuple(range(len(perm))) and _proved("identity-transpose", len(perm)) else None
+    if name == "reshape":
+        shape = graph.type(node.outputs[0]).shape
+        return node.inputs[0] if shape == graph.type(node.inputs[0]).shape and _proved("identity-reshape", len(shape)) else None
     return None
 
 

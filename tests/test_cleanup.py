@@ -1,0 +1,241 @@
+"""Clean-up (taso.cleanup): what a graph simplifier removes, removed exactly, on ONNX files as exporters write them."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from helpers import model_from_text, run_ort
+from onnx import TensorProto, helper, numpy_helper
+
+from taso.cleanup import CLEANUPS, clean_up
+from taso.ir import TensorType
+from taso.onnx import folding_plan, load_onnx
+from taso.optimize import export_clean
+from taso.rules import Rule, RuleInput, RuleNode
+from taso.specs import AXIOMS
+
+
+def _cleaned(model: onnx.ModelProto, **load):
+    graph = load_onnx(model, **load)
+    cleaned, report = clean_up(graph)
+    return graph, cleaned, report, export_clean(cleaned)
+
+
+def _weights_model(w1: np.ndarray, w2: np.ndarray) -> onnx.ModelProto:
+    """x @ W1 + x @ W2, W1 and W2 two initializers (an exporter's copy of a tied or deep-copied weight)."""
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W1"], ["a"]), helper.make_node("MatMul", ["x", "W2"], ["b"]), helper.make_node("Add", ["a", "b"], ["y"])],
+        "tied", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4, 8])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(w2, "W2")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_projection_of_tied_weights_is_computed_once_and_the_file_keeps_its_symbolic_batch():
+    w = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
+    model = _weights_model(w, w.copy())
+    _, cleaned, report, out = _cleaned(model)
+    assert report.steps == {"tied-weights": 1, "common-subexpression": 1}
+    assert cleaned.op_histogram() == {"matmul": 1, "add": 1} and len(cleaned.weights) == 1
+    assert report.weight_bytes_after == w.nbytes and report.nodes_after == 2
+    assert out.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "batch"
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 4, 8)).astype(np.float32)
+        np.testing.assert_array_equal(run_ort(out, {"x": x})[0], run_ort(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("w2, tied", [
+    (lambda w: w * 1.0000001, False),  # one ulp apart is another weight
+    (lambda w: np.where(w == 0, -0.0, w).astype(np.float32), False),  # -0.0 is not 0.0 bit for bit
+    (lambda w: w.astype(np.float32).copy(), True),
+], ids=["nearly-equal", "signed-zero", "equal"])
+def test_weights_are_tied_only_when_equal_bit_for_bit(w2, tied):
+    w = np.random.default_rng(1).standard_normal((8, 8)).astype(np.float32)
+    w[0, 0] = 0.0
+    _, cleaned, report, _ = _cleaned(_weights_model(w, w2(w)))
+    assert (report.steps["tied-weights"] == 1) is tied
+    assert len(cleaned.weights) == (1 if tied else 2)
+
+
+def test_nan_weights_with_the_same_bits_are_one_weight():
+    w = np.full((8, 8), np.nan, np.float32)
+    _, cleaned, _, _ = _cleaned(_weights_model(w, w.copy()))
+    assert len(cleaned.weights) == 1
+
+
+def test_overridable_initializers_are_never_tied():
+    """An IR-3 style initializer listed as a graph input can be fed at run time: two of them are two tensors."""
+    w = np.ones((8, 8), np.float32)
+    model = _weights_model(w, w.copy())
+    model.graph.input.extend([helper.make_tensor_value_info(n, TensorProto.FLOAT, [8, 8]) for n in ("W1", "W2")])
+    graph = load_onnx(model)
+    if set(graph.meta.initializer_inputs) != {"W1", "W2"}:
+        pytest.skip("this import does not keep initializer inputs overridable")
+    assert clean_up(graph)[1].steps["tied-weights"] == 0
+
+
+def test_random_nodes_are_never_merged():
+    """Two RandomUniformLike nodes on the same input draw two tensors: merging them would change the model."""
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x) => (float[2, 3] y) {
+            a = RandomUniformLike <seed: float = 1.0> (x)
+            b = RandomUniformLike <seed: float = 1.0> (x)
+            y = Sub(a, b)
+        }""")
+    graph = load_onnx(model)
+    assert clean_up(graph)[1].steps["common-subexpression"] == 0
+
+
+def test_two_outputs_computed_alike_keep_both_names():
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3] x) => (float[3, 2] y1, float[3, 2] y2) {
+            y1 = Transpose <perm = [1, 0]> (x)
+            y2 = Transpose <perm = [1, 0]> (x)
+        }""")
+    _, cleaned, report, out = _cleaned(model)
+    assert report.steps["common-subexpression"] == 1 and len(cleaned) == 1
+    assert [o.name for o in out.graph.output] == ["y1", "y2"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y1, y2 = run_ort(out, {"x": x})
+    np.testing.assert_array_equal(y1, x.T)
+    np.testing.assert_array_equal(y2, x.T)
+
+
+def _random_chain(rng: np.random.Generator, dtype: int) -> onnx.ModelProto:
+    """A chain of Transposes, Reshapes, Squeezes and Unsqueezes over a random shape, each sometimes computed twice."""
+    rank = int(rng.integers(1, 5))
+    shape = [int(d) for d in rng.choice([1, 2, 3, 4], size=rank)]
+    nodes, inits, value, current = [], [], "x", list(shape)
+    for i in range(int(rng.integers(2, 7))):
+        kind = rng.choice(["Transpose", "Reshape", "Unsqueeze", "Squeeze"])
+        out = f"v{i}"
+        if kind == "Transpose" and current:
+            perm = [int(p) for p in rng.permutation(len(current))]
+            nodes.append(helper.make_node("Transpose", [value], [out], perm=perm))
+            current = [current[p] for p in perm]
+        elif kind == "Reshape" and current:
+            target = list(current)
+            rng.shuffle(target)
+            if len(target) > 1 and rng.random() < 0.5:
+                target = [target[0] * target[1], *target[2:]]
+            inits.append(numpy_helper.from_array(np.asarray(target, np.int64), f"s{i}"))
+            nodes.append(helper.make_node("Reshape", [value, f"s{i}"], [out]))
+            current = target
+        elif kind == "Unsqueeze" and len(current) < 5:
+            axis = int(rng.integers(0, len(current) + 1))
+            inits.append(numpy_helper.from_array(np.asarray([axis], np.int64), f"a{i}"))
+            nodes.append(helper.make_node("Unsqueeze", [value, f"a{i}"], [out]))
+            current.insert(axis, 1)
+        elif kind == "Squeeze" and 1 in current:
+            axis = current.index(1)
+            inits.append(numpy_helper.from_array(np.asarray([axis], np.int64), f"a{i}"))
+            nodes.append(helper.make_node("Squeeze", [value, f"a{i}"], [out]))
+            current.pop(axis)
+        else:
+            continue
+        if rng.random() < 0.3:  # the same node again, read by the output: a common subexpression
+            twin = nodes[-1]
+            nodes.append(helper.make_node(twin.op_type, list(twin.input), [out + "_twin"], **{a.name: helper.get_attribute_value(a) for a in twin.attribute}))
+            nodes.append(helper.make_node("Add" if dtype != TensorProto.BOOL else "And", [out, out + "_twin"], [out + "_sum"]))
+            out = out + "_sum"
+        value = out
+    outputs = [helper.make_tensor_value_info(value, dtype, None)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", dtype, shape)], outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64], ids=["float32", "float16", "int64"])
+def test_random_transpose_and_reshape_chains_are_shortened_exactly(dtype):
+    """Fuzzed compositions of data movement (and duplicated nodes): the cleaned file equals the input on ONNX
+    Runtime bit for bit, never has more nodes, and a second clean-up finds nothing."""
+    rng = np.random.default_rng(dtype)
+    shortened = 0
+    for case in range(60):
+        model = _random_chain(rng, dtype)
+        graph, cleaned, report, out = _cleaned(model)
+        assert len(cleaned) <= len(graph), case
+        assert not clean_up(cleaned)[1].changed, case
+        shortened += report.changed
+        shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+        x = (rng.standard_normal(shape) * 10).astype(helper.tensor_dtype_to_np_dtype(dtype))
+        np.testing.assert_array_equal(run_ort(out, {"x": x})[0], run_ort(model, {"x": x})[0], err_msg=f"case {case}")
+    assert shortened > 20  # the fuzzer reaches the clean-ups
+
+
+def test_symbolic_reshape_round_trips_are_removed_and_the_file_still_runs_at_every_size():
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, seq, 8] x) => (float[batch, seq, 8] y) {
+            s1 = Constant <value: tensor = int64[2] {0, -1}> ()
+            s2 = Constant <value: tensor = int64[3] {0, -1, 8}> ()
+            a = Reshape(x, s1)
+            b = Reshape(a, s2)
+            t = Transpose <perm = [1, 0, 2]> (b)
+            u = Transpose <perm = [1, 0, 2]> (t)
+            y = Relu(u)
+        }""")
+    _, cleaned, report, out = _cleaned(model)
+    assert cleaned.op_histogram() == {"relu": 1}
+    assert report.steps["identity-reshape"] == 1 and report.steps["identity-transpose"] == 1
+    assert [d.dim_param for d in out.graph.output[0].type.tensor_type.shape.dim][:2] == ["batch", "seq"]
+    for batch, seq in ((1, 5), (3, 2)):
+        x = np.random.default_rng(0).standard_normal((batch, seq, 8)).astype(np.float32)
+        np.testing.assert_array_equal(run_ort(out, {"x": x})[0], np.maximum(x, 0))
+
+
+def test_every_cleanup_names_the_axiom_it_applies_or_says_why_it_holds():
+    axioms = {a.name for a in AXIOMS}
+    for cleanup in CLEANUPS:
+        assert cleanup.proof, cleanup.name
+        if cleanup.axiom:
+            ranks = (3,) * cleanup.axiom.count("{}")
+            assert cleanup.axiom.format(*ranks) in axioms, cleanup.name
+
+
+def test_a_transpose_pair_of_a_rank_the_specs_do_not_cover_is_left_alone():
+    """The specs state transpose axioms for ranks 2 to 4: a rank-5 pair (as in nn.MultiheadAttention's dynamo export)
+    is not an instance of a proved equality, so it stays."""
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[2, 3, 4, 5, 6] x) => (float[2, 3, 4, 5, 6] y) {
+            t = Transpose <perm = [1, 0, 2, 3, 4]> (x)
+            y = Transpose <perm = [1, 0, 2, 3, 4]> (t)
+        }""")
+    assert not _cleaned(model)[2].changed
+
+
+def _inp(name: str, shape) -> RuleInput:
+    return RuleInput(name, "tensor", TensorType(tuple(shape)))
+
+
+@pytest.mark.parametrize("rule", [
+    Rule((_inp("x", (2, 3, 4)),), (RuleNode("transpose", {"perm": (1, 2, 0)}, ("x",), ("a",)), RuleNode("transpose", {"perm": (2, 0, 1)}, ("a",), ("b",))),
+         (), (("b", "x"),), name="identity-transpose after transpose-pair"),
+    Rule((_inp("x", (2, 3, 4)),), (RuleNode("transpose", {"perm": (1, 0, 2)}, ("x",), ("a",)), RuleNode("transpose", {"perm": (0, 2, 1)}, ("a",), ("b",))),
+         (RuleNode("transpose", {"perm": (1, 2, 0)}, ("x",), ("c",)),), (("b", "c"),), name="transpose-pair"),
+    Rule((_inp("x", (2, 3, 4)),), (RuleNode("reshape", {"shape": (6, 4)}, ("x",), ("a",)), RuleNode("reshape", {"shape": (4, 6)}, ("a",), ("b",))),
+         (RuleNode("reshape", {"shape": (4, 6)}, ("x",), ("c",)),), (("b", "c"),), name="reshape-pair"),
+    Rule((_inp("x", (2, 3, 4)),), (RuleNode("reshape", {"shape": (2, 3, 4)}, ("x",), ("a",)),), (), (("a", "x"),), name="identity-reshape"),
+], ids=lambda r: r.name)
+def test_cleanup_instances_are_proved_by_the_verifier(rule):
+    from taso.verifier.verify import Settings, verify_rule
+
+    assert verify_rule(rule, Settings(timeout_s=10.0, precheck=False)).status == "proved"
+
+
+def test_folding_says_what_it_left_unfolded_and_why():
+    """A mask broadcast from a small constant to a large one stays a node (the file must not grow), and the plan says so."""
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[64, 512, 512] x) => (float[64, 512, 512] y) {
+            m = Constant <value: tensor = float[1, 1, 1] {2.0}> ()
+            s = Constant <value: tensor = int64[3] {64, 512, 512}> ()
+            w = Constant <value: tensor = float[4, 4] {1,2,3,4, 5,6,7,8, 9,10,11,12, 13,14,15,16}> ()
+            e = Expand(m, s)
+            y = Mul(x, e)
+        }""")
+    plan = folding_plan(load_onnx(model))
+    assert [(n.op.name, why) for n, why in plan.unfolded] == [("expand", "a broadcast whose result would grow the file")]
+    assert "left as nodes: expand: a broadcast whose result would grow the file" in plan.describe()
