@@ -56,7 +56,7 @@ def _add_input_shape_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _cmd_info(args: argparse.Namespace) -> int:
-    from .info import describe_graph, describe_library, format_description, is_rule_file, to_json
+    from .info import describe_graph, describe_library, format_description, format_library, is_rule_file, to_json
     from .onnx import load_onnx
 
     if args.costs:
@@ -73,7 +73,7 @@ def _cmd_info(args: argparse.Namespace) -> int:
         from .rules import Library
 
         summary = describe_library(Library.load(args.file))
-        print(to_json(summary) if args.json else "\n".join([f"{args.file}: {len(summary['rules'])} rules"] + [f"  {r['id']}  [{r['status']}]  {r['text']}" for r in summary["rules"]]))
+        print(to_json(summary) if args.json else format_library(summary, args.file))
         return 0
     from .onnx import read_model
 

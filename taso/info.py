@@ -42,13 +42,25 @@ def is_rule_file(path: str) -> bool:
 
 
 def describe_library(library) -> dict[str, Any]:
-    """A JSON-ready summary of a rule library: header and one line per rule, in text form beside its id."""
+    """A JSON-ready summary of a rule library: header and one line per rule, in text form beside its id, and the
+    clean-ups ``taso optimize`` applies with every library (:mod:`taso.cleanup`), each with what proves it."""
+    from .cleanup import CLEANUPS
     from .rules import format_rule
 
     return {
         "header": library.header,
         "rules": [{"id": r.id, "name": r.name, "status": r.status, "size": list(r.size), "text": format_rule(r)} for r in library.rules],
+        "cleanups": [{"name": c.name, "equality": c.equality, "proof": c.proof} for c in CLEANUPS],
     }
+
+
+def format_library(summary: dict[str, Any], title: str) -> str:
+    """The human-readable form of :func:`describe_library`'s summary."""
+    lines = [f"{title}: {len(summary['rules'])} rules"] + [f"  {r['id']}  [{r['status']}]  {r['text']}" for r in summary["rules"]]
+    lines.append(f"clean-ups (applied with every library, before and after the search): {len(summary['cleanups'])}")
+    width = max(len(c["name"]) for c in summary["cleanups"])
+    lines += [f"  {c['name']:<{width}}  {c['equality']}  [{c['proof']}]" for c in summary["cleanups"]]
+    return "\n".join(lines)
 
 
 def format_description(summary: dict[str, Any], title: str) -> str:

@@ -239,3 +239,13 @@ def test_folding_says_what_it_left_unfolded_and_why():
     plan = folding_plan(load_onnx(model))
     assert [(n.op.name, why) for n, why in plan.unfolded] == [("expand", "a broadcast whose result would grow the file")]
     assert "left as nodes: expand: a broadcast whose result would grow the file" in plan.describe()
+
+
+def test_taso_info_lists_the_cleanups_with_their_proofs(capsys):
+    from taso.cli import main
+    from taso.optimize import DEFAULT_LIBRARY
+
+    assert main(["info", DEFAULT_LIBRARY]) == 0
+    out = capsys.readouterr().out
+    for cleanup in CLEANUPS:
+        assert f"{cleanup.name}" in out and cleanup.proof in out
