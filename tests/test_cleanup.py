@@ -249,3 +249,42 @@ def test_taso_info_lists_the_cleanups_with_their_proofs(capsys):
     out = capsys.readouterr().out
     for cleanup in CLEANUPS:
         assert f"{cleanup.name}" in out and cleanup.proof in out
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["float32", "float16"])
+def test_folded_weights_have_onnx_runtimes_bits_in_their_own_dtype(dtype):
+    """The weight-only subgraphs exporters leave (transposed, split, scaled, normalised weights) fold into initializers
+    of the weight's own dtype whose values are bit for bit what ONNX Runtime computes from the same subgraph, each
+    operator's result rounded to the dtype as ONNX specifies. (ONNX Runtime's CPU float16 kernels run a chain of
+    float16 operators in float32 unless each intermediate is a graph output: the reference declares them all.)"""
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    rng = np.random.default_rng(7)
+    w = (rng.standard_normal((6, 8)) * 3).astype(np_dtype)
+    v = (rng.random((8,)) + 0.5).astype(np_dtype)
+    graph = helper.make_graph([
+        helper.make_node("Transpose", ["W"], ["wt"], perm=[1, 0]),
+        helper.make_node("Split", ["wt", "sizes"], ["w1", "w2"], axis=0),
+        helper.make_node("Sqrt", ["V"], ["root"]),
+        helper.make_node("Unsqueeze", ["root", "axis1"], ["root_col"]),
+        helper.make_node("Slice", ["root_col", "zero", "three", "zero"], ["r1"]),
+        helper.make_node("Mul", ["w1", "r1"], ["scaled"]),
+        helper.make_node("Div", ["w2", "c"], ["divided"]),
+        helper.make_node("Concat", ["scaled", "divided"], ["merged"], axis=0),
+        helper.make_node("Sub", ["merged", "c"], ["shifted"]),
+        helper.make_node("MatMul", ["x", "shifted"], ["y"]),
+    ], "fold", [helper.make_tensor_value_info("x", dtype, [2, 8])], [helper.make_tensor_value_info("y", dtype, [2, 6])], [
+        numpy_helper.from_array(w, "W"), numpy_helper.from_array(v, "V"), numpy_helper.from_array(np.asarray([3, 5], np.int64), "sizes"),
+        numpy_helper.from_array(np.asarray([1], np.int64), "axis1"), numpy_helper.from_array(np.asarray([0], np.int64), "zero"),
+        numpy_helper.from_array(np.asarray([3], np.int64), "three"), numpy_helper.from_array(np.asarray(0.7, np_dtype), "c")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    out = export_clean(load_onnx(model))
+    assert [n.op_type for n in out.graph.node] == ["MatMul"]
+    folded = numpy_helper.to_array(next(t for t in out.graph.initializer if t.name in out.graph.node[0].input))
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    intermediates = [o for node in model.graph.node[:-1] for o in node.output]
+    reference.graph.output.extend(helper.make_tensor_value_info(o, dtype, None) for o in intermediates)
+    x = rng.standard_normal((2, 8)).astype(np_dtype)
+    expected = run_ort(reference, {"x": x})[1 + intermediates.index("shifted")]
+    assert folded.dtype == np_dtype
+    np.testing.assert_array_equal(folded.view(np.uint8), expected.view(np.uint8))
