@@ -3,7 +3,7 @@
 Axioms are the identities that make these constants useful in rewrites: x times the
 identity matrix is x, x convolved with the identity kernel under SAME padding is x, the
 depthwise convolution with the pooling kernel is average pooling (padding counted), and
-adding zeros or multiplying by ones of x's shape does nothing.
+adding zeros or multiplying by ones of x's shape, or of its trailing dims, does nothing.
 """
 
 from __future__ import annotations
@@ -71,6 +71,11 @@ def _own_shape(rank_: int) -> Sampler:
     return lambda rng: (lambda s: {"x": s, **{f"d{i}": v for i, v in enumerate(s)}})(shape(rng, rank_))
 
 
+def _trailing_shape(rank_: int, k: int) -> Sampler:
+    """x of the rank, d its last k dims."""
+    return lambda rng: (lambda s: {"x": s, **{f"d{i}": v for i, v in enumerate(s[rank_ - k:])}})(shape(rng, rank_))
+
+
 def _broadcast_into(rank_: int) -> Sampler:
     """y of a random shape (and d its dims), x that broadcasts into it: trailing dims of y, some set to 1."""
 
@@ -105,6 +110,10 @@ axioms = [
       for r in (1, 2, 3, 4)],
     *[Axiom(f"add-zeros-{r}d", add(x, fill(shape=d[:r], value=0.0)), x, _own_shape(r), when=(eq(rank(x), r), *[eq(dim(x, i), d[i]) for i in range(r)]))
       for r in (1, 2, 3, 4)],
+    # ... and so are zeros (ones) of x's trailing dims, broadcast over the leading ones (a zero bias, a unit scale)
+    *[Axiom(f"{name}-trailing-{r}d-{k}", op(name)(x, fill(shape=d[:k], value=value)), x, _trailing_shape(r, k),
+            when=(eq(rank(x), r), *[eq(dim(x, r - k + i), d[i]) for i in range(k)]))
+      for name, value in (("add", 0.0), ("mul", 1.0)) for r in (2, 3, 4) for k in range(1, r)],
     # ones of y's shape only broadcast x to it, which adding y does anyway (a channel bias times ones, plus an image)
     *[Axiom(f"add-broadcast-ones-{r}d", add(mul(x, fill(shape=d[:r], value=1.0)), y), add(x, y), _broadcast_into(r),
             when=(eq(rank(y), r), *[eq(dim(y, i), d[i]) for i in range(r)])) for r in (1, 2, 3, 4)],

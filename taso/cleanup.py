@@ -20,6 +20,9 @@ instance of an equality the project has proved, recorded in :data:`CLEANUPS` (``
   an instance at a rank the specs state no axiom for (a rank-5 transpose) is left alone: the
   axioms are validated against the NumPy semantics (``taso.verifier.axiom_check``), and a
   clean-up is exactly as proved as the axiom it instantiates;
+* ``neutral-operand``: adding a weight of zeros, multiplying by a weight of ones, of x's
+  shape or of its trailing dims (a zero bias, a unit scale): the spec axioms
+  ``add-zeros-Nd``, ``add-trailing-Nd-K``, ``mul-ones-Nd``, ``mul-trailing-Nd-K``;
 * ``dead-code``: nodes and weights no output depends on (counted together).
 
 Constant subgraphs (weights transposed, split or scaled by the exporter) need no clean-up:
@@ -64,8 +67,12 @@ CLEANUPS: tuple[Cleanup, ...] = (
     Cleanup("identity-transpose", "transpose(x, 0..n-1)  ->  x", "spec axiom transpose-identity-<rank>d", "transpose-identity-{}d"),
     Cleanup("reshape-pair", "reshape(reshape(x, s), t)  ->  reshape(x, t)", "spec axiom reshape-reshape-<rank s>d-<rank t>d", "reshape-reshape-{}d-{}d"),
     Cleanup("identity-reshape", "reshape(x, shape(x))  ->  x", "spec axiom reshape-identity-<rank>d", "reshape-identity-{}d"),
+    Cleanup("neutral-operand", "x + 0  ->  x,  x * 1  ->  x  (zeros or ones of x's shape or trailing dims, a weight)",
+            "spec axioms add-zeros-<rank>d, add-trailing-<rank>d-<k>, mul-ones-<rank>d, mul-trailing-<rank>d-<k> (with add-comm, mul-comm)"),
     Cleanup("dead-code", "a node no output reads  ->  nothing", "the outputs do not depend on it"),
 )
+# The neutral element of each operator, and the axiom that drops it: same shape, or x's last k dims of rank r.
+_NEUTRAL = {"add": (0, "add-zeros-{r}d", "add-trailing-{r}d-{k}"), "mul": (1, "mul-ones-{r}d", "mul-trailing-{r}d-{k}")}
 _AXIOM_PATTERN = {c.name: c.axiom for c in CLEANUPS if c.axiom}
 
 
@@ -134,7 +141,7 @@ def clean_up(graph: Graph) -> tuple[Graph, CleanupReport]:
         same = _identity_of(node, graph)
         if same is not None:
             alias[node.outputs[0]] = same
-            steps[f"identity-{node.op.name}"] += 1
+            steps["neutral-operand" if node.op.name in _NEUTRAL else f"identity-{node.op.name}"] += 1
             continue
         if node.op.name not in _NOT_MERGED:
             key = (node.op, node.params, node.inputs)
@@ -212,14 +219,34 @@ def _shortened(node: Node, producer: Mapping[str, Node], steps: Counter) -> Node
 
 
 def _identity_of(node: Node, graph: Graph) -> str | None:
-    """The value a node returns unchanged: a transpose by the identity, a reshape to the input's own shape."""
+    """The value a node returns unchanged: a transpose by the identity, a reshape to the input's own shape,
+    an addition of zeros or a product with ones."""
     name = node.op.name
+    if name in _NEUTRAL:
+        return _neutral_operand(node, graph)
     if name == "transpose":
         perm = tuple(node.params["perm"])
         return node.inputs[0] if perm == tuple(range(len(perm))) and _proved("identity-transpose", len(perm)) else None
     if name == "reshape":
         shape = graph.type(node.outputs[0]).shape
         return node.inputs[0] if shape == graph.type(node.inputs[0]).shape and _proved("identity-reshape", len(shape)) else None
+    return None
+
+
+def _neutral_operand(node: Node, graph: Graph) -> str | None:
+    """x, when the node adds to x a weight of zeros (multiplies it by ones) of x's shape or trailing dims."""
+    neutral, same, trailing = _NEUTRAL[node.op.name]
+    for x, w in (node.inputs, tuple(reversed(node.inputs))):
+        array = graph.weights.get(w)
+        if array is None or w in graph.meta.initializer_inputs or array.dtype.kind not in "fiu":
+            continue
+        x_type = graph.type(x)
+        r, k = x_type.rank, array.ndim
+        if not 1 <= k <= r or graph.type(node.outputs[0]).shape != x_type.shape or tuple(x_type.shape[r - k:]) != array.shape:
+            continue
+        axiom = (same if k == r else trailing).format(r=r, k=k)
+        if axiom in _axiom_names() and x_type.dtype == array.dtype.name and bool(np.all(array == neutral)):
+            return x
     return None
 
 

@@ -288,3 +288,35 @@ def test_folded_weights_have_onnx_runtimes_bits_in_their_own_dtype(dtype):
     expected = run_ort(reference, {"x": x})[1 + intermediates.index("shifted")]
     assert folded.dtype == np_dtype
     np.testing.assert_array_equal(folded.view(np.uint8), expected.view(np.uint8))
+
+
+def _bias_model(op: str, bias: np.ndarray, x_shape, weight_first: bool = False) -> onnx.ModelProto:
+    inputs = ["b", "x"] if weight_first else ["x", "b"]
+    graph = helper.make_graph([helper.make_node(op, inputs, ["s"]), helper.make_node("Relu", ["s"], ["y"])], "bias",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(bias, "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("op, bias, x_shape, weight_first, dropped", [
+    ("Add", np.zeros(8, np.float32), [2, 4, 8], False, True),  # a zero bias (random-init transformers export them)
+    ("Add", np.full(8, -0.0, np.float32), [2, 4, 8], True, True),
+    ("Mul", np.ones((4, 8), np.float32), [2, 4, 8], False, True),  # a unit scale
+    ("Add", np.zeros((2, 4, 8), np.float32), [2, 4, 8], False, True),
+    ("Add", np.full(8, 1e-30, np.float32), [2, 4, 8], False, False),  # not zero
+    ("Add", np.zeros((3, 8), np.float32), [8], False, False),  # zeros that broadcast x to a larger shape
+    ("Mul", np.ones((4, 1), np.float32), [2, 4, 8], False, False),  # ones of x's dims but not its trailing ones
+], ids=["zero-bias", "negative-zero-bias-first", "unit-scale", "same-shape", "tiny", "broadcasting", "not-trailing"])
+def test_a_neutral_weight_operand_is_dropped_only_where_an_axiom_says_so(op, bias, x_shape, weight_first, dropped):
+    model = _bias_model(op, bias, x_shape, weight_first)
+    _, cleaned, report, out = _cleaned(model)
+    assert (report.steps["neutral-operand"] == 1) is dropped
+    x = np.random.default_rng(0).standard_normal(x_shape).astype(np.float32)
+    np.testing.assert_array_equal(run_ort(out, {"x": x})[0], run_ort(model, {"x": x})[0])
+
+
+def test_the_neutral_operand_cleanup_names_axioms_of_the_specs():
+    axioms = {a.name for a in AXIOMS}
+    cited = {f"{name}-{r}d" for name in ("add-zeros", "mul-ones") for r in (1, 2, 3, 4)}
+    cited |= {f"{name}-trailing-{r}d-{k}" for name in ("add", "mul") for r in (2, 3, 4) for k in range(1, r)} | {"add-comm", "mul-comm"}
+    assert cited <= axioms, sorted(cited - axioms)

@@ -516,20 +516,39 @@ def _fold_constant_node(state: _ImportState, node: onnx.NodeProto) -> bool:
         return False
     if node.op_type == "ConstantOfShape" and int(np.prod(state.weights[names[0]], dtype=np.int64)) > _FOLD_MAX_FILL_ELEMENTS:
         return False
-    try:
-        from onnx.reference import ReferenceEvaluator
-
-        inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(state.weights[state.resolve(n)].dtype), None) for n in node.input if n]
-        outputs = [helper.make_tensor_value_info(n, onnx.TensorProto.UNDEFINED, None) for n in node.output if n]
-        m = helper.make_model(helper.make_graph([node], "fold", inputs, outputs), opset_imports=[helper.make_opsetid("", state.opset)])
-        results = ReferenceEvaluator(m).run(None, {n: state.weights[state.resolve(n)] for n in node.input if n})
-    except Exception:  # noqa: BLE001 - not foldable here; import normally
+    results = _evaluate_alone(node, {n: state.weights[state.resolve(n)] for n in node.input if n}, state.opset)
+    if results is None:
         return False
     if _grows_too_much([state.weights[n] for n in names], results):
         return False
     for name, value in zip([o for o in node.output if o], results):
         _add_weight(state, name, np.asarray(value))
     return True
+
+
+def _evaluate_alone(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: int) -> list[np.ndarray] | None:
+    """The node's outputs on constant inputs: ONNX's reference evaluator, else ONNX Runtime (the reference's
+    GatherElements fails on a [1, 64] table indexed by [1, 32], as BERT's dynamo export has it); None when neither runs it."""
+    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in feeds.items()]
+    outputs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
+    model = helper.make_model(helper.make_graph([node], "fold", inputs, outputs), opset_imports=[helper.make_opsetid("", opset)])
+    try:
+        from onnx.reference import ReferenceEvaluator
+
+        return [np.asarray(r) for r in ReferenceEvaluator(model).run(None, feeds)]
+    except Exception:  # noqa: BLE001 - the reference evaluator's own limits: try ONNX Runtime
+        pass
+    try:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        options.log_severity_level = 3
+        model.ir_version = min(model.ir_version, 10)
+        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        return [np.asarray(r) for r in session.run(None, feeds)]
+    except Exception:  # noqa: BLE001 - not foldable here; import normally
+        return None
 
 
 def _fold_symbolic_node(state: _ImportState, node: onnx.NodeProto) -> bool:
