@@ -29,7 +29,7 @@ from ..dims import Dim, bare_symbol, floor_definition, is_static_shape, poly_ter
 from ..errors import ExportError
 from ..ir import Graph, Node, TensorType
 
-__all__ = ["export_onnx", "save_onnx", "folding_plan", "FoldingPlan"]
+__all__ = ["export_onnx", "save_onnx", "folding_plan", "folded_weights", "FoldingPlan"]
 
 # Constants that stay lazy: materialising ConstantOfShape would bloat "light" models.
 _KEEP_LAZY = {"fill", "opaque", "dims"}
@@ -236,6 +236,16 @@ def folding_plan(graph: Graph) -> FoldingPlan:
     return FoldingPlan(folded, unfolded)
 
 
+def folded_weights(graph: Graph, folded: list[Node] | None = None) -> dict[str, np.ndarray]:
+    """The graph's weights and the values of the folded nodes (:func:`folding_plan`), each evaluated by its
+    operator's reference semantics in the weights' own dtype."""
+    weights: dict[str, np.ndarray] = dict(graph.weights)
+    for node in folding_plan(graph).folded if folded is None else folded:
+        for name, value in zip(node.outputs, node.op.evaluate([weights[v] for v in node.inputs], node.params)):
+            weights[name] = value
+    return weights
+
+
 def _why_not_folded(graph: Graph, node: Node) -> str:
     if node.op.name in _KEEP_LAZY:
         return {"opaque": "an ONNX node kept verbatim", "dims": "sizes computed at run time"}.get(node.op.name, "kept lazy: its result is larger than its inputs")
@@ -312,12 +322,9 @@ def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> o
     """
     opset = opset or graph.meta.opset
     ctx = ExportContext(graph, opset)
-    weights: dict[str, np.ndarray] = dict(graph.weights)
     folded = folding_plan(graph).folded
     folded_ids = {id(n) for n in folded}
-    for node in folded:
-        for name, value in zip(node.outputs, node.op.evaluate([weights[v] for v in node.inputs], node.params)):
-            weights[name] = value
+    weights = folded_weights(graph, folded)
     live = graph.pruned()
     needed = {v for n in live.topological_order() if id(n) not in folded_ids for v in n.inputs} | set(graph.outputs)
     for name, array in weights.items():
