@@ -23,6 +23,8 @@ instance of an equality the project has proved, recorded in :data:`CLEANUPS` (``
 * ``neutral-operand``: adding a weight of zeros, multiplying by a weight of ones, of x's
   shape or of its trailing dims (a zero bias, a unit scale): the spec axioms
   ``add-zeros-Nd``, ``add-trailing-Nd-K``, ``mul-ones-Nd``, ``mul-trailing-Nd-K``;
+* ``whole-slice`` / ``zero-pad``: a slice that keeps every element, a pad of nothing (by
+  the operators' definitions; the specs model neither operator);
 * ``dead-code``: nodes and weights no output depends on (counted together).
 
 Constant subgraphs (weights transposed, split or scaled by the exporter) need no clean-up:
@@ -69,8 +71,11 @@ CLEANUPS: tuple[Cleanup, ...] = (
     Cleanup("identity-reshape", "reshape(x, shape(x))  ->  x", "spec axiom reshape-identity-<rank>d", "reshape-identity-{}d"),
     Cleanup("neutral-operand", "x + 0  ->  x,  x * 1  ->  x  (zeros or ones of x's shape or trailing dims, a weight)",
             "spec axioms add-zeros-<rank>d, add-trailing-<rank>d-<k>, mul-ones-<rank>d, mul-trailing-<rank>d-<k> (with add-comm, mul-comm)"),
+    Cleanup("whole-slice", "slice(x, 0:dim:1 on every axis it names)  ->  x", "the operator's definition (checked against ONNX Runtime in tests)"),
+    Cleanup("zero-pad", "pad(x, pads all 0)  ->  x", "the operator's definition (checked against ONNX Runtime in tests)"),
     Cleanup("dead-code", "a node no output reads  ->  nothing", "the outputs do not depend on it"),
 )
+_IDENTITY_STEP = {"add": "neutral-operand", "mul": "neutral-operand", "slice": "whole-slice", "pad": "zero-pad"}
 # The neutral element of each operator, and the axiom that drops it: same shape, or x's last k dims of rank r.
 _NEUTRAL = {"add": (0, "add-zeros-{r}d", "add-trailing-{r}d-{k}"), "mul": (1, "mul-ones-{r}d", "mul-trailing-{r}d-{k}")}
 _AXIOM_PATTERN = {c.name: c.axiom for c in CLEANUPS if c.axiom}
@@ -141,7 +146,7 @@ def clean_up(graph: Graph) -> tuple[Graph, CleanupReport]:
         same = _identity_of(node, graph)
         if same is not None:
             alias[node.outputs[0]] = same
-            steps["neutral-operand" if node.op.name in _NEUTRAL else f"identity-{node.op.name}"] += 1
+            steps[_IDENTITY_STEP.get(node.op.name, f"identity-{node.op.name}")] += 1
             continue
         if node.op.name not in _NOT_MERGED:
             key = (node.op, node.params, node.inputs)
@@ -224,6 +229,12 @@ def _identity_of(node: Node, graph: Graph) -> str | None:
     name = node.op.name
     if name in _NEUTRAL:
         return _neutral_operand(node, graph)
+    if name == "slice":
+        p, shape = node.params, graph.type(node.inputs[0]).shape
+        whole = all(s == 0 and e is not None and e == shape[a] and t == 1 for s, e, a, t in zip(p["starts"], p["ends"], p["axes"], p["steps"]))
+        return node.inputs[0] if whole else None
+    if name == "pad":
+        return node.inputs[0] if not any(node.params["pads"]) else None
     if name == "transpose":
         perm = tuple(node.params["perm"])
         return node.inputs[0] if perm == tuple(range(len(perm))) and _proved("identity-transpose", len(perm)) else None

@@ -320,3 +320,34 @@ def test_the_neutral_operand_cleanup_names_axioms_of_the_specs():
     cited = {f"{name}-{r}d" for name in ("add-zeros", "mul-ones") for r in (1, 2, 3, 4)}
     cited |= {f"{name}-trailing-{r}d-{k}" for name in ("add", "mul") for r in (2, 3, 4) for k in range(1, r)} | {"add-comm", "mul-comm"}
     assert cited <= axioms, sorted(cited - axioms)
+
+
+@pytest.mark.parametrize("node, kept", [
+    ('Slice(x, zero3, big3, axes3)', False),  # 0:INT64_MAX on every axis: the whole tensor
+    ('Slice(x, zero1, dim1, ax1)', False),
+    ('Slice(x, one1, big1, ax1)', True),  # drops a row
+    ('Pad(x, zeros6)', False),
+    ('Pad(x, pads6)', True),
+], ids=["whole", "whole-one-axis", "drops-a-row", "zero-pad", "real-pad"])
+def test_a_slice_of_everything_and_a_pad_of_nothing_are_removed_on_a_symbolic_batch(node, kept):
+    model = model_from_text(f"""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, 4, 6] x) => (float[batch, 4, 6] y) {{
+            zero3 = Constant <value: tensor = int64[3] {{0, 0, 0}}> ()
+            big3 = Constant <value: tensor = int64[3] {{9223372036854775807, 9223372036854775807, 9223372036854775807}}> ()
+            axes3 = Constant <value: tensor = int64[3] {{0, 1, 2}}> ()
+            zero1 = Constant <value: tensor = int64[1] {{0}}> ()
+            one1 = Constant <value: tensor = int64[1] {{1}}> ()
+            dim1 = Constant <value: tensor = int64[1] {{6}}> ()
+            big1 = Constant <value: tensor = int64[1] {{9223372036854775807}}> ()
+            ax1 = Constant <value: tensor = int64[1] {{2}}> ()
+            zeros6 = Constant <value: tensor = int64[6] {{0, 0, 0, 0, 0, 0}}> ()
+            pads6 = Constant <value: tensor = int64[6] {{0, 1, 0, 0, 0, 1}}> ()
+            s = {node}
+            y = Relu(s)
+        }}""")
+    _, cleaned, report, out = _cleaned(model)
+    assert (len(cleaned) == 2) is kept, report.describe()
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, 4, 6)).astype(np.float32)
+        np.testing.assert_array_equal(run_ort(out, {"x": x})[0], run_ort(model, {"x": x})[0])
