@@ -2,8 +2,10 @@
 
 Exporters leave work behind that no cost model needs to weigh: the same projection computed
 once per layer from tied weights, a transpose undone by the next, a reshape to the shape the
-tensor already has. :func:`clean_up` removes it in one topological sweep, before the search
-and again on its result, so every graph the search prices is already clean. Each step is an
+tensor already has. :func:`clean_up` removes it in one topological sweep, before the search,
+inside it (a graph a rewrite built is cleaned up when :func:`may_clean_up` finds work at the
+rewrite's new nodes: merging steps of a recurrent cell makes the same concatenation twice) and
+on its result. Each step is an
 instance of an equality the project has proved, recorded in :data:`CLEANUPS` (``taso info
 --cleanups`` lists them):
 
@@ -38,14 +40,14 @@ from __future__ import annotations
 import functools
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from .ir import Graph, Node, Params
 
-__all__ = ["Cleanup", "CLEANUPS", "CleanupReport", "clean_up"]
+__all__ = ["Cleanup", "CLEANUPS", "CleanupReport", "clean_up", "may_clean_up"]
 
 
 @dataclass(frozen=True)
@@ -164,6 +166,27 @@ def clean_up(graph: Graph) -> tuple[Graph, CleanupReport]:
         steps["dead-code"] += dead
     report = CleanupReport(len(graph), len(result), _weight_bytes(graph), _weight_bytes(result), steps, time.perf_counter() - started)
     return result, report
+
+
+def may_clean_up(graph: Graph, nodes: Iterable[Node]) -> bool:
+    """Whether clean-up has something to do at ``nodes`` of ``graph`` (a rewrite's new nodes): one of them
+    computes what another node already does, returns its input unchanged, or extends a transpose or reshape
+    chain. Local and cheap, so the search can ask it of every graph it builds."""
+    for node in nodes:
+        if node.op.name in _NOT_MERGED or not node.inputs:
+            continue
+        if _identity_of(node, graph) is not None:
+            return True
+        chained = node.op.name in ("transpose", "reshape")
+        producer = graph.producer(node.inputs[0])
+        if chained and producer is not None and producer.op is node.op:
+            return True
+        for user, _ in graph.uses(node.inputs[0]):
+            if user is not node and user.op is node.op and user.params == node.params and user.inputs == node.inputs:
+                return True
+        if chained and any(user.op is node.op for o in node.outputs for user, _ in graph.uses(o)):
+            return True
+    return False
 
 
 def _weight_bytes(graph: Graph) -> int:

@@ -203,7 +203,8 @@ def _format_report(args, before, outcome) -> str:
         f"  nodes    {len(before)} -> {len(after)}",
         *_cleanup_lines(outcome),
         f"  search   {report.seconds:.1f} s ({report.seconds_rewriting:.1f} s rewriting, {report.seconds_costing:.1f} s costing), "
-        f"{report.expanded} graphs expanded, {report.generated} rewrites tried, {report.accepted} queued, stopped: {report.stop_reason.value}"
+        f"{report.expanded} graphs expanded ({report.cleaned} cleaned up), {report.generated} rewrites tried, {report.accepted} queued, "
+        f"stopped: {report.stop_reason.value}"
         + (f" (a longer --time-limit than {args.time_limit:g} s may find more)" if report.stop_reason is StopReason.TIME_LIMIT else ""),
     ]
     if outcome.comparison is not None:

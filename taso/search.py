@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import overload
 
+from .cleanup import clean_up, may_clean_up
 from .cost import CostModel
 from .ir import Graph
 from .rewrite import CompiledRule, Plan, find_matches, plan_match
@@ -45,6 +46,9 @@ class SearchConfig:
             a model's search stays within 10 s; every zoo model's best graph was found within
             10 s on a loaded 2-core machine, benchmarks/bench_search_time.py).
         max_queue: the most graphs waiting in the queue (the costliest are dropped).
+        clean_up: clean up a graph a rewrite built when there is something to clean up at its new
+            nodes (:mod:`taso.cleanup`: a free move, so merges that share a concatenation are priced
+            as sharing it); False for benchmarks.
         lazy: keep unbuilt plans in the queue and build only popped ones (False builds every
             accepted rewrite at once, as a naive implementation would: for benchmarks).
         incremental: a child graph inherits its parent's still-valid rewrites and matches only
@@ -62,10 +66,14 @@ class SearchConfig:
     budget: int = 200
     time_limit: float = 9.0
     max_queue: int = 2000
+    clean_up: bool = True
     lazy: bool = True
     incremental: bool = True
     connected_only: bool = True
     excluded: frozenset[str] = frozenset()
+
+
+CLEAN_UP = "clean-up"  # the trace's label of a graph clean-up changed (not a rule)
 
 
 @dataclass(frozen=True)
@@ -118,6 +126,7 @@ class SearchReport:
     rule_texts: dict[str, str] = field(default_factory=dict)  # applied rule -> its text, for people
     fired: Counter = field(default_factory=Counter)
     expansions: list[Expansion] = field(default_factory=list)  # one per expanded graph, in order
+    cleaned: int = 0  # expanded graphs that clean-up changed (a "clean-up" step in their trace)
 
     @property
     def predicted_speedup(self) -> float:
@@ -125,15 +134,15 @@ class SearchReport:
 
     @property
     def applied(self) -> Counter:
-        """Rules applied on the way to the best graph, with counts."""
-        return Counter(step.rule for step in self.trace)
+        """Rules applied on the way to the best graph, with counts (clean-ups are not rules)."""
+        return Counter(step.rule for step in self.trace if step.rule != CLEAN_UP)
 
     def to_json(self) -> dict:
         return {
             "stop_reason": self.stop_reason.value, "initial_cost_s": self.initial_cost, "best_cost_s": self.best_cost,
             "predicted_speedup": self.predicted_speedup, "expanded": self.expanded, "generated": self.generated,
             "accepted": self.accepted, "seconds": self.seconds, "seconds_rewriting": self.seconds_rewriting,
-            "seconds_costing": self.seconds_costing, "applied": dict(self.applied),
+            "seconds_costing": self.seconds_costing, "applied": dict(self.applied), "cleaned": self.cleaned,
             "trace": [{"rule": s.rule, "cost_s": s.cost} for s in self.trace], "rule_texts": dict(self.rule_texts),
             "expansions": [e.to_json() for e in self.expansions],
         }
@@ -329,6 +338,17 @@ def _touches(plan: Plan, values: set[str]) -> bool:
     return any(v in values for n in plan.removed for v in (*n.inputs, *n.outputs))
 
 
+def _with_clean_up(plan: Plan, cleaned: Graph) -> Plan:
+    """The plan and the clean-up after it as one rewrite of the plan's parent, so that the cleaned graph
+    inherits its parent's rewrites as any child does (rematching only through the nodes they changed)."""
+    kept = {id(n) for n in cleaned.nodes}
+    before = {id(n) for n in plan.parent.nodes}
+    removed = tuple(n for n in plan.parent.nodes if id(n) not in kept)
+    added = tuple(n for n in cleaned.topological_order() if id(n) not in before)
+    outputs = None if cleaned.outputs == plan.parent.outputs else cleaned.outputs
+    return Plan(plan.parent, removed, added, outputs, {o: cleaned.type(o) for n in added for o in n.outputs}, CLEAN_UP)
+
+
 def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], seeds: _SeedIndex, compiled, pricer: _Pricer,
                        deadline: float = float("inf")) -> list[_Option]:
     """The child's rewrites: the parent's that the applied rewrite left intact, plus those through its new nodes.
@@ -420,6 +440,14 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
         current = entry.materialize() if isinstance(entry, Plan) else entry
         if current is None:
             continue  # building it revealed a cycle
+        if isinstance(entry, Plan) and config.clean_up and may_clean_up(current, entry.added):
+            cleaned = clean_up(current)[0]
+            if cleaned is not current:  # a free move: priced as cleaned, inheriting through what it changed
+                current, entry = cleaned, _with_clean_up(entry, cleaned)
+                current_cost = pricer.graph_cost(cleaned)
+                trace += (Step(CLEAN_UP, current_cost),)
+                report.cleaned += 1
+                seen.add(cleaned.index.search_key())
         if current_cost < best_cost:
             best, best_cost, best_trace = current, current_cost, trace
         report.expanded += 1

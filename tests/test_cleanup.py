@@ -351,3 +351,21 @@ def test_a_slice_of_everything_and_a_pad_of_nothing_are_removed_on_a_symbolic_ba
     for batch in (1, 3):
         x = np.random.default_rng(batch).standard_normal((batch, 4, 6)).astype(np.float32)
         np.testing.assert_array_equal(run_ort(out, {"x": x})[0], run_ort(model, {"x": x})[0])
+
+
+def test_the_search_cleans_up_what_its_merges_duplicate_and_prices_it_so():
+    """Merging NasRNN's per-step products builds the same concatenation more than once; the search shares it at
+    once (a free move in its trace), so the graphs it prices and returns hold no common subexpression left by
+    its rewrites but the last one's, and clean-up is never reported as a rule."""
+    import taso.models as zoo
+    from taso.cost import make_cost_model
+    from taso.optimize import load_rules
+    from taso.search import CLEAN_UP, SearchConfig, search
+
+    graph = load_onnx(zoo.build("nasrnn"))
+    rules, model = load_rules(), make_cost_model("analytic")
+    best, report = search(graph, rules, model, SearchConfig(budget=30))
+    unclean, unclean_report = search(graph, rules, model, SearchConfig(budget=30, clean_up=False))
+    assert report.cleaned > 0 and any(step.rule == CLEAN_UP for step in report.trace) and CLEAN_UP not in report.applied
+    assert clean_up(best)[1].steps["common-subexpression"] <= 1 < clean_up(unclean)[1].steps["common-subexpression"]
+    assert report.best_cost <= unclean_report.best_cost
