@@ -17,6 +17,8 @@ Models (weights random with ``torch.manual_seed(0)``, ``eval()`` mode):
 * ``lstm_cell_loop`` / ``gru_cell_loop``: one ``nn.LSTMCell`` / ``nn.GRUCell`` unrolled by a Python loop;
 * ``resnet_tiny``: conv-bn-relu stem, max pool, two basic blocks with residual adds, pooling, linear;
 * ``mobilenet_tiny``: MobileNet-v2 inverted residual blocks (expand, depthwise, ReLU6, project);
+* ``transformer_decoder``: PyTorch's ``nn.TransformerDecoder`` (layers deep-copied from one, a
+  fixed causal target mask), ``tgt`` and ``memory`` with a symbolic batch;
 * ``bert_tiny``: token + position embeddings, post-norm encoder layers with hand-written attention
   reshaped by ``x.view(batch, seq, heads, -1)``; input ids ``[batch, seq]`` int64;
 
@@ -363,6 +365,27 @@ def bert_hf_tiny() -> Spec:
                 max_dims={"seq": config.max_position_embeddings})
 
 
+class CausalDecoder(nn.Module):
+    """``nn.TransformerDecoder`` (batch first) with a fixed causal target mask, as a language model calls it. Its layers
+    are deep copies of one layer: equal weights, so each layer projects the same ``memory`` by the same matrices."""
+
+    def __init__(self, d_model: int, heads: int, ff: int, layers: int, tgt_len: int):
+        super().__init__()
+        layer = nn.TransformerDecoderLayer(d_model, heads, ff, dropout=0.0, batch_first=True)
+        self.decoder = nn.TransformerDecoder(layer, num_layers=layers)
+        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(tgt_len))
+
+    def forward(self, tgt: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
+        return self.decoder(tgt, memory, tgt_mask=self.mask, tgt_is_causal=True)
+
+
+def transformer_decoder(d_model: int = 256, heads: int = 4, ff: int = 1024, layers: int = 3, tgt_len: int = 32, memory_len: int = 64) -> Spec:
+    """``nn.TransformerDecoder``; ``tgt`` ``[batch, tgt_len, d_model]`` and ``memory`` ``[batch, memory_len, d_model]``, batch symbolic."""
+    torch.backends.mha.set_fastpath_enabled(False)  # the fused kernel has no ONNX export
+    inputs = {"tgt": lambda b, s: torch.randn(b, tgt_len, d_model), "memory": lambda b, s: torch.randn(b, memory_len, d_model)}
+    return Spec(CausalDecoder(d_model, heads, ff, layers, tgt_len), inputs, {0: "batch"})
+
+
 BENCHMARK_ONLY = ("resnet50", "mobilenet_v2", "bert_base")  # not exported with --small
 
 
@@ -371,9 +394,10 @@ def model_builders(small: bool) -> dict[str, Callable[[], Spec]]:
     if small:
         return {"lstm_cell_loop": lambda: lstm_cell_loop(32, 4), "gru_cell_loop": lambda: gru_cell_loop(24, 3),
                 "resnet_tiny": lambda: resnet_tiny(8, 10), "mobilenet_tiny": lambda: mobilenet_tiny(8, 4, 10),
-                "bert_tiny": lambda: bert_tiny(32, 4, 64, 2, 100, 32), "bert_hf_tiny": bert_hf_tiny}
+                "bert_tiny": lambda: bert_tiny(32, 4, 64, 2, 100, 32), "bert_hf_tiny": bert_hf_tiny,
+                "transformer_decoder": lambda: transformer_decoder(32, 2, 64, 2, 8, 12)}
     return {"lstm_cell_loop": lstm_cell_loop, "gru_cell_loop": gru_cell_loop, "resnet_tiny": resnet_tiny,
-            "mobilenet_tiny": mobilenet_tiny, "bert_tiny": bert_tiny,
+            "mobilenet_tiny": mobilenet_tiny, "bert_tiny": bert_tiny, "transformer_decoder": transformer_decoder,
             "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert_base": bert_base}
 
 

@@ -369,3 +369,22 @@ def test_the_search_cleans_up_what_its_merges_duplicate_and_prices_it_so():
     assert report.cleaned > 0 and any(step.rule == CLEAN_UP for step in report.trace) and CLEAN_UP not in report.applied
     assert clean_up(best)[1].steps["common-subexpression"] <= 1 < clean_up(unclean)[1].steps["common-subexpression"]
     assert report.best_cost <= unclean_report.best_cost
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_pytorch_transformer_decoder_projects_its_memory_once_and_keeps_its_symbolic_batch(exporter):
+    """nn.TransformerDecoder deep-copies one layer, so (exported by PyTorch, either exporter) both layers project the
+    same memory by equal weights: clean-up ties the weights and computes the projection once (the simplifiers'
+    15% on the 3-layer decoder), and the written file still runs at every batch size."""
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "data", "symbolic", f"transformer_decoder.{exporter}.onnx")
+    model = onnx.load(path)
+    graph, cleaned, report, out = _cleaned(model)
+    assert report.steps["tied-weights"] >= 7 and report.steps["common-subexpression"] >= 14
+    assert cleaned.op_histogram()["matmul"] == graph.op_histogram()["matmul"] - 1
+    assert out.graph.input[0].type.tensor_type.shape.dim[0].dim_param == model.graph.input[0].type.tensor_type.shape.dim[0].dim_param
+    rng = np.random.default_rng(0)
+    for batch in (1, 3):
+        feeds = {"tgt": rng.standard_normal((batch, 8, 32)).astype(np.float32), "memory": rng.standard_normal((batch, 12, 32)).astype(np.float32)}
+        np.testing.assert_allclose(run_ort(out, feeds)[0], run_ort(model, feeds)[0], rtol=1e-5, atol=1e-5)
