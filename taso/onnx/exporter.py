@@ -210,9 +210,11 @@ class FoldingPlan(NamedTuple):
 
     folded: list[Node]
     unfolded: list[tuple[Node, str]]
+    bytes_before: int = 0  # the graph's weights
+    bytes_after: int = 0  # the initializers export writes (weights and folded values that a node or output reads)
 
     def describe(self) -> str:
-        text = f"{len(self.folded)} weight-only nodes folded into initializers"
+        text = f"{len(self.folded)} weight-only nodes folded into initializers (weights {_size(self.bytes_before)} -> {_size(self.bytes_after)})"
         if self.unfolded:
             reasons = Counter(f"{node.op.name}: {why}" for node, why in self.unfolded)
             text += "; left as nodes: " + ", ".join(f"{n} {r}" if n > 1 else r for r, n in reasons.most_common())
@@ -233,7 +235,14 @@ def folding_plan(graph: Graph) -> FoldingPlan:
             continue
         folded.append(node)
         constant.update(node.outputs)
-    return FoldingPlan(folded, unfolded)
+    folded_ids = {id(n) for n in folded}
+    read = {v for n in graph.topological_order() if id(n) not in folded_ids for v in n.inputs} | set(graph.outputs)
+    written = sum(graph.type(v).nbytes for v in read & constant)
+    return FoldingPlan(folded, unfolded, sum(int(w.nbytes) for w in graph.weights.values()), written)
+
+
+def _size(n: int) -> str:
+    return f"{n / 1e6:.1f} MB" if n >= 100_000 else f"{n} B"
 
 
 def folded_weights(graph: Graph, folded: list[Node] | None = None) -> dict[str, np.ndarray]:
