@@ -33,6 +33,7 @@ from .errors import TasoError
 from .ir import Graph
 from .rules import LibraryFile, Rule, usable_reverse
 from .search import LazyRules, RuleSlot, SearchConfig, SearchReport, search
+from .stages import StageClock
 from .timing import TimingError, interleaved_times, open_session
 
 __all__ = ["DEFAULT_LIBRARY", "MIN_CONFIRMED_SPEEDUP", "OutputMismatchError", "ModelSource", "Outcome", "load_rules", "optimize",
@@ -287,6 +288,7 @@ class Outcome:
         kept: "optimized", "re-export" (the cleaned-up graph without rewrites, measured faster) or "input".
         report: the search's report.
         cleanup: what clean-up did before the search and to its result (:mod:`taso.cleanup`).
+        clock: each stage's seconds and peak memory (:mod:`taso.stages`).
         comparison: the output check of the kept model (None when the input is kept unchanged
             and no candidate was checked).
         speedups: measured end-to-end speedup of each timed candidate over the input.
@@ -306,6 +308,7 @@ class Outcome:
     notes: list[str] = field(default_factory=list)
     checked_sizes: list[dict[str, int]] = field(default_factory=list)
     cleanup: CleanupReport | None = None
+    clock: StageClock = field(default_factory=StageClock)
 
 
 def optimize_model(
@@ -318,6 +321,7 @@ def optimize_model(
     check: bool = True,
     extra_inputs: Mapping[str, np.ndarray] | None = None,
     progress: Callable[[int, float], None] | None = None,
+    clock: StageClock | None = None,
 ) -> Outcome:
     """Searches, checks the result on ONNX Runtime and keeps it only when it beats the input as given.
 
@@ -326,6 +330,8 @@ def optimize_model(
             is ort-cpu or ort-cpu-region, i.e. the deployment is ONNX Runtime on this CPU).
         check: compare outputs on ONNX Runtime (two seeded random input sets, plus
             ``extra_inputs``) before anything is kept.
+        clock: where to record each stage's seconds and peak memory (clean-up, search, export,
+            check, timing).
 
     Raises:
         OutputMismatchError: the optimized model disagrees with the input, or ONNX Runtime cannot run it.
@@ -333,23 +339,29 @@ def optimize_model(
     """
     from .validate import check_sizes, random_input_sets
 
+    clock = clock if clock is not None else StageClock()
     valuations = check_sizes(source.graph)
     drawn = random_input_sets(source.graph, sizes=valuations)  # two at the measurement sizes, then one per valuation
     sets = _CheckSets(drawn[:2] + ([dict(extra_inputs)] if extra_inputs else []), drawn[2:])
-    _require_runs_at_every_size(source, sets.at_other_sizes, valuations, threads)
+    with clock.stage("check"):
+        _require_runs_at_every_size(source, sets.at_other_sizes, valuations, threads)
     model = make_cost_model(cost, threads=threads) if isinstance(cost, str) else cost
     config = config or SearchConfig()
     rules = load_rules() if rules is None else rules
-    start, cleanup = clean_up(source.graph)
+    with clock.stage("clean-up"):
+        start, cleanup = clean_up(source.graph)
     try:
-        best, report = _search_and_clean_up(start, cleanup, rules, model, config, progress)
+        with clock.stage("search"):
+            best, report = _search_and_clean_up(start, cleanup, rules, model, config, progress)
         confirm = model.name.startswith("ort-cpu") if confirm is None else confirm
-        outcome = Outcome(source.graph, None, "input", report, checked_sizes=valuations, cleanup=cleanup)
+        outcome = Outcome(source.graph, None, "input", report, checked_sizes=valuations, cleanup=cleanup, clock=clock)
         candidates: dict[str, tuple[Graph, onnx.ModelProto]] = {}
         if best is not source.graph:
-            _add_candidate(outcome, candidates, "optimized", best)
+            with clock.stage("export"):
+                _add_candidate(outcome, candidates, "optimized", best)
             if check and candidates:
-                best = _checked_or_searched_again(outcome, source, start, candidates, rules, model, config, sets, threads, progress)
+                with clock.stage("check"):
+                    best = _checked_or_searched_again(outcome, source, start, candidates, rules, model, config, sets, threads, progress)
     finally:
         model.close()
     if not confirm:
@@ -357,8 +369,10 @@ def optimize_model(
             outcome.graph, outcome.model, outcome.kept = best, candidates["optimized"][1], "optimized"
         return outcome
     if source.path is not None and (best is not start or start is source.graph):  # else "optimized" is the cleaned-up graph
-        _add_candidate(outcome, candidates, "re-export", start)
-    _keep_fastest(outcome, source, candidates, sets.all, threads, check)
+        with clock.stage("export"):
+            _add_candidate(outcome, candidates, "re-export", start)
+    with clock.stage("timing"):
+        _keep_fastest(outcome, source, candidates, sets.all, threads, check)
     return outcome
 
 

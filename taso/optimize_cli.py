@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from .cost import make_cost_model
     from .optimize import ModelSource, load_rules, optimize_model, write_model
     from .search import SearchConfig
+    from .stages import StageClock
     from .validate import load_inputs
 
     if args.explain is not None:
@@ -86,8 +87,11 @@ def run(args: argparse.Namespace) -> int:
         raise TasoError("taso optimize needs -o/--output FILE (or --explain RULE)")
     _check_paths(args)
     cost_model = make_cost_model(args.cost, threads=args.threads)  # fail fast: no GPU, unknown model
-    source = ModelSource.from_file(args.input, parse_input_shapes(args.input_shape), static=args.static)
-    rules = load_rules(args.library)
+    clock = StageClock()
+    with clock.stage("load"):
+        source = ModelSource.from_file(args.input, parse_input_shapes(args.input_shape), static=args.static)
+    with clock.stage("rules"):
+        rules = load_rules(args.library)
     extra = load_inputs(args.inputs, source.graph.inputs) if args.inputs else None
     say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
     say(f"taso: {len(source.graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
@@ -95,13 +99,11 @@ def run(args: argparse.Namespace) -> int:
         say(f"taso: symbolic dims kept; costs measured at {', '.join(f'{k}={v}' for k, v in source.graph.meta.sizes)}")
     with _ProgressBar(args) as progress:
         outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit), args.threads,
-                                 confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress)
+                                 confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress, clock=clock)
     for note in outcome.notes:  # even with --quiet: they say why a candidate was not kept
         print(f"taso: note: {note}", file=sys.stderr)
-    if outcome.model is None:
-        write_model(_input_as_given(source), args.output)
-    else:
-        write_model(outcome.model, args.output)
+    with clock.stage("write"):
+        write_model(_input_as_given(source) if outcome.model is None else outcome.model, args.output)
     print(_format_report(args, source.graph, outcome))
     if args.report:
         _write_report(args.report, source.graph, outcome, cost_model.fingerprint)
@@ -163,7 +165,7 @@ def _write_report(path: str, before, outcome, cost_fingerprint: str) -> None:
             "folding": {"folded": len(plan.folded), "unfolded": [{"op": n.op.name, "output": n.outputs[0], "why": why} for n, why in plan.unfolded]},
             "measured_speedups": outcome.speedups, "check": outcome.comparison.describe() if outcome.comparison else None,
             "measurement_sizes": dict(before.meta.sizes), "checked_sizes": outcome.checked_sizes,
-            "cost_model": cost_fingerprint}
+            "cost_model": cost_fingerprint, **outcome.clock.to_json()}
     write_model(json.dumps(data, indent=2).encode(), path)
 
 
@@ -207,6 +209,7 @@ def _format_report(args, before, outcome) -> str:
         f"stopped: {report.stop_reason.value}"
         + (f" (a longer --time-limit than {args.time_limit:g} s may find more)" if report.stop_reason is StopReason.TIME_LIMIT else ""),
     ]
+    lines.append(f"  stages   {outcome.clock.describe()}")
     if outcome.comparison is not None:
         at = f" at {describe_sizes(outcome.checked_sizes)}" if outcome.checked_sizes else ""
         lines.append(f"  check    {outcome.comparison.describe()}{at} ({outcome.check_seconds:.1f} s)")

@@ -1,0 +1,97 @@
+"""Seconds and peak memory per stage of a run: what ``taso optimize`` reports beside its search.
+
+The search keeps to its time limit; a user waits for everything around it too (loading,
+checking, timing, writing). :class:`StageClock` times each stage and reads the process's peak
+resident memory during it. On Linux the kernel's high-water mark (``VmHWM``) is reset at each
+stage's start (``/proc/self/clear_refs``), so each stage gets its own peak; elsewhere, or where
+the reset is refused, the peak is the process's peak so far (``ru_maxrss``), and the report says
+so.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+__all__ = ["Stage", "StageClock"]
+
+
+@dataclass
+class Stage:
+    """One stage: its name, wall seconds and peak resident bytes (None where unknown)."""
+
+    name: str
+    seconds: float
+    peak_bytes: int | None
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "seconds": self.seconds, "peak_bytes": self.peak_bytes}
+
+
+def _reset_peak() -> bool:
+    """Resets the kernel's peak-RSS mark of this process; False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_bytes() -> int:
+    """The process's peak resident memory: VmHWM (since the last reset) on Linux, else ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+@dataclass
+class StageClock:
+    """Records stages in order; a stage entered twice is recorded twice (the report sums them by name)."""
+
+    stages: list[Stage] = field(default_factory=list)
+    per_stage_peaks: bool = True  # False once a reset was refused: peaks are the process's so far
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        self.per_stage_peaks = _reset_peak() and self.per_stage_peaks
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stages.append(Stage(name, time.perf_counter() - start, _peak_bytes()))
+
+    def totals(self) -> list[Stage]:
+        """One entry per name, in first-seen order: seconds summed, the highest peak."""
+        merged: dict[str, Stage] = {}
+        for s in self.stages:
+            if s.name in merged:
+                m = merged[s.name]
+                peaks = [p for p in (m.peak_bytes, s.peak_bytes) if p is not None]
+                merged[s.name] = Stage(s.name, m.seconds + s.seconds, max(peaks) if peaks else None)
+            else:
+                merged[s.name] = Stage(s.name, s.seconds, s.peak_bytes)
+        return list(merged.values())
+
+    def describe(self) -> str:
+        """``load 0.4 s (1.2 GB), search 9.0 s (1.3 GB), ...``: a line for people."""
+        parts = [f"{s.name} {s.seconds:.1f} s" + (f" ({_gigabytes(s.peak_bytes)})" if s.peak_bytes is not None else "") for s in self.totals()]
+        note = "" if self.per_stage_peaks else " (peak memory: the process's peak so far)"
+        return ", ".join(parts) + f"; total {sum(s.seconds for s in self.stages):.1f} s" + note
+
+    def to_json(self) -> dict:
+        return {"stages": [s.to_json() for s in self.totals()], "per_stage_peaks": self.per_stage_peaks}
+
+
+def _gigabytes(n: int) -> str:
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.0f} MB"

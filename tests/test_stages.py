@@ -1,0 +1,65 @@
+"""Per-stage seconds and peak memory (taso.stages): what `taso optimize` reports beside its search."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from taso.stages import StageClock
+
+
+def test_each_stage_gets_its_own_seconds_and_peak_memory():
+    clock = StageClock()
+    with clock.stage("small"):
+        time.sleep(0.01)
+    with clock.stage("large"):
+        block = np.ones(200_000_000 // 8)  # 200 MB touched
+        block[::512] += 1
+        del block
+    with clock.stage("small again"):
+        pass
+    small, large, after = clock.totals()
+    assert small.seconds >= 0.01 and large.peak_bytes >= small.peak_bytes + 150_000_000
+    if clock.per_stage_peaks:  # the kernel reset the mark: a later stage does not inherit the large peak
+        assert after.peak_bytes < large.peak_bytes - 150_000_000
+    assert "large" in clock.describe() and clock.to_json()["stages"][1]["name"] == "large"
+
+
+def test_a_stage_entered_twice_is_reported_once_with_its_total():
+    clock = StageClock()
+    for _ in range(2):
+        with clock.stage("check"):
+            time.sleep(0.005)
+    (check,) = clock.totals()
+    assert check.name == "check" and check.seconds >= 0.01
+
+
+def test_a_stage_that_raises_is_still_recorded():
+    clock = StageClock()
+    try:
+        with clock.stage("load"):
+            raise ValueError("bad file")
+    except ValueError:
+        pass
+    assert [s.name for s in clock.stages] == ["load"]
+
+
+def test_taso_optimize_reports_every_stage_with_seconds_and_peak_memory(tmp_path, capsys, monkeypatch):
+    """The report's stages cover the run: load, rules, the input's check, clean-up, search, export, check,
+    timing and write, each with its seconds and peak memory, on the terminal and in --report."""
+    import json
+
+    import onnx
+
+    import taso.models as zoo
+    from taso.cli import main
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path / "cache"))
+    src, out, report = tmp_path / "nasrnn.onnx", tmp_path / "out.onnx", tmp_path / "r.json"
+    onnx.save(zoo.build("nasrnn"), str(src))
+    assert main(["optimize", str(src), "-o", str(out), "--budget", "3", "--report", str(report), "--quiet"]) == 0
+    stages = json.loads(report.read_text())["stages"]
+    assert {s["name"] for s in stages} >= {"load", "rules", "clean-up", "search", "export", "check", "timing", "write"}
+    assert all(s["seconds"] >= 0 and (s["peak_bytes"] is None or s["peak_bytes"] > 10_000_000) for s in stages)
+    assert "  stages   load " in capsys.readouterr().out
