@@ -94,3 +94,26 @@ def test_save_onnx_writes_atomically_and_reports_bad_paths(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out.onnx"]
     with pytest.raises(taso.TasoError, match="does not exist"):
         taso.save_onnx(graph, tmp_path / "missing-dir" / "out.onnx")
+
+
+def test_the_export_check_sees_large_weights_by_their_types_without_copying_them():
+    """onnx.checker runs on the model's skeleton (large initializers declared as typed inputs): what it rejects in
+    a large weight's type or shape it still rejects, and a sound model with large weights passes."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    from taso.errors import ExportError
+    from taso.onnx.exporter import _check, _skeleton
+
+    def model(weight: np.ndarray) -> onnx.ModelProto:
+        graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 256])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 256])], [numpy_helper.from_array(weight, "w")])
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+    good = model(np.ones((256, 256), np.float32))
+    assert len(_skeleton(good).graph.initializer) == 0 and _skeleton(good).graph.input[-1].name == "w"
+    _check(good)
+    for bad in (np.ones((256, 256), np.float64), np.ones((128, 256), np.float32)):  # a double weight; a shape MatMul rejects
+        with pytest.raises(ExportError):
+            _check(model(bad))

@@ -425,11 +425,41 @@ def _min_ir_version(opset: int) -> int:
 
 
 def _check(model: onnx.ModelProto) -> None:
+    """``onnx.checker``'s full check (shape inference included) of the model's skeleton: the checker
+    serializes what it checks, so on a 420 MB BERT it spent 2.7 s copying weights it only reads the types of."""
     try:
-        if model.ByteSize() < _EXTERNAL_DATA_THRESHOLD:
-            onnx.checker.check_model(model, full_check=True)
+        onnx.checker.check_model(_skeleton(model), full_check=True)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"the exported model fails onnx.checker: {str(e).splitlines()[0]}") from None
+
+
+# Initializers at least this large are checked as typed graph inputs (small ones, shape tensors among them, stay:
+# shape inference reads their values).
+_SKELETON_MIN_BYTES = 1 << 16
+
+
+def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with each large initializer declared as a graph input of its type instead: the same graph to
+    check, without its weights' bytes. A model with nothing large is returned as it is."""
+    graph = model.graph
+    large = [t for t in graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL and len(t.raw_data) >= _SKELETON_MIN_BYTES]
+    if not large:
+        return model
+    large_names = {t.name for t in large}
+    skeleton = onnx.ModelProto(ir_version=max(model.ir_version, 4), producer_name=model.producer_name, domain=model.domain,
+                               model_version=model.model_version)
+    skeleton.opset_import.extend(model.opset_import)
+    skeleton.functions.extend(model.functions)
+    g = skeleton.graph
+    g.name = graph.name
+    g.node.extend(graph.node)
+    g.output.extend(graph.output)
+    g.value_info.extend(graph.value_info)
+    g.initializer.extend(t for t in graph.initializer if t.name not in large_names)
+    declared = {i.name for i in graph.input}
+    g.input.extend(graph.input)
+    g.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in large if t.name not in declared)
+    return skeleton
 
 
 def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None) -> None:
