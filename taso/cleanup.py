@@ -5,9 +5,8 @@ once per layer from tied weights, a transpose undone by the next, a reshape to t
 tensor already has. :func:`clean_up` removes it in one topological sweep, before the search,
 inside it (a graph a rewrite built is cleaned up when :func:`may_clean_up` finds work at the
 rewrite's new nodes: merging steps of a recurrent cell makes the same concatenation twice) and
-on its result. Each step is an
-instance of an equality the project has proved, recorded in :data:`CLEANUPS` (``taso info
---cleanups`` lists them):
+on its result. Each step is an instance of an equality the project has proved, recorded in
+:data:`CLEANUPS` (``taso info LIBRARY`` lists them):
 
 * ``tied-weights``: initializers with the same dtype, shape and bits are one tensor;
 * ``common-subexpression``: a node applying the same operator with the same parameters to
@@ -31,7 +30,7 @@ instance of an equality the project has proved, recorded in :data:`CLEANUPS` (``
 
 Constant subgraphs (weights transposed, split or scaled by the exporter) need no clean-up:
 the cost models price a value computed from weights alone at zero and export folds it into
-an initializer (:func:`taso.onnx.exporter.weight_only_nodes`), so a rewrite that makes a new
+an initializer (:func:`taso.onnx.folding_plan`), so a rewrite that makes a new
 one is priced folded the moment it is made.
 """
 
@@ -134,7 +133,8 @@ def _megabytes(n: int) -> str:
 
 def clean_up(graph: Graph) -> tuple[Graph, CleanupReport]:
     """The graph with tied weights merged, common subexpressions shared, transpose and reshape chains
-    shortened and dead code removed; the input graph itself when nothing applies."""
+    shortened, neutral operands, whole slices and zero pads dropped and dead code removed (each where
+    :data:`CLEANUPS` says it is proved); the input graph itself when nothing applies."""
     started = time.perf_counter()
     steps: Counter = Counter()
     alias = _tied_weights(graph, steps)
