@@ -44,6 +44,8 @@ DEFAULT_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "library.jsonl
 
 # The optimized model must beat the input by this factor end to end to be kept.
 MIN_CONFIRMED_SPEEDUP = 1.02
+# A model whose run takes this long is timed once per round, not as the fastest of three (taso.timing.interleaved_times).
+_LONG_RUN = 0.05
 
 # Above this many bytes of weights a model is written with external data (protobuf's 2 GB limit).
 _EXTERNAL_DATA_THRESHOLD = 1_800_000_000
@@ -509,7 +511,7 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, input
 def _still_faster(outcome: Outcome, source: ModelSource, name: str, model: onnx.ModelProto, feeds, threads: int) -> bool:
     """A second, independent measurement must agree: on a loaded machine one lucky series can show 1.5x where there is none."""
     try:
-        before, after = interleaved_times([source.timing_source(), model.SerializeToString()], feeds, threads)
+        before, after = interleaved_times([source.timing_source(), model.SerializeToString()], feeds, threads, long_run=_LONG_RUN)
     except TimingError as e:
         outcome.notes.append(f"the {name} model was not kept (ONNX Runtime failed while timing it again: {e.reason})")
         return False
@@ -527,7 +529,8 @@ def _time_candidates(outcome: Outcome, source: ModelSource, candidates: dict, fe
     names = list(candidates)
     while True:
         try:
-            return names, interleaved_times([source.timing_source(), *(candidates[n][1].SerializeToString() for n in names)], feeds, threads)
+            return names, interleaved_times([source.timing_source(), *(candidates[n][1].SerializeToString() for n in names)], feeds, threads,
+                                            long_run=_LONG_RUN)
         except TimingError as e:
             if e.position == 0:
                 raise TasoError(f"ONNX Runtime cannot run the input model: {e.reason}") from None

@@ -56,3 +56,18 @@ def test_a_model_failing_at_run_time_is_named_by_its_position_by_default():
     with pytest.raises(TimingError, match=r"^ONNX Runtime cannot run model 0: ") as caught:
         interleaved_times([_gather_model()], {"i": np.array([0, 7], np.int64)}, rounds=1)
     assert caught.value.position == 0 and caught.value.reason
+
+
+def test_a_long_running_model_is_timed_once_per_round(monkeypatch):
+    """With long_run, a model whose warm run takes that long runs once per round (the median over rounds still
+    filters load); a short one stays the fastest of min_runs."""
+    import taso.timing as timing
+
+    calls = []
+    real = timing.fastest_run
+    monkeypatch.setattr(timing, "fastest_run", lambda session, feeds, runs=3, seconds=0.01: calls.append(runs) or real(session, feeds, runs, seconds))
+    interleaved_times([_relu_model()], {"x": np.ones((4, 8), np.float32)}, rounds=3, long_run=0.0)
+    assert calls == [1, 1, 1, 1]  # the probe, then one run per round
+    calls.clear()
+    interleaved_times([_relu_model()], {"x": np.ones((4, 8), np.float32)}, rounds=3, long_run=10.0)
+    assert calls == [1, 3, 3, 3]
