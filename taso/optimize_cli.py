@@ -76,6 +76,7 @@ def _check_writable(path: str, option: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from .cli import parse_input_shapes
     from .cost import make_cost_model
+    from .onnx import folding_plan
     from .optimize import ModelSource, load_rules, optimize_model, write_model
     from .search import SearchConfig
     from .stages import StageClock
@@ -104,9 +105,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"taso: note: {note}", file=sys.stderr)
     with clock.stage("write"):
         write_model(_input_as_given(source) if outcome.model is None else outcome.model, args.output)
-    print(_format_report(args, source.graph, outcome))
+    folding = folding_plan(outcome.graph)
+    print(_format_report(args, source.graph, outcome, folding))
     if args.report:
-        _write_report(args.report, source.graph, outcome, cost_model.fingerprint)
+        _write_report(args.report, source.graph, outcome, folding, cost_model.fingerprint)
     return 0
 
 
@@ -154,12 +156,9 @@ class _ProgressBar:
             self.bar.close()
 
 
-def _write_report(path: str, before, outcome, cost_fingerprint: str) -> None:
+def _write_report(path: str, before, outcome, plan, cost_fingerprint: str) -> None:
     from .optimize import write_model
 
-    from .onnx import folding_plan
-
-    plan = folding_plan(outcome.graph)
     data = {**outcome.report.to_json(), "nodes_before": len(before), "nodes_after": len(outcome.graph), "kept": outcome.kept,
             "cleanup": outcome.cleanup.to_json() if outcome.cleanup else None,
             "folding": {"folded": len(plan.folded), "unfolded": [{"op": n.op.name, "output": n.outputs[0], "why": why} for n, why in plan.unfolded]},
@@ -176,20 +175,17 @@ _KEPT = {
 }
 
 
-def _cleanup_lines(outcome) -> list[str]:
-    """What clean-up and constant folding did, apart from the proved rewrites (for the graph written)."""
-    from .onnx import folding_plan
-
+def _cleanup_lines(outcome, plan) -> list[str]:
+    """What clean-up and constant folding (``plan``) did, apart from the proved rewrites (for the graph written)."""
     if outcome.kept == "input":
         return []
     lines = [f"  clean-up {outcome.cleanup.describe()}"] if outcome.cleanup is not None else []
-    plan = folding_plan(outcome.graph)
     if plan.folded or plan.unfolded:
         lines.append(f"  folding  {plan.describe()}")
     return lines
 
 
-def _format_report(args, before, outcome) -> str:
+def _format_report(args, before, outcome, folding) -> str:
     from .search import StopReason
     from .validate import describe_sizes
 
@@ -203,7 +199,7 @@ def _format_report(args, before, outcome) -> str:
                      f"({'kept' if outcome.kept == name else 'not kept'})")
     lines += [
         f"  nodes    {len(before)} -> {len(after)}",
-        *_cleanup_lines(outcome),
+        *_cleanup_lines(outcome, folding),
         f"  search   {report.seconds:.1f} s ({report.seconds_rewriting:.1f} s rewriting, {report.seconds_costing:.1f} s costing), "
         f"{report.expanded} graphs expanded ({report.cleaned} cleaned up), {report.generated} rewrites tried, {report.accepted} queued, "
         f"stopped: {report.stop_reason.value}"

@@ -167,31 +167,19 @@ def interleaved_times(
 
     def measure(position: int) -> Callable[[], float]:
         session, own_feeds = sessions[position]
-        runs, seconds = min_runs, min_seconds
-        if long_run is not None and _one_run(session, own_feeds, position, names[position]) >= long_run:
-            runs, seconds = 1, 0.0
 
-        def once() -> float:
+        def fastest(runs: int, seconds: float) -> float:
             try:
                 return fastest_run(session, own_feeds, runs, seconds)
             except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
                 raise TimingError(position, _first_line(e), names[position]) from None
 
-        return once
+        runs, seconds = min_runs, min_seconds
+        if long_run is not None and fastest(1, 0.0) >= long_run:
+            runs, seconds = 1, 0.0
+        return lambda: fastest(runs, seconds)
 
     return interleaved_medians([measure(i) for i in range(len(sessions))], rounds)
-
-
-def _one_run(session: ort.InferenceSession, feeds: Mapping[str, np.ndarray], position: int, label: str) -> float:
-    """Seconds of one run of a warm session.
-
-    Raises:
-        TimingError: ONNX Runtime fails to run it.
-    """
-    try:
-        return fastest_run(session, feeds, 1, 0.0)
-    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-        raise TimingError(position, _first_line(e), label) from None
 
 
 def warm_session(position: int, label: str, model: str | bytes, feeds: Mapping[str, np.ndarray], threads: int = 1, optimize: bool = True,

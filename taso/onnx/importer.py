@@ -539,14 +539,10 @@ def _evaluate_alone(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: i
     except Exception:  # noqa: BLE001 - the reference evaluator's own limits: try ONNX Runtime
         pass
     try:
-        import onnxruntime as ort
+        from ..timing import open_session
 
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.log_severity_level = 3
         model.ir_version = min(model.ir_version, 10)
-        session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-        return [np.asarray(r) for r in session.run(None, feeds)]
+        return [np.asarray(r) for r in open_session(model.SerializeToString(), threads=1, optimize=False).run(None, feeds)]
     except Exception:  # noqa: BLE001 - not foldable here; import normally
         return None
 
