@@ -22,7 +22,6 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -222,47 +221,19 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _check_candidate(source: ModelSource, candidate: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]], threads: int):
-    """Compares a candidate with the source on ONNX Runtime; ONNX Runtime failures become one-line errors.
+def _check_candidate(candidate: onnx.ModelProto | str | bytes, reference, threads: int):
+    """Compares a candidate with the original's outputs (run once, before the search); ONNX Runtime failures
+    become one-line errors.
 
     Raises:
-        TasoError: ONNX Runtime cannot run the input model itself (exit 2).
-        OutputMismatchError: it cannot run the candidate (exit 3).
+        OutputMismatchError: ONNX Runtime cannot load or run the candidate (exit 3).
     """
-    from .validate import compare_models
+    from .validate import compare_with
 
     try:
-        return compare_models(source.model, candidate, input_sets, threads=threads)
+        return compare_with(reference, candidate, threads)
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-        failure = _ort_failure(source.model, input_sets, threads)
-        if failure is not None:
-            raise TasoError(f"ONNX Runtime cannot run the input model: {failure}") from None
         raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {_first_line(e)}; nothing was written") from None
-
-
-def _ort_failure(model: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]], threads: int) -> str | None:
-    """Why ONNX Runtime cannot load or run ``model`` on these inputs, or None when it can."""
-    failure = _first_ort_failure(model, input_sets, threads)
-    return None if failure is None else failure[1]
-
-
-def _first_ort_failure(model: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]], threads: int) -> tuple[int, str] | None:
-    """The first input set ONNX Runtime cannot run ``model`` on (-1: it cannot load it) and why; one session for all."""
-    import onnxruntime as ort
-
-    quiet = ort.RunOptions()
-    quiet.log_severity_level = 4  # the failure is reported in one line; ONNX Runtime's own log would repeat it in red
-    try:
-        session = open_session(model.SerializeToString(), threads)
-    except Exception as e:  # noqa: BLE001
-        return -1, _first_line(e)
-    names = {i.name for i in session.get_inputs()}
-    for position, feeds in enumerate(input_sets):
-        try:
-            session.run(None, {k: v for k, v in feeds.items() if k in names}, quiet)
-        except Exception as e:  # noqa: BLE001
-            return position, _first_line(e)
-    return None
 
 
 def end_to_end_speedup(original: Graph, optimized: Graph, threads: int = 1, rounds: int = 7) -> float:
@@ -339,14 +310,9 @@ def optimize_model(
         OutputMismatchError: the optimized model disagrees with the input, or ONNX Runtime cannot run it.
         TasoError: ONNX Runtime cannot run the input model.
     """
-    from .validate import check_sizes, random_input_sets
-
     clock = clock if clock is not None else StageClock()
-    valuations = check_sizes(source.graph)
-    drawn = random_input_sets(source.graph, sizes=valuations)  # two at the measurement sizes, then one per valuation
-    sets = _CheckSets(drawn[:2] + ([dict(extra_inputs)] if extra_inputs else []), drawn[2:])
     with clock.stage("check"):
-        _require_runs_at_every_size(source, sets.at_other_sizes, valuations, threads)
+        checks = _Checks.prepare(source, extra_inputs, threads, check)
     model = make_cost_model(cost, threads=threads) if isinstance(cost, str) else cost
     config = config or SearchConfig()
     rules = load_rules() if rules is None else rules
@@ -356,14 +322,14 @@ def optimize_model(
         with clock.stage("search"):
             best, report = _search_and_clean_up(start, cleanup, rules, model, config, progress)
         confirm = model.name.startswith("ort-cpu") if confirm is None else confirm
-        outcome = Outcome(source.graph, None, "input", report, checked_sizes=valuations, cleanup=cleanup, clock=clock)
+        outcome = Outcome(source.graph, None, "input", report, checked_sizes=checks.valuations, cleanup=cleanup, clock=clock)
         candidates: dict[str, tuple[Graph, onnx.ModelProto]] = {}
         if best is not source.graph:
             with clock.stage("export"):
                 _add_candidate(outcome, candidates, "optimized", best)
             if check and candidates:
                 with clock.stage("check"):
-                    best = _checked_or_searched_again(outcome, source, start, candidates, rules, model, config, sets, threads, progress)
+                    best = _checked_or_searched_again(outcome, source, start, candidates, rules, model, config, checks, threads, progress)
     finally:
         model.close()
     if not confirm:
@@ -374,21 +340,72 @@ def optimize_model(
         with clock.stage("export"):
             _add_candidate(outcome, candidates, "re-export", start)
     with clock.stage("timing"):
-        _keep_fastest(outcome, source, candidates, sets.all, threads, check)
+        _keep_fastest(outcome, source, candidates, checks, threads)
     return outcome
 
 
-class _CheckSets(NamedTuple):
-    """The output check's input sets: at the measurement sizes (two seeded, then the user's ``--inputs``), and one
-    at each other valuation of the size symbols."""
+@dataclass
+class _Checks:
+    """The output check's inputs and the original's outputs on them, run once before the search.
 
-    at_measurement: list
-    at_other_sizes: list
+    Input sets: one seeded set at the measurement sizes (two for a static model), one at the
+    first other valuation of the size symbols the input model runs at (:func:`taso.validate.check_sizes`),
+    then the user's ``--inputs``. The original runs on them before the search, so a model that
+    cannot run where it will be checked is said at once, and every candidate is compared with
+    these outputs: the original never runs twice, and its session is closed before any
+    candidate's opens.
 
-    @property
-    def all(self) -> list:
-        """Every set; the first is the measurement-size set that end-to-end timing uses."""
-        return self.at_measurement[:2] + self.at_other_sizes + self.at_measurement[2:]
+    Attributes:
+        timing_feeds: the first set at the measurement sizes (what end-to-end timing runs).
+        reference: the original's run on every set, or None when the check is off.
+        valuations: the valuation of the size symbols checked besides the measurement sizes.
+        other_sizes: the positions in ``reference`` of the sets at that valuation.
+    """
+
+    timing_feeds: dict
+    reference: object | None = None
+    valuations: list = field(default_factory=list)
+    other_sizes: list = field(default_factory=list)
+
+    @classmethod
+    def prepare(cls, source: ModelSource, extra_inputs: Mapping[str, np.ndarray] | None, threads: int, check: bool) -> _Checks:
+        """Raises TasoError: ONNX Runtime cannot run the input model, or not at any of the check's sizes (exit 2)."""
+        from .validate import Reference, ReferenceFailure, check_sizes, random_input_sets
+
+        choices = check_sizes(source.graph) if check else []
+        measured = random_input_sets(source.graph, seeds=(0,) if choices else (0, 1), model=source.model)
+        if not check:
+            return cls(measured[0])
+        user = [dict(extra_inputs)] if extra_inputs else []
+        try:
+            reference = Reference(source.timing_source(), threads)
+            run = reference.run(measured + user)
+        except ReferenceFailure as e:
+            raise TasoError(f"ONNX Runtime cannot run the input model: {e.reason}") from None
+        failures = []
+        for valuation in choices:
+            sized = random_input_sets(source.graph, seeds=(), sizes=[valuation], model=source.model)
+            try:
+                sized_run = reference.run(sized)
+            except ReferenceFailure as e:
+                failures.append((valuation, e.reason))
+                continue
+            first = len(measured)
+            return cls(measured[0], run.select(range(first)) + sized_run + run.select(range(first, first + len(user))), [valuation],
+                       list(range(first, first + len(sized))))
+        if failures:
+            from .validate import describe_sizes
+
+            where = " nor at ".join(", ".join(f"{k}={v}" for k, v in sorted(valuation.items())) for valuation, _ in failures)
+            raise TasoError(f"the input model declares symbolic dims (measured at {describe_sizes([dict(source.graph.meta.sizes)])}) but does not run at {where}: "
+                            f"{failures[0][1]}; measure where it runs with --input-shape, or write a fixed-size copy with --static")
+        return cls(measured[0], run)
+
+    def at_measurement_sizes(self):
+        return self.reference.select([k for k in range(len(self.reference.input_sets)) if k not in self.other_sizes])
+
+    def at_other_sizes(self):
+        return self.reference.select(self.other_sizes)
 
 
 def _search_and_clean_up(start: Graph, cleanup: CleanupReport, rules, model: CostModel, config: SearchConfig, progress) -> tuple[Graph, SearchReport]:
@@ -404,7 +421,7 @@ def _search_and_clean_up(start: Graph, cleanup: CleanupReport, rules, model: Cos
 
 
 def _checked_or_searched_again(outcome: Outcome, source: ModelSource, start: Graph, candidates: dict, rules, model: CostModel,
-                               config: SearchConfig, sets: _CheckSets, threads: int, progress) -> Graph:
+                               config: SearchConfig, checks: _Checks, threads: int, progress) -> Graph:
     """The optimized graph once its output check passes.
 
     A mismatch at the measurement sizes raises, as always (a wrong rule: nothing is written). One
@@ -417,19 +434,20 @@ def _checked_or_searched_again(outcome: Outcome, source: ModelSource, start: Gra
     """
     graph, candidate = candidates["optimized"]
     try:
-        _check_into(outcome, source, candidate, sets.all, threads)
+        _check_into(outcome, candidate, checks, threads)
         return graph
     except OutputMismatchError:
         applied = frozenset(outcome.report.applied)
-        if not applied or not sets.at_other_sizes or not _check_candidate(source, candidate, sets.at_measurement, threads).ok:
+        if not applied or not checks.other_sizes or not _check_candidate(candidate, checks.at_measurement_sizes(), threads).ok:
             raise
         from dataclasses import replace
 
         from .validate import describe_sizes
 
-        elsewhere = _check_candidate(source, candidate, sets.at_other_sizes, threads)
+        elsewhere = _check_candidate(candidate, checks.at_other_sizes(), threads)
         best, report = _search_and_clean_up(start, outcome.cleanup, rules, model, replace(config, excluded=config.excluded | applied), progress)
-        outcome.notes.append(f"the optimized model matched at the measurement sizes but not at {describe_sizes(outcome.checked_sizes)} "
+        checked = [dict(source.graph.meta.sizes), *outcome.checked_sizes]
+        outcome.notes.append(f"the optimized model matched at the measurement sizes but not at {describe_sizes(checked)} "
                              f"({elsewhere.describe()}); the search ran again without the rules it applied ({', '.join(sorted(applied))})")
         outcome.report = report
         del candidates["optimized"]
@@ -437,28 +455,8 @@ def _checked_or_searched_again(outcome: Outcome, source: ModelSource, start: Gra
             return best
         _add_candidate(outcome, candidates, "optimized", best)
         if "optimized" in candidates:
-            _check_into(outcome, source, candidates["optimized"][1], sets.all, threads)
+            _check_into(outcome, candidates["optimized"][1], checks, threads)
         return best
-
-
-def _require_runs_at_every_size(source: ModelSource, sized_sets, valuations: Sequence[Mapping[str, int]], threads: int) -> None:
-    """The input model must itself run at every size its output check uses: a symbol the model's own shape
-    operations pin to one size is a contradiction in the file, said before any search.
-
-    Raises:
-        TasoError: ONNX Runtime cannot run the input model at one of the sizes (exit 2).
-    """
-    if not valuations:
-        return
-    from .validate import describe_sizes
-
-    failure = _first_ort_failure(source.model, sized_sets, threads)
-    if failure is None:
-        return
-    at, reason = failure
-    where = "at all" if at < 0 else "at " + ", ".join(f"{k}={v}" for k, v in sorted(valuations[at].items()))
-    raise TasoError(f"the input model declares symbolic dims ({describe_sizes(valuations)}) but does not run {where}: "
-                    f"{reason}; measure where it runs with --input-shape, or write a fixed-size copy with --static")
 
 
 def _add_candidate(outcome: Outcome, candidates: dict, name: str, graph: Graph) -> None:
@@ -470,29 +468,31 @@ def _add_candidate(outcome: Outcome, candidates: dict, name: str, graph: Graph) 
         outcome.notes.append(f"{what} cannot be written as ONNX ({e}); not kept")
 
 
-def _check_into(outcome: Outcome, source: ModelSource, candidate: onnx.ModelProto, input_sets, threads: int) -> None:
+def _check_into(outcome: Outcome, candidate: onnx.ModelProto, checks: _Checks, threads: int) -> None:
+    """Records the candidate's output check in ``outcome`` (see :func:`_require_match`)."""
     started = time.perf_counter()
-    outcome.comparison = _require_match(source, candidate, input_sets, threads)
+    comparison = _require_match(candidate, checks.reference, threads)
     outcome.check_seconds += time.perf_counter() - started
+    outcome.comparison = comparison
 
 
-def _require_match(source: ModelSource, candidate: onnx.ModelProto, input_sets, threads: int):
-    """The comparison, when the candidate's outputs match the source's on ONNX Runtime.
+def _require_match(candidate: onnx.ModelProto, reference, threads: int):
+    """The comparison, when the candidate's outputs match the original's on ONNX Runtime.
 
     Raises:
         OutputMismatchError: they differ, or ONNX Runtime cannot run the candidate.
     """
-    comparison = _check_candidate(source, candidate, input_sets, threads)
+    comparison = _check_candidate(candidate, reference, threads)
     if not comparison.ok:
         raise OutputMismatchError(f"the optimized model does not match the original on ONNX Runtime: {comparison.describe()}; nothing was written")
     return comparison
 
 
-def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, input_sets, threads: int, check: bool) -> None:
+def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, checks: _Checks, threads: int) -> None:
     """Times every candidate against the input as given; keeps the fastest one that beats it by the margin."""
     if not candidates:
         return
-    names, times = _time_candidates(outcome, source, candidates, input_sets[0], threads)
+    names, times = _time_candidates(outcome, source, candidates, checks.timing_feeds, threads)
     if not names:
         return
     outcome.speedups = {n: times[0] / t for n, t in zip(names, times[1:])}
@@ -500,9 +500,9 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, input
         if outcome.speedups[name] < MIN_CONFIRMED_SPEEDUP:
             break
         graph, model = candidates[name]
-        if name == "re-export" and check and not _reexport_matches(outcome, source, model, input_sets, threads):
+        if name == "re-export" and checks.reference is not None and not _reexport_matches(outcome, model, checks, threads):
             continue
-        if not _still_faster(outcome, source, name, model, input_sets[0], threads):
+        if not _still_faster(outcome, source, name, model, checks.timing_feeds, threads):
             continue
         outcome.graph, outcome.model, outcome.kept = graph, model, name
         return
@@ -541,10 +541,10 @@ def _time_candidates(outcome: Outcome, source: ModelSource, candidates: dict, fe
             names.remove(failed)
 
 
-def _reexport_matches(outcome: Outcome, source: ModelSource, model: onnx.ModelProto, input_sets, threads: int) -> bool:
+def _reexport_matches(outcome: Outcome, model: onnx.ModelProto, checks: _Checks, threads: int) -> bool:
     """The cleaned re-export is only an alternative: when it fails its check, the input is written instead."""
     try:
-        _check_into(outcome, source, model, input_sets, threads)
+        _check_into(outcome, model, checks, threads)
     except OutputMismatchError as e:
         outcome.notes.append(f"taso's re-export of the unchanged graph was not kept ({e})")
         return False
@@ -623,10 +623,10 @@ def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None, c
     model = export_clean(graph, opset)
     provenance = _PROVENANCE.get(graph)
     if check and provenance is not None and provenance.checked != model.SerializeToString():
-        from .validate import random_input_sets
+        from .validate import random_input_sets, run_reference
 
-        input_sets = random_input_sets(provenance.original)
-        _require_match(ModelSource.from_graph(provenance.original), model, input_sets, threads=1)
+        original = ModelSource.from_graph(provenance.original)
+        _require_match(model, run_reference(original.timing_source(), random_input_sets(original.graph)), threads=1)
     write_model(model, os.fspath(path))
 
 

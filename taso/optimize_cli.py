@@ -207,7 +207,7 @@ def _format_report(args, before, outcome, folding) -> str:
     ]
     lines.append(f"  stages   {outcome.clock.describe()}")
     if outcome.comparison is not None:
-        at = f" at {describe_sizes(outcome.checked_sizes)}" if outcome.checked_sizes else ""
+        at = f" at {describe_sizes([dict(before.meta.sizes), *outcome.checked_sizes])}" if outcome.checked_sizes else ""
         lines.append(f"  check    {outcome.comparison.describe()}{at} ({outcome.check_seconds:.1f} s)")
     if report.applied and outcome.kept != "optimized":
         lines.append(f"  rules applied: none kept ({sum(report.applied.values())} rewrites found did not pay end to end)")

@@ -22,7 +22,7 @@ from .dims import bare_symbol
 from .errors import TasoError
 from .ir import TensorType
 
-__all__ = ["Comparison", "compare_models", "random_inputs", "random_input_sets", "integer_ranges", "integer_choices", "load_inputs", "RTOL", "ATOL_SCALE",
+__all__ = ["Comparison", "Reference", "ReferenceRun", "ReferenceFailure", "run_reference", "compare_with", "compare_models", "random_inputs", "random_input_sets", "integer_ranges", "integer_choices", "load_inputs", "RTOL", "ATOL_SCALE",
            "check_sizes", "describe_sizes"]
 
 RTOL = 1e-3
@@ -44,14 +44,12 @@ class Comparison:
                 else f"output {self.worst_output!r} differs: worst |diff| {self.worst_abs:.3g} (relative {self.worst_rel:.3g})")
 
 
-def _session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.log_severity_level = 3
-    try:
-        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    except Exception as e:  # noqa: BLE001
-        raise TasoError(f"ONNX Runtime cannot load the model: {str(e).splitlines()[0]}") from None
+def _session(model: onnx.ModelProto | str | bytes, threads: int) -> ort.InferenceSession:
+    """A session for a model, a model file (ONNX Runtime reads its weights itself: no copy here) or a model's bytes."""
+    from .timing import open_session
+
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    return open_session(source, threads)
 
 
 # Integer inputs reach index operands through these without changing their values.
@@ -200,11 +198,14 @@ def random_inputs(source, seed: int = 0) -> dict[str, np.ndarray]:
     return random_input_sets(source, (seed,))[0]
 
 
-def random_input_sets(source, seeds: Sequence[int] = (0, 1), sizes: Sequence[Mapping[str, int] | None] = ()) -> list[dict[str, np.ndarray]]:
+def random_input_sets(source, seeds: Sequence[int] = (0, 1), sizes: Sequence[Mapping[str, int] | None] = (),
+                      model: onnx.ModelProto | None = None) -> list[dict[str, np.ndarray]]:
     """:func:`random_inputs` for several seeds, the model's types and ranges worked out once.
 
     ``sizes`` adds one input set per valuation of the size symbols (a graph's symbolic inputs
-    drawn at those sizes), seeded after ``seeds``.
+    drawn at those sizes), seeded after ``seeds``. ``model``: the ONNX model a graph was
+    imported from, whose uses of its integer inputs bound their ranges (by default the graph
+    is exported to find them).
     """
     from .ir import Graph
 
@@ -214,7 +215,10 @@ def random_input_sets(source, seeds: Sequence[int] = (0, 1), sizes: Sequence[Map
         else:
             from .onnx import export_onnx
 
-            types, model = source.inputs, export_onnx(source)
+            types, model = source.inputs, model if model is not None else export_onnx(source)
+        from .onnx import weightless
+
+        model = weightless(model)  # the ranges need shapes and small constants, never the weights' bytes
         ranges, choices = integer_ranges(model), integer_choices(model)
     else:
         types, ranges, choices = source, {}, {}
@@ -225,31 +229,30 @@ def random_input_sets(source, seeds: Sequence[int] = (0, 1), sizes: Sequence[Map
     return sets
 
 
-# Sizes a symbol is checked at besides its measurement size: a batch-like one (axis 0) at 1, 3 and 7;
-# any other at half and twice its measurement size.
-_BATCH_CHECK_SIZES = (1, 3, 7)
-
-
 def check_sizes(graph) -> list[dict[str, int]]:
-    """The valuations of a graph's size symbols its output check runs at: three or more sizes of each symbol.
+    """Where the output check runs besides the measurement sizes: valuations of the size symbols, best first.
 
-    Empty for a static graph. Valuation k gives each symbol its k-th check size (a symbol with
-    fewer sizes repeats its last), so every symbol is checked at each of its sizes.
+    Empty for a static graph. The check uses the first valuation the original model runs at:
+    every symbol at another size than it is measured at, the fewest elements that still
+    show a rewrite that held only at the measurement sizes. A batch-like symbol (the first
+    dim of an input) goes to 2 (3 when measured at 2): past 1, where broadcasting hides
+    errors, and cheap. Any other symbol goes to twice its size (a slice or reshape pinned to
+    the measured size stops being whole there; halving would hide a clamped slice) or, when
+    the model does not run that large (a position table's length), to half.
     """
     measured = dict(graph.meta.sizes)
     if not measured:
         return []
     batch_like = {bare_symbol(t.shape[0]) for t in graph.inputs.values() if t.shape} - {None}
-    per_symbol = {}
-    for name, size in measured.items():
-        sizes = sorted(set(_BATCH_CHECK_SIZES) | {size}) if name in batch_like else sorted({max(1, size // 2), size, 2 * size})
-        per_symbol[name] = sizes
-    count = max(len(v) for v in per_symbol.values())
-    return [{name: sizes[min(k, len(sizes) - 1)] for name, sizes in per_symbol.items()} for k in range(count)]
+    batch = {name: (3 if size == 2 else 2) for name, size in measured.items() if name in batch_like}
+    other = {name: size for name, size in measured.items() if name not in batch_like}
+    larger = {**batch, **{name: 2 * size for name, size in other.items()}}
+    smaller = {**batch, **{name: (size // 2 if size > 1 else 2) for name, size in other.items()}}
+    return [larger] if larger == smaller or not other else [larger, smaller]
 
 
 def describe_sizes(valuations: Sequence[Mapping[str, int]]) -> str:
-    """``batch=1,3,7; seq=64,128,256``: the sizes each symbol was checked at."""
+    """``batch=1,2; seq=128,256``: the sizes each symbol was checked at."""
     names = sorted({n for v in valuations for n in v})
     return "; ".join(f"{n}={','.join(str(s) for s in sorted({v[n] for v in valuations}))}" for n in names)
 
@@ -312,34 +315,120 @@ def _fits(array: np.ndarray, t: TensorType) -> bool:
             and all(isinstance(d, Dim) or int(d) == n for d, n in zip(t.shape, array.shape)))
 
 
-def compare_models(original: onnx.ModelProto, optimized: onnx.ModelProto, input_sets: Sequence[Mapping[str, np.ndarray]], threads: int = 1) -> Comparison:
-    """Runs both models on every input set and compares every output."""
-    a, b = _session(original, threads), _session(optimized, threads)
-    names = [o.name for o in a.get_outputs()]
-    if names != [o.name for o in b.get_outputs()]:
+class ReferenceFailure(Exception):
+    """ONNX Runtime cannot load the reference model (``position`` -1) or run it on input set ``position``."""
+
+    def __init__(self, position: int, reason: str):
+        super().__init__(reason)
+        self.position, self.reason = position, reason
+
+
+@dataclass
+class ReferenceRun:
+    """The original model's outputs on each input set of the check, run once.
+
+    Every candidate is compared with these, so the original runs once per input set however
+    many candidates are checked, and its session is closed before any candidate's opens: one
+    model's weights in ONNX Runtime at a time.
+    """
+
+    names: list[str]
+    input_sets: list[dict[str, np.ndarray]]
+    outputs: list[list[np.ndarray]]
+
+    def select(self, positions: Sequence[int]) -> ReferenceRun:
+        """The same run restricted to some input sets (those at the measurement sizes, say)."""
+        return ReferenceRun(self.names, [self.input_sets[k] for k in positions], [self.outputs[k] for k in positions])
+
+    def __add__(self, other: ReferenceRun) -> ReferenceRun:
+        return ReferenceRun(self.names, self.input_sets + other.input_sets, self.outputs + other.outputs)
+
+
+class Reference:
+    """The original model open in ONNX Runtime, to run on the check's input sets (close it by dropping it)."""
+
+    def __init__(self, model: onnx.ModelProto | str | bytes, threads: int = 1):
+        """Raises ReferenceFailure (position -1): ONNX Runtime cannot load the model."""
+        try:
+            self._session = _session(model, threads)
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+            raise ReferenceFailure(-1, _first_line(e)) from None
+        self._names = [o.name for o in self._session.get_outputs()]
+        self._inputs = {i.name for i in self._session.get_inputs()}
+
+    def run(self, input_sets: Sequence[Mapping[str, np.ndarray]]) -> ReferenceRun:
+        """Its outputs on every set.
+
+        Raises:
+            ReferenceFailure: it cannot run on one of them (``position`` says which).
+        """
+        quiet = ort.RunOptions()
+        quiet.log_severity_level = 4  # the caller reports the failure in one line; ONNX Runtime's log would repeat it in red
+        outputs = []
+        for position, feeds in enumerate(input_sets):
+            try:
+                outputs.append(self._session.run(None, {k: v for k, v in feeds.items() if k in self._inputs}, quiet))
+            except Exception as e:  # noqa: BLE001
+                raise ReferenceFailure(position, _first_line(e)) from None
+        return ReferenceRun(self._names, [dict(feeds) for feeds in input_sets], outputs)
+
+
+def run_reference(model: onnx.ModelProto | str | bytes, input_sets: Sequence[Mapping[str, np.ndarray]], threads: int = 1) -> ReferenceRun:
+    """Runs the original model (a model, a file or its bytes) on every input set.
+
+    Raises:
+        ReferenceFailure: ONNX Runtime cannot load it, or cannot run it on one of the sets.
+    """
+    return Reference(model, threads).run(input_sets)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def compare_with(reference: ReferenceRun, candidate: onnx.ModelProto | str | bytes, threads: int = 1) -> Comparison:
+    """Runs the candidate (a model, a file or its bytes) on the reference's input sets and compares every output.
+
+    ONNX Runtime's own exceptions (it cannot load or run the candidate) pass through.
+    """
+    session = _session(candidate, threads)
+    if reference.names != [o.name for o in session.get_outputs()]:
         return Comparison(False, worst_output="(output names differ)", worst_abs=float("inf"), worst_rel=float("inf"))
-    result = Comparison(True, input_sets=len(input_sets))
-    for feeds in input_sets:
-        want_all = a.run(None, dict(feeds))
-        got_all = b.run(None, {k: v for k, v in feeds.items() if k in {i.name for i in b.get_inputs()}})
-        for name, want, got in zip(names, want_all, got_all):
-            want, got = np.asarray(want), np.asarray(got)
-            if want.shape != got.shape:
-                return Comparison(False, name, float("inf"), float("inf"), len(input_sets))
-            if want.dtype.kind not in "fc":
-                if not np.array_equal(want, got):
-                    return Comparison(False, name, float("inf"), float("inf"), len(input_sets))
-                continue
-            want64, got64 = want.astype(np.float64), got.astype(np.float64)
-            agree = (want64 == got64) | (np.isnan(want64) & np.isnan(got64))  # equal infinities agree too
-            finite = want64[np.isfinite(want64)]
-            scale = max(1.0, float(np.max(np.abs(finite))) if finite.size else 1.0)
-            with np.errstate(invalid="ignore"):
-                diff = np.where(agree, 0.0, np.abs(got64 - want64))
-            diff = np.where(np.isnan(diff), np.inf, diff)
-            worst = float(np.max(diff)) if diff.size else 0.0
-            if worst > result.worst_abs:
-                result.worst_output, result.worst_abs, result.worst_rel = name, worst, worst / scale
-            if not np.all(diff <= ATOL_SCALE * scale + RTOL * np.abs(np.nan_to_num(want64))):
-                result.ok = False
+    inputs = {i.name for i in session.get_inputs()}
+    result = Comparison(True, input_sets=len(reference.input_sets))
+    for feeds, want_all in zip(reference.input_sets, reference.outputs):
+        got_all = session.run(None, {k: v for k, v in feeds.items() if k in inputs})
+        for name, want, got in zip(reference.names, want_all, got_all):
+            if not _agree_into(result, name, np.asarray(want), np.asarray(got)):
+                return result
     return result
+
+
+def _agree_into(result: Comparison, name: str, want: np.ndarray, got: np.ndarray) -> bool:
+    """Folds one output's disagreement into ``result``; False when it rules the candidate out at once
+    (a different shape, or different integers)."""
+    if want.shape != got.shape or (want.dtype.kind not in "fc" and not np.array_equal(want, got)):
+        result.ok, result.worst_output, result.worst_abs, result.worst_rel = False, name, float("inf"), float("inf")
+        return False
+    if want.dtype.kind not in "fc":
+        return True
+    want64, got64 = want.astype(np.float64), got.astype(np.float64)
+    agree = (want64 == got64) | (np.isnan(want64) & np.isnan(got64))  # equal infinities agree too
+    finite = want64[np.isfinite(want64)]
+    scale = max(1.0, float(np.max(np.abs(finite))) if finite.size else 1.0)
+    with np.errstate(invalid="ignore"):
+        diff = np.where(agree, 0.0, np.abs(got64 - want64))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    worst = float(np.max(diff)) if diff.size else 0.0
+    if worst > result.worst_abs:
+        result.worst_output, result.worst_abs, result.worst_rel = name, worst, worst / scale
+    if not np.all(diff <= ATOL_SCALE * scale + RTOL * np.abs(np.nan_to_num(want64))):
+        result.ok = False
+    return True
+
+
+def compare_models(original: onnx.ModelProto | str | bytes, optimized: onnx.ModelProto | str | bytes,
+                   input_sets: Sequence[Mapping[str, np.ndarray]], threads: int = 1) -> Comparison:
+    """Runs both models on every input set and compares every output."""
+    return compare_with(run_reference(original, input_sets, threads), optimized, threads)

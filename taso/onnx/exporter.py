@@ -428,7 +428,7 @@ def _check(model: onnx.ModelProto) -> None:
     """``onnx.checker``'s full check (shape inference included) of the model's skeleton: the checker
     serializes what it checks, so on a 420 MB BERT it spent 2.7 s copying weights it only reads the types of."""
     try:
-        onnx.checker.check_model(_skeleton(model), full_check=True)
+        onnx.checker.check_model(weightless(model), full_check=True)
     except Exception as e:  # noqa: BLE001
         raise ExportError(f"the exported model fails onnx.checker: {str(e).splitlines()[0]}") from None
 
@@ -438,9 +438,9 @@ def _check(model: onnx.ModelProto) -> None:
 _SKELETON_MIN_BYTES = 1 << 16
 
 
-def _skeleton(model: onnx.ModelProto) -> onnx.ModelProto:
+def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with each large initializer declared as a graph input of its type instead: the same graph to
-    check, without its weights' bytes. A model with nothing large is returned as it is."""
+    check or analyse (shapes, index ranges), without its weights' bytes. A model with nothing large is returned as it is."""
     graph = model.graph
     large = [t for t in graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL and len(t.raw_data) >= _SKELETON_MIN_BYTES]
     if not large:
