@@ -34,7 +34,7 @@ from taso.generator.cluster import RayBackend, StageReport
 from taso.generator.parallel import Workers
 
 DEFAULT_OPS = "matmul,add,mul,scalar_mul,transpose,relu,sigmoid,tanh"
-# Graphs enumerated over the default operator set (README, "Generating and proving substitutions"):
+# Graphs enumerated over the default operator set (docs/library.md, "Generating and proving substitutions"):
 # depth 2 and depth 3, every depth included.
 DEFAULT_SET_GRAPHS = {2: 29_844, 3: 13_557_758}
 
@@ -142,7 +142,7 @@ def _projection(rate_per_core: float, efficiency: float, imbalance: float) -> li
     lines = [
         "",
         "Projection: depth 4 over the default operator set (enumeration passes only)",
-        f"- graphs: G4 ~ G3 * (G3 / G2) = {g4:.2e} (G2 = {g2:,}, G3 = {g3:,}, README); a guess within a factor of a few: "
+        f"- graphs: G4 ~ G3 * (G3 / G2) = {g4:.2e} (G2 = {g2:,}, G3 = {g3:,}, docs/library.md); a guess within a factor of a few: "
         "the branching factor per added operator changes with depth (over matmul,add,transpose it fell from 62 to 43)",
         f"- per core: {rate_per_core:,.0f} graphs/s (1 Ray worker, this run), the same per graph at depth 4 (nearly all "
         "graphs are last-level steps, as at depth 3)",

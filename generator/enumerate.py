@@ -358,6 +358,8 @@ class Enumerator:
         visit(graph_key([f for f, _ in pairs]), self.ops, None, [t for _, t in pairs])
 
     def _grow(self, visit: Visitor) -> None:
+        if len(self.ops) >= self.settings.max_ops:  # a root alone already fills --max-ops 1
+            return
         if len(self.ops) + 1 == self.settings.max_ops:
             self._grow_last(visit)
             return

@@ -1,6 +1,6 @@
 """The graph IR: typed tensors, immutable nodes, persistent graphs.
 
-Design (see README "Graph IR"):
+Design (see docs/design.md, "Graph IR"):
 
 * A value is named by a string, as in ONNX. Every value has a :class:`TensorType` (shape,
   NumPy dtype name), recorded in ``Graph.types``. A dimension is an ``int`` or a symbolic

@@ -266,6 +266,16 @@ def test_another_seed_finds_the_same_rules(matmul_result):
     assert {r.id for r in other.library} == {r.id for r in matmul_result.library}
 
 
+def test_one_operator_graphs_are_enumerated_without_growing_past_the_root(tmp_path):
+    """`taso generate --max-ops 1` stopped with an IndexError: a root alone already fills the budget."""
+    enumerator = enumeration.Enumerator(Settings(max_ops=1, ops=parse_ops("matmul,transpose")))
+    sizes = []
+    for root in enumerator.roots():
+        enumerator.walk(root, lambda key, ops, last, outputs: sizes.append(len(ops) + (last is not None)))
+    assert sizes and set(sizes) == {1}
+    assert main(["generate", "--max-ops", "1", "--ops", "matmul,transpose", "--quiet", "-o", str(tmp_path / "one.json")]) == 0
+
+
 def test_cli_generate_writes_a_library_that_loads_back(tmp_path, capsys):
     path = tmp_path / "candidates.json"
     assert main(["generate", "--max-ops", "2", "--ops", "matmul,transpose", "--quiet", "-o", str(path)]) == 0

@@ -37,7 +37,7 @@ SKIPPED = {
 SMALL_BUDGETS = {
     "optimize": ["--cost", "analytic", "--budget", "3", "--time-limit", "20", "--quiet"],
     "bench": ["--cost", "analytic", "--budget", "2", "--time-limit", "20", "--rounds", "1"],
-    "generate": ["--max-ops", "1"],
+    "generate": ["--max-ops", "2", "--ops", "matmul,transpose"],
 }
 
 # Textual substitutions in Python blocks, for the same reason.
