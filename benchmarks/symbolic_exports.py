@@ -365,6 +365,29 @@ def bert_hf_tiny() -> Spec:
                 max_dims={"seq": config.max_position_embeddings})
 
 
+def gpt2_small() -> Spec:
+    """``transformers.GPT2Model(GPT2Config())``: GPT-2 small (124M parameters), random weights; ``input_ids`` ``[batch, seq]``
+    checked at seq 64 (issue 23's end-to-end budget is stated there)."""
+    from transformers import GPT2Config, GPT2Model
+
+    config = GPT2Config()
+    net = BertLastHidden(GPT2Model(config))
+    inputs = {"input_ids": lambda b, s: torch.randint(0, config.vocab_size, (b, s)), "attention_mask": padding_mask}
+    return Spec(net, inputs, {0: "batch", 1: "seq"}, seqs=(32, 64, 128), outputs=("last_hidden_state",), max_dims={"seq": config.n_positions})
+
+
+def albert_xxlarge() -> Spec:
+    """``transformers.AlbertModel`` in ALBERT-xxlarge's configuration (hidden 4096, 64 heads, 12 layers sharing one
+    set of weights, 223M parameters, about 0.9 GB), random weights; ``input_ids`` and ``attention_mask`` ``[batch, seq]``."""
+    from transformers import AlbertConfig, AlbertModel
+
+    config = AlbertConfig(hidden_size=4096, num_attention_heads=64, intermediate_size=16384, num_hidden_layers=12, embedding_size=128)
+    net = BertLastHidden(AlbertModel(config))
+    inputs = {"input_ids": lambda b, s: torch.randint(0, config.vocab_size, (b, s)), "attention_mask": padding_mask}
+    return Spec(net, inputs, {0: "batch", 1: "seq"}, seqs=(64, 128), outputs=("last_hidden_state",),
+                max_dims={"seq": config.max_position_embeddings})
+
+
 class CausalDecoder(nn.Module):
     """``nn.TransformerDecoder`` (batch first) with a fixed causal target mask, as a language model calls it. Its layers
     are deep copies of one layer: equal weights, so each layer projects the same ``memory`` by the same matrices."""
@@ -386,7 +409,8 @@ def transformer_decoder(d_model: int = 256, heads: int = 4, ff: int = 1024, laye
     return Spec(CausalDecoder(d_model, heads, ff, layers, tgt_len), inputs, {0: "batch"})
 
 
-BENCHMARK_ONLY = ("resnet50", "mobilenet_v2", "bert_base")  # not exported with --small
+BENCHMARK_ONLY = ("resnet50", "mobilenet_v2", "bert_base", "gpt2_small", "albert_xxlarge")  # not exported with --small
+ON_REQUEST = ("gpt2_small", "albert_xxlarge")  # exported only when --only names them (bench_end_to_end.py's models)
 
 
 def model_builders(small: bool) -> dict[str, Callable[[], Spec]]:
@@ -398,7 +422,8 @@ def model_builders(small: bool) -> dict[str, Callable[[], Spec]]:
                 "transformer_decoder": lambda: transformer_decoder(32, 2, 64, 2, 8, 12)}
     return {"lstm_cell_loop": lstm_cell_loop, "gru_cell_loop": gru_cell_loop, "resnet_tiny": resnet_tiny,
             "mobilenet_tiny": mobilenet_tiny, "bert_tiny": bert_tiny, "transformer_decoder": transformer_decoder,
-            "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert_base": bert_base}
+            "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert_base": bert_base, "gpt2_small": gpt2_small,
+            "albert_xxlarge": albert_xxlarge}
 
 
 # --------------------------------------------------------------------------- export
@@ -615,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
     exporters = EXPORTERS if args.exporter == "both" else (args.exporter,)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    for name in args.only or builders:
+    for name in args.only or [n for n in builders if n not in ON_REQUEST]:
         for exporter in exporters:
             report(*export_one(name, builders[name], exporter, args.out_dir, args.static_too), show_ops=args.ops)
     return 0

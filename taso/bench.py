@@ -58,13 +58,14 @@ def _load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto, str | None
 
 def bench_model(name: str, model: onnx.ModelProto, threads: int, args, path: str | None = None) -> BenchRow:
     """Optimizes one model for one thread count exactly as `taso optimize` would, and times the three variants side by side."""
+    from .optimize import model_bytes
     from .timing import interleaved_times
     from .validate import random_inputs
 
     source, outcome = _optimize(model, path, args.cost, threads, args)
     report = outcome.report
     original = source.timing_source()
-    optimized = original if outcome.model is None else outcome.model.SerializeToString()
+    optimized = original if outcome.model is None else model_bytes(outcome.model)
     labels = ("the original model (ONNX Runtime optimizations off)", "the original model", "the taso-optimized model")
     seconds = interleaved_times([original, original, optimized], random_inputs(source.graph), threads, args.rounds, labels=labels,
                                 optimize=(False, True, True), min_runs=7, min_seconds=0.05)
@@ -88,13 +89,14 @@ def _optimize(model: onnx.ModelProto, path: str | None, cost: str, threads: int,
 def bench_model_gpu(name: str, model: onnx.ModelProto, args) -> BenchRow:
     """Original vs optimized on the CuPy executor (CUDA events, interleaved), cross-checked on ONNX Runtime's CUDA provider."""
     from .gpu import DeviceGraph, require_cupy, time_cuda
+    from .optimize import model_bytes
     from .timing import interleaved_medians, interleaved_times
     from .validate import random_inputs
 
     cp = require_cupy()
     source, outcome = _optimize(model, None, args.cost if not args.cost.startswith("ort-cpu") else "cupy", 1, args)
     graph, best, report = source.graph, outcome.graph, outcome.report
-    optimized = model if outcome.model is None else outcome.model
+    optimized = model if outcome.model is None else onnx.load_from_string(model_bytes(outcome.model))
     host_feeds = random_inputs(graph)
     feeds = {k: cp.asarray(v) for k, v in host_feeds.items()}
     runners = {"cupy_original": DeviceGraph(graph, cp), "cupy_taso": DeviceGraph(best, cp)}

@@ -17,6 +17,7 @@ end-to-end guard:
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 import weakref
@@ -30,13 +31,14 @@ from .cleanup import CleanupReport, clean_up
 from .cost import CostModel, make_cost_model
 from .errors import TasoError
 from .ir import Graph
+from .onnx.files import EXTERNAL_DATA_BYTES, SPILL_BYTES, Scratch, SpilledModel, embedded_weight_bytes
 from .rules import LibraryFile, Rule, usable_reverse
 from .search import LazyRules, RuleSlot, SearchConfig, SearchReport, search
 from .stages import StageClock
-from .timing import TimingError, interleaved_times, open_session
+from .timing import TimingError, interleaved_times, open_session, paired_ratios_agree
 
 __all__ = ["DEFAULT_LIBRARY", "MIN_CONFIRMED_SPEEDUP", "OutputMismatchError", "ModelSource", "Outcome", "load_rules", "optimize",
-           "optimize_with_report", "optimize_model", "save_onnx", "export_clean", "write_model", "end_to_end_speedup",
+           "optimize_with_report", "optimize_model", "save_onnx", "export_clean", "write_model", "copy_model_file", "model_bytes", "end_to_end_speedup",
            "validate_search_settings"]
 
 DEFAULT_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "library.jsonl.gz")
@@ -45,9 +47,6 @@ DEFAULT_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "library.jsonl
 MIN_CONFIRMED_SPEEDUP = 1.02
 # A model whose run takes this long is timed once per round, not as the fastest of three (taso.timing.interleaved_times).
 _LONG_RUN = 0.05
-
-# Above this many bytes of weights a model is written with external data (protobuf's 2 GB limit).
-_EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 
 
 class OutputMismatchError(TasoError):
@@ -165,14 +164,20 @@ class ModelSource:
 
     Attributes:
         graph: the imported graph.
-        model: the reference model the outputs are compared with (the file as read).
+        model: the model as read (without its weight bytes once spilled).
         path: the input file (timed as given, and copied byte for byte when nothing pays),
             or None for a graph given through the Python API.
+        spilled: the input saved with its weights as external data, for ONNX Runtime to map
+            (:mod:`taso.onnx.files`), when its file embeds many weight bytes; else None.
+        weight_bytes: the bytes of weights the input holds.
     """
 
     graph: Graph
     model: onnx.ModelProto
     path: str | None = None
+    spilled: SpilledModel | None = None
+    weight_bytes: int = 0
+    _scratch: Scratch | None = field(default=None, repr=False)
 
     @classmethod
     def from_file(cls, path: str, input_shapes: Mapping[str, Sequence[int]] | None = None, static: bool = False) -> ModelSource:
@@ -180,22 +185,49 @@ class ModelSource:
         from .onnx import load_onnx, read_model
 
         model = read_model(path)
-        return cls(load_onnx(model, dict(input_shapes or {}), static=static), model, path)
+        source = cls(load_onnx(model, dict(input_shapes or {}), static=static), model, path, weight_bytes=embedded_weight_bytes(model))
+        if source.weight_bytes >= SPILL_BYTES and not source.uses_external_data():
+            source.spilled = source.scratch().spill(model, "input")
+            source.model = source.spilled.model
+        return source
 
     @classmethod
     def from_graph(cls, graph: Graph) -> ModelSource:
         return cls(graph, export_clean(graph))
 
+    def scratch(self) -> Scratch:
+        """The private directory this model's spilled files go to (made on first use)."""
+        if self._scratch is None:
+            self._scratch = Scratch()
+        return self._scratch
+
     def timing_source(self) -> str | bytes:
-        """What ONNX Runtime loads to time the input: the file itself (external data included) or the model's bytes."""
+        """What ONNX Runtime loads to run the input: its spilled copy (the same graph and weights, mapped), the file
+        itself (external data included), or the model's bytes."""
+        if self.spilled is not None:
+            return self.spilled.path
         return self.path if self.path is not None else self.model.SerializeToString()
 
     def uses_external_data(self) -> bool:
-        return self.path is not None and any(
-            t.data_location == onnx.TensorProto.EXTERNAL for t in onnx.load(self.path, load_external_data=False).graph.initializer)
+        """Whether the input file keeps weights outside itself (a file that embeds its weights is larger than they are)."""
+        return self.path is not None and os.path.getsize(self.path) < self.weight_bytes
 
 
-def export_clean(graph: Graph, opset: int | None = None, check: bool = True) -> onnx.ModelProto:
+# A candidate as taso hands it to ONNX Runtime and writes it: in memory, or spilled when its weights are large.
+CandidateModel = onnx.ModelProto | SpilledModel
+
+
+def _runnable(model: CandidateModel) -> str | bytes:
+    """What ONNX Runtime loads: the spilled file (weights mapped), or the model's bytes."""
+    return model.path if isinstance(model, SpilledModel) else model.SerializeToString()
+
+
+def model_bytes(model: CandidateModel) -> bytes:
+    """The model serialized, weights embedded."""
+    return model.to_bytes() if isinstance(model, SpilledModel) else model.SerializeToString()
+
+
+def export_clean(graph: Graph, opset: int | None = None, check: bool = True, weights_file=None) -> onnx.ModelProto:
     """``export_onnx(graph)``, without turning an IR-3 model's weights into overridable inputs.
 
     IR 3 requires every initializer to be listed as a graph input, and ONNX Runtime treats
@@ -205,7 +237,7 @@ def export_clean(graph: Graph, opset: int | None = None, check: bool = True) -> 
     """
     from .onnx import export_onnx
 
-    model = export_onnx(graph, opset, check)
+    model = export_onnx(graph, opset, check, weights_file)
     if graph.meta.ir_version < 4 <= model.ir_version:
         initializers = {t.name for t in model.graph.initializer}
         kept = [i for i in model.graph.input if i.name not in initializers]
@@ -221,7 +253,7 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _check_candidate(candidate: onnx.ModelProto | str | bytes, reference, threads: int):
+def _check_candidate(candidate: CandidateModel, reference, threads: int):
     """Compares a candidate with the original's outputs (run once, before the search); ONNX Runtime failures
     become one-line errors.
 
@@ -231,7 +263,7 @@ def _check_candidate(candidate: onnx.ModelProto | str | bytes, reference, thread
     from .validate import compare_with
 
     try:
-        return compare_with(reference, candidate, threads)
+        return compare_with(reference, _runnable(candidate) if isinstance(candidate, SpilledModel) else candidate, threads)
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {_first_line(e)}; nothing was written") from None
 
@@ -326,7 +358,7 @@ def optimize_model(
         candidates: dict[str, tuple[Graph, onnx.ModelProto]] = {}
         if best is not source.graph:
             with clock.stage("export"):
-                _add_candidate(outcome, candidates, "optimized", best)
+                _add_candidate(outcome, source, candidates, "optimized", best)
             if check and candidates:
                 with clock.stage("check"):
                     best = _checked_or_searched_again(outcome, source, start, candidates, rules, model, config, checks, threads, progress)
@@ -338,7 +370,7 @@ def optimize_model(
         return outcome
     if source.path is not None and (best is not start or start is source.graph):  # else "optimized" is the cleaned-up graph
         with clock.stage("export"):
-            _add_candidate(outcome, candidates, "re-export", start)
+            _add_candidate(outcome, source, candidates, "re-export", start)
     with clock.stage("timing"):
         _keep_fastest(outcome, source, candidates, checks, threads)
     return outcome
@@ -453,22 +485,26 @@ def _checked_or_searched_again(outcome: Outcome, source: ModelSource, start: Gra
         del candidates["optimized"]
         if best is source.graph:
             return best
-        _add_candidate(outcome, candidates, "optimized", best)
+        _add_candidate(outcome, source, candidates, "optimized", best)
         if "optimized" in candidates:
             _check_into(outcome, candidates["optimized"][1], checks, threads)
         return best
 
 
-def _add_candidate(outcome: Outcome, candidates: dict, name: str, graph: Graph) -> None:
-    """Exports a candidate; one taso cannot write is dropped with a note (the input, written unchanged, is always valid)."""
+def _add_candidate(outcome: Outcome, source: ModelSource, candidates: dict, name: str, graph: Graph) -> None:
+    """Exports a candidate, spilled when its weights are large (:mod:`taso.onnx.files`); one taso cannot write is
+    dropped with a note (the input, written unchanged, is always valid)."""
     try:
-        candidates[name] = (graph, export_clean(graph))
+        if sum(array.nbytes for array in graph.weights.values()) >= SPILL_BYTES:
+            candidates[name] = (graph, source.scratch().export(name, lambda weights: export_clean(graph, weights_file=weights)))
+        else:
+            candidates[name] = (graph, export_clean(graph))
     except TasoError as e:
         what = "the optimized graph" if name == "optimized" else "taso's re-export of the unchanged graph"
         outcome.notes.append(f"{what} cannot be written as ONNX ({e}); not kept")
 
 
-def _check_into(outcome: Outcome, candidate: onnx.ModelProto, checks: _Checks, threads: int) -> None:
+def _check_into(outcome: Outcome, candidate: CandidateModel, checks: _Checks, threads: int) -> None:
     """Records the candidate's output check in ``outcome`` (see :func:`_require_match`)."""
     started = time.perf_counter()
     comparison = _require_match(candidate, checks.reference, threads)
@@ -476,7 +512,7 @@ def _check_into(outcome: Outcome, candidate: onnx.ModelProto, checks: _Checks, t
     outcome.comparison = comparison
 
 
-def _require_match(candidate: onnx.ModelProto, reference, threads: int):
+def _require_match(candidate: CandidateModel, reference, threads: int):
     """The comparison, when the candidate's outputs match the original's on ONNX Runtime.
 
     Raises:
@@ -508,10 +544,11 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, check
         return
 
 
-def _still_faster(outcome: Outcome, source: ModelSource, name: str, model: onnx.ModelProto, feeds, threads: int) -> bool:
+def _still_faster(outcome: Outcome, source: ModelSource, name: str, model: CandidateModel, feeds, threads: int) -> bool:
     """A second, independent measurement must agree: on a loaded machine one lucky series can show 1.5x where there is none."""
     try:
-        before, after = interleaved_times([source.timing_source(), model.SerializeToString()], feeds, threads, long_run=_LONG_RUN)
+        before, after = interleaved_times([source.timing_source(), _runnable(model)], feeds, threads, long_run=_LONG_RUN,
+                                          decided=paired_ratios_agree(MIN_CONFIRMED_SPEEDUP))
     except TimingError as e:
         outcome.notes.append(f"the {name} model was not kept (ONNX Runtime failed while timing it again: {e.reason})")
         return False
@@ -529,8 +566,8 @@ def _time_candidates(outcome: Outcome, source: ModelSource, candidates: dict, fe
     names = list(candidates)
     while True:
         try:
-            return names, interleaved_times([source.timing_source(), *(candidates[n][1].SerializeToString() for n in names)], feeds, threads,
-                                            long_run=_LONG_RUN)
+            return names, interleaved_times([source.timing_source(), *(_runnable(candidates[n][1]) for n in names)], feeds, threads,
+                                            long_run=_LONG_RUN, decided=paired_ratios_agree(MIN_CONFIRMED_SPEEDUP))
         except TimingError as e:
             if e.position == 0:
                 raise TasoError(f"ONNX Runtime cannot run the input model: {e.reason}") from None
@@ -541,7 +578,7 @@ def _time_candidates(outcome: Outcome, source: ModelSource, candidates: dict, fe
             names.remove(failed)
 
 
-def _reexport_matches(outcome: Outcome, model: onnx.ModelProto, checks: _Checks, threads: int) -> bool:
+def _reexport_matches(outcome: Outcome, model: CandidateModel, checks: _Checks, threads: int) -> bool:
     """The cleaned re-export is only an alternative: when it fails its check, the input is written instead."""
     try:
         _check_into(outcome, model, checks, threads)
@@ -581,7 +618,7 @@ def optimize_with_report(
     outcome = optimize_model(ModelSource.from_graph(graph), rules, cost, SearchConfig(alpha, budget, time_limit), threads, confirm, check,
                              progress=progress)
     if outcome.graph is not graph:
-        _PROVENANCE[outcome.graph] = _Provenance(graph, outcome.model.SerializeToString() if check and outcome.model is not None else None)
+        _PROVENANCE[outcome.graph] = _Provenance(graph, model_bytes(outcome.model) if check and outcome.model is not None else None)
     return outcome.graph, outcome.report
 
 
@@ -632,14 +669,25 @@ def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None, c
 
 # ---- writing ------------------------------------------------------------------------------------
 
-def write_model(model: onnx.ModelProto | bytes, path: str) -> None:
+def write_model(model: CandidateModel | bytes, path: str) -> None:
     """Writes a model (or a file's bytes) atomically: a temporary file beside ``path``, renamed over it.
 
-    The temporary file is removed whatever interrupts the write, Ctrl-C included.
+    A spilled model is streamed from its weights file; a model over 1.8 GB of weights is written
+    with its weights as external data beside it (protobuf's 2 GB limit). The temporary file is
+    removed whatever interrupts the write, Ctrl-C included.
 
     Raises:
         TasoError: the directory is missing or the file cannot be written.
     """
+    _write_atomically(path, lambda tmp: _write_to(model, tmp, os.path.basename(path)))
+
+
+def copy_model_file(source: str, path: str) -> None:
+    """Copies a model file byte for byte, atomically (never read whole into memory)."""
+    _write_atomically(path, lambda tmp: shutil.copyfile(source, tmp))
+
+
+def _write_atomically(path: str, write: Callable[[str], None]) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise TasoError(f"{path}: directory {directory} does not exist")
@@ -647,7 +695,7 @@ def write_model(model: onnx.ModelProto | bytes, path: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(prefix=".taso-", suffix=".onnx", dir=directory)
         os.close(fd)
-        _write_to(model, tmp, os.path.basename(path))
+        write(tmp)
         os.replace(tmp, path)
         tmp = None
     except OSError as e:
@@ -657,11 +705,13 @@ def write_model(model: onnx.ModelProto | bytes, path: str) -> None:
             _remove_quietly(tmp)
 
 
-def _write_to(model: onnx.ModelProto | bytes, tmp: str, final_name: str) -> None:
+def _write_to(model: CandidateModel | bytes, tmp: str, final_name: str) -> None:
     if isinstance(model, bytes):
         with open(tmp, "wb") as f:
             f.write(model)
-    elif sum(len(t.raw_data) for t in model.graph.initializer) > _EXTERNAL_DATA_THRESHOLD:
+    elif isinstance(model, SpilledModel):
+        model.write(tmp, final_name)
+    elif embedded_weight_bytes(model) > EXTERNAL_DATA_BYTES:
         onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True, location=final_name + ".data")
     else:
         onnx.save_model(model, tmp)

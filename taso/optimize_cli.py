@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     from .cli import parse_input_shapes
     from .cost import make_cost_model
     from .onnx import folding_plan
-    from .optimize import ModelSource, load_rules, optimize_model, write_model
+    from .optimize import ModelSource, copy_model_file, load_rules, optimize_model, write_model
     from .search import SearchConfig
     from .stages import StageClock
     from .validate import load_inputs
@@ -89,22 +89,27 @@ def run(args: argparse.Namespace) -> int:
     _check_paths(args)
     cost_model = make_cost_model(args.cost, threads=args.threads)  # fail fast: no GPU, unknown model
     clock = StageClock()
-    with clock.stage("load"):
-        source = ModelSource.from_file(args.input, parse_input_shapes(args.input_shape), static=args.static)
-    with clock.stage("rules"):
-        rules = load_rules(args.library)
-    extra = load_inputs(args.inputs, source.graph.inputs) if args.inputs else None
-    say = (lambda *a: None) if args.quiet else (lambda *a: print(*a, file=sys.stderr))
-    say(f"taso: {len(source.graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
-    if source.graph.meta.sizes:
-        say(f"taso: symbolic dims kept; costs measured at {', '.join(f'{k}={v}' for k, v in source.graph.meta.sizes)}")
-    with _ProgressBar(args) as progress:
+    with _Progress(args, clock) as progress:
+        with clock.stage("load"):
+            source = ModelSource.from_file(args.input, parse_input_shapes(args.input_shape), static=args.static)
+        with clock.stage("rules"):
+            rules = load_rules(args.library)
+        extra = load_inputs(args.inputs, source.graph.inputs) if args.inputs else None
+        say = (lambda *a: None) if args.quiet else progress.say
+        say(f"taso: {len(source.graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
+        if source.graph.meta.sizes:
+            say(f"taso: symbolic dims kept; costs measured at {', '.join(f'{k}={v}' for k, v in source.graph.meta.sizes)}")
         outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit), args.threads,
-                                 confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress, clock=clock)
+                                 confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress.search_progress, clock=clock)
     for note in outcome.notes:  # even with --quiet: they say why a candidate was not kept
         print(f"taso: note: {note}", file=sys.stderr)
     with clock.stage("write"):
-        write_model(_input_as_given(source) if outcome.model is None else outcome.model, args.output)
+        if outcome.model is not None:
+            write_model(outcome.model, args.output)
+        elif source.uses_external_data():  # its data file would not follow a copy: re-saved whole
+            write_model(source.model, args.output)
+        else:
+            copy_model_file(args.input, args.output)
     folding = folding_plan(outcome.graph)
     print(_format_report(args, source.graph, outcome, folding))
     if args.report:
@@ -125,35 +130,52 @@ def _explain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _input_as_given(source):
-    """The input's bytes; a model with external data is re-saved whole (its data file would not follow a copy)."""
-    if source.uses_external_data():
-        return source.model
-    with open(source.path, "rb") as f:
-        return f.read()
+class _Progress:
+    """Where the run is, on a terminal: a status line naming the stage under way, and a bar over the search
+    budget under it (tqdm). Nothing with --quiet, or when stderr is not a terminal."""
 
+    def __init__(self, args, clock):
+        self.args, self.clock, self.status, self.search = args, clock, None, None
 
-class _ProgressBar:
-    """A tqdm bar over the search budget (off with --quiet, or when stderr is not a terminal)."""
+    def __enter__(self) -> _Progress:
+        if not self.args.quiet:
+            from tqdm import tqdm
 
-    def __init__(self, args):
-        self.args, self.bar = args, None
+            self.status = tqdm(desc="load", bar_format="taso: {desc} ({elapsed})", file=sys.stderr, leave=False, disable=None)
+            if self.status.disable:
+                self.status = None
+            else:
+                self.clock.on_start = self._stage
+        return self
 
-    def __enter__(self):
-        if self.args.quiet:
-            return None
-        from tqdm import tqdm
+    def say(self, line: str) -> None:
+        """A line on stderr that the status line does not overwrite."""
+        if self.status is None:
+            print(line, file=sys.stderr)
+        else:
+            self.status.write(line, file=sys.stderr)
 
-        self.bar = tqdm(total=self.args.budget, desc="search", unit="graph", file=sys.stderr, leave=False, disable=None)
-        return self.update
+    def _stage(self, name: str) -> None:
+        self.status.set_description_str(name)
 
-    def update(self, expanded: int, best: float) -> None:
-        self.bar.update(1)
-        self.bar.set_postfix(best_ms=f"{best * 1e3:.3f}")
+    @property
+    def search_progress(self):
+        """The search's progress callback, or None when nothing is shown."""
+        return None if self.status is None else self._searched
+
+    def _searched(self, expanded: int, best: float) -> None:
+        if self.search is None:
+            from tqdm import tqdm
+
+            self.search = tqdm(total=self.args.budget, desc="search", unit="graph", file=sys.stderr, leave=False, position=1)
+        self.search.update(1)
+        self.search.set_postfix(best_ms=f"{best * 1e3:.3f}")
 
     def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.close()
+        self.clock.on_start = None
+        for bar in (self.search, self.status):
+            if bar is not None:
+                bar.close()
 
 
 def _write_report(path: str, before, outcome, plan, cost_fingerprint: str) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import resource
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -61,9 +61,13 @@ class StageClock:
 
     stages: list[Stage] = field(default_factory=list)
     per_stage_peaks: bool = True  # False once a reset was refused: peaks are the process's so far
+    # Told the name of each stage as it starts (a progress display); None: nobody listens.
+    on_start: Callable[[str], None] | None = None
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        if self.on_start is not None:
+            self.on_start(name)
         self.per_stage_peaks = _reset_peak() and self.per_stage_peaks
         start = time.perf_counter()
         try:

@@ -108,23 +108,52 @@ def rotated(n: int, shift: int) -> list[int]:
     return [(i + shift) % n for i in range(n)]
 
 
-def interleaved_samples(measures: Sequence[Callable[[], float]], rounds: int) -> list[list[float]]:
+# Rounds run before a stopping rule is asked whether the measurements already decide.
+MIN_ROUNDS = 3
+
+Decided = Callable[[list[list[float]]], bool]
+
+
+def interleaved_samples(measures: Sequence[Callable[[], float]], rounds: int, decided: Decided | None = None) -> list[list[float]]:
     """Calls every measure once per round, in an order rotated by one each round; every sample, per measure, by round.
 
     Args:
         measures: each returns one sample of seconds (one model's timing for one round).
-        rounds: samples per measure.
+        rounds: samples per measure, at most.
+        decided: a stopping rule, asked after each round from :data:`MIN_ROUNDS` on with the samples so far:
+            True ends the series (the measurements already decide what they are for).
     """
     samples: list[list[float]] = [[] for _ in measures]
     for round_ in range(rounds):
         for i in rotated(len(measures), round_):
             samples[i].append(measures[i]())
+        if decided is not None and round_ + 1 >= MIN_ROUNDS and decided(samples):
+            break
     return samples
 
 
-def interleaved_medians(measures: Sequence[Callable[[], float]], rounds: int) -> list[float]:
+def interleaved_medians(measures: Sequence[Callable[[], float]], rounds: int, decided: Decided | None = None) -> list[float]:
     """:func:`interleaved_samples`' median per measure."""
-    return [statistics.median(s) for s in interleaved_samples(measures, rounds)]
+    return [statistics.median(s) for s in interleaved_samples(measures, rounds, decided)]
+
+
+def paired_ratios_agree(threshold: float) -> Decided:
+    """A stopping rule for timing candidates against a baseline (``samples[0]``): decided when, for every
+    candidate, each round's paired ratio baseline/candidate falls on the same side of ``threshold``.
+
+    Rounds are interleaved, so a round's two times share the machine's state; all of three or more
+    paired ratios on one side has a chance of at most 1/8 each way if the truth sat at the threshold,
+    and the later, independent confirmation (or the cap on rounds) covers the rest.
+    """
+    def decided(samples: list[list[float]]) -> bool:
+        baseline = samples[0]
+        for candidate in samples[1:]:
+            above = [b / c >= threshold for b, c in zip(baseline, candidate)]
+            if any(above) and not all(above):
+                return False
+        return True
+
+    return decided
 
 
 def interleaved_times(
@@ -140,6 +169,7 @@ def interleaved_times(
     min_runs: int = 3,
     min_seconds: float = 0.01,
     long_run: float | None = None,
+    decided: Decided | None = None,
 ) -> list[float]:
     """Seconds per run of each model: the median over interleaved rounds of each round's fastest run.
 
@@ -157,6 +187,8 @@ def interleaved_times(
             round: a run that long is its own stable sample, and the median over rounds still filters
             load (BERT-base's 230 ms runs spent 14.5 s of ``taso optimize``'s first timing series as
             the fastest of three).
+        decided: a stopping rule (see :func:`interleaved_samples`; e.g. :func:`paired_ratios_agree`): fewer
+            than ``rounds`` rounds when the measurements already decide.
 
     Raises:
         TimingError: ONNX Runtime cannot load or run one of the models (its position and label are in the error).
@@ -179,7 +211,7 @@ def interleaved_times(
             runs, seconds = 1, 0.0
         return lambda: fastest(runs, seconds)
 
-    return interleaved_medians([measure(i) for i in range(len(sessions))], rounds)
+    return interleaved_medians([measure(i) for i in range(len(sessions))], rounds, decided)
 
 
 def warm_session(position: int, label: str, model: str | bytes, feeds: Mapping[str, np.ndarray], threads: int = 1, optimize: bool = True,

@@ -17,12 +17,13 @@ def model_from_text(text: str) -> onnx.ModelProto:
     return model
 
 
-def run_ort(model: onnx.ModelProto, feeds: dict[str, np.ndarray], optimize: bool = False) -> list[np.ndarray]:
+def run_ort(model: onnx.ModelProto | str, feeds: dict[str, np.ndarray], optimize: bool = False) -> list[np.ndarray]:
+    """The model's outputs on ONNX Runtime (a model file, external data and all, or a model)."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if not optimize:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(model if isinstance(model, str) else model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     names = {i.name for i in session.get_inputs()}
     return session.run(None, {k: v for k, v in feeds.items() if k in names})
 

@@ -127,3 +127,40 @@ def test_a_search_cut_short_by_the_time_limit_says_so_and_how_to_give_it_more(tm
     assert "may find more" not in capsys.readouterr().out  # stopped by its budget: nothing to suggest
     assert main(["optimize", src, "-o", str(out), "--library", library, "--cost", "analytic", "--time-limit", "0.001"]) == 0
     assert "stopped: time limit (a longer --time-limit than 0.001 s may find more)" in capsys.readouterr().out
+
+
+class _Terminal:
+    """A stderr that says it is a terminal, keeping what is written to it."""
+
+    def __init__(self):
+        self.text = []
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        self.text.append(s)
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_terminal_shows_each_stage_and_the_search_and_a_pipe_shows_none(tmp_path, library, capsys, monkeypatch):
+    import sys
+
+    src = _rnn_model(tmp_path)
+    args = ["optimize", src, "-o", str(tmp_path / "out.onnx"), "--library", library, "--cost", "analytic", "--budget", "5"]
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    assert main(args) == 0
+    shown = "".join(terminal.text)
+    for stage in ("load", "rules", "check", "clean-up", "search"):
+        assert f"taso: {stage} (" in shown, stage
+    assert "search:" in shown and "graph" in shown, "the search's own bar"
+    monkeypatch.undo()
+    capsys.readouterr()
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "taso: check (" not in err and "search:" not in err, "nothing drawn when stderr is not a terminal"
+    assert main([*args, "--quiet"]) == 0 and capsys.readouterr().err == ""

@@ -71,3 +71,24 @@ def test_a_long_running_model_is_timed_once_per_round(monkeypatch):
     calls.clear()
     interleaved_times([_relu_model()], {"x": np.ones((4, 8), np.float32)}, rounds=3, long_run=10.0)
     assert calls == [1, 3, 3, 3]
+
+
+def _series(per_round: list[list[float]]):
+    """Measures that return the given samples round by round (one list per model)."""
+    calls = [iter(samples) for samples in per_round]
+    return [lambda it=it: next(it) for it in calls]
+
+
+def test_timing_stops_after_three_rounds_when_every_paired_ratio_is_on_one_side():
+    from taso.timing import MIN_ROUNDS, interleaved_samples, paired_ratios_agree
+
+    slower = _series([[1.0] * 7, [1.5] * 7, [0.5] * 7])  # one candidate clearly slower, one clearly faster
+    assert [len(s) for s in interleaved_samples(slower, 7, paired_ratios_agree(1.02))] == [MIN_ROUNDS] * 3
+
+
+def test_timing_runs_every_round_while_the_paired_ratios_straddle_the_margin():
+    from taso.timing import interleaved_samples, paired_ratios_agree
+
+    noisy = _series([[1.0] * 7, [0.97, 1.0, 0.97, 1.0, 0.97, 1.0, 0.97]])  # ratios 1.03 and 1.00 around 1.02
+    assert [len(s) for s in interleaved_samples(noisy, 7, paired_ratios_agree(1.02))] == [7, 7]
+    assert [len(s) for s in interleaved_samples(_series([[1.0] * 7, [1.5] * 7]), 7)] == [7, 7], "no rule: every round"

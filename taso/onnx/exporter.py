@@ -45,9 +45,10 @@ _EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 class ExportContext:
     """What an op's exporter sees: ways to emit ONNX nodes and constants."""
 
-    def __init__(self, graph: Graph, opset: int):
+    def __init__(self, graph: Graph, opset: int, weights_file=None):
         self.graph = graph
         self.opset = opset
+        self._weights_file = weights_file  # a taso.onnx.files.WeightsFile: large tensors' bytes go there, not into the proto
         self.nodes: list[onnx.NodeProto] = []
         self.initializers: dict[str, onnx.TensorProto] = {}
         self._used = set(graph.types) | set(graph.meta.output_names)
@@ -183,12 +184,14 @@ class ExportContext:
 
     def const(self, array: np.ndarray, hint: str = "const") -> str:
         name = self.fresh(hint)
-        self.initializers[name] = numpy_helper.from_array(np.asarray(array), name)
+        self.initializer(name, array)
         return name
 
     def initializer(self, name: str, array: np.ndarray) -> None:
         # NOTE: np.asarray(order="C"), not np.ascontiguousarray, which turns a scalar into shape [1].
-        self.initializers[name] = numpy_helper.from_array(np.asarray(array, order="C"), name)
+        array = np.asarray(array, order="C")
+        written = self._weights_file.tensor(array, name) if self._weights_file is not None else None
+        self.initializers[name] = written if written is not None else numpy_helper.from_array(array, name)
 
     def emit_proto(self, node: Node) -> None:
         """Writes an opaque node's original NodeProto with its (possibly renamed) edges."""
@@ -318,19 +321,21 @@ def _bare_symbols(shape) -> list[str]:
     return [s for s in map(bare_symbol, shape) if s is not None]
 
 
-def export_onnx(graph: Graph, opset: int | None = None, check: bool = True) -> onnx.ModelProto:
+def export_onnx(graph: Graph, opset: int | None = None, check: bool = True, weights_file=None) -> onnx.ModelProto:
     """Writes a graph as an ONNX model.
 
     Args:
         graph: the graph.
         opset: the ai.onnx opset to declare; default the imported model's.
         check: run ``onnx.checker`` (full check) on the result.
+        weights_file: a :class:`taso.onnx.files.WeightsFile` that large tensors are written to as external
+            data (the model then holds no weight bytes); default: every tensor embedded.
 
     Raises:
         ExportError: an op cannot be written at this opset, or the result fails the checker.
     """
     opset = opset or graph.meta.opset
-    ctx = ExportContext(graph, opset)
+    ctx = ExportContext(graph, opset, weights_file)
     folded = folding_plan(graph).folded
     folded_ids = {id(n) for n in folded}
     weights = folded_weights(graph, folded)
@@ -440,9 +445,10 @@ _SKELETON_MIN_BYTES = 1 << 16
 
 def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with each large initializer declared as a graph input of its type instead: the same graph to
-    check or analyse (shapes, index ranges), without its weights' bytes. A model with nothing large is returned as it is."""
+    check or analyse (shapes, index ranges), without its weights' bytes (nor their external data). A model with
+    nothing large is returned as it is."""
     graph = model.graph
-    large = [t for t in graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL and len(t.raw_data) >= _SKELETON_MIN_BYTES]
+    large = [t for t in graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL or t.ByteSize() >= _SKELETON_MIN_BYTES]
     if not large:
         return model
     large_names = {t.name for t in large}
@@ -473,7 +479,7 @@ def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None) -
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise ExportError(f"{path}: directory {directory} does not exist")
-    external = sum(len(t.raw_data) for t in model.graph.initializer) > _EXTERNAL_DATA_THRESHOLD
+    external = sum(t.ByteSize() for t in model.graph.initializer) > _EXTERNAL_DATA_THRESHOLD
     try:
         fd, tmp = tempfile.mkstemp(prefix=".taso-", suffix=".onnx", dir=directory)
         os.close(fd)
