@@ -181,14 +181,24 @@ class ModelSource:
 
     @classmethod
     def from_file(cls, path: str, input_shapes: Mapping[str, Sequence[int]] | None = None, static: bool = False) -> ModelSource:
-        """The model in ``path``; ``input_shapes`` are the sizes to measure at, ``static`` freezes the symbolic dims there."""
+        """The model in ``path``; ``input_shapes`` are the sizes to measure at, ``static`` freezes the symbolic dims there.
+
+        Weights in external data files are mapped, never read whole (:func:`taso.onnx.importer.external_array`);
+        a file embedding many weight bytes is spilled once, so ONNX Runtime can map them too.
+        """
         from .onnx import load_onnx, read_model
 
-        model = read_model(path)
-        source = cls(load_onnx(model, dict(input_shapes or {}), static=static), model, path, weight_bytes=embedded_weight_bytes(model))
-        if source.weight_bytes >= SPILL_BYTES and not source.uses_external_data():
+        model = read_model(path, external_data=False)
+        directory = os.path.dirname(os.path.abspath(path))
+        external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+        graph = load_onnx(model, dict(input_shapes or {}), static=static, base_dir=directory)  # (small external tensors inlined)
+        source = cls(graph, model, path)
+        if external:
+            source.spilled = SpilledModel(model, directory, path)  # the user's own files, already as ONNX Runtime maps them
+        elif embedded_weight_bytes(model) >= SPILL_BYTES:
             source.spilled = source.scratch().spill(model, "input")
             source.model = source.spilled.model
+        source.weight_bytes = embedded_weight_bytes(source.model) + (source.spilled.weight_bytes if source.spilled else 0)
         return source
 
     @classmethod
@@ -203,14 +213,14 @@ class ModelSource:
 
     def timing_source(self) -> str | bytes:
         """What ONNX Runtime loads to run the input: its spilled copy (the same graph and weights, mapped), the file
-        itself (external data included), or the model's bytes."""
+        itself, or the model's bytes."""
         if self.spilled is not None:
             return self.spilled.path
         return self.path if self.path is not None else self.model.SerializeToString()
 
     def uses_external_data(self) -> bool:
-        """Whether the input file keeps weights outside itself (a file that embeds its weights is larger than they are)."""
-        return self.path is not None and os.path.getsize(self.path) < self.weight_bytes
+        """Whether the input file keeps weights in external data files (a copy of the file alone would lose them)."""
+        return self.spilled is not None and self.spilled.path == self.path
 
 
 # A candidate as taso hands it to ONNX Runtime and writes it: in memory, or spilled when its weights are large.

@@ -106,8 +106,8 @@ def run(args: argparse.Namespace) -> int:
     with clock.stage("write"):
         if outcome.model is not None:
             write_model(outcome.model, args.output)
-        elif source.uses_external_data():  # its data file would not follow a copy: re-saved whole
-            write_model(source.model, args.output)
+        elif source.uses_external_data():  # its data files would not follow a copy: written whole from them
+            write_model(source.spilled, args.output)
         else:
             copy_model_file(args.input, args.output)
     folding = folding_plan(outcome.graph)

@@ -158,3 +158,52 @@ def test_an_unchanged_spilled_input_is_copied_byte_for_byte(tmp_path, spill_ever
     monkeypatch.setattr(optimize_module, "interleaved_times", nothing_pays)
     assert main(["optimize", str(src), "-o", str(out), "--quiet"]) == 0
     assert out.read_bytes() == src.read_bytes()
+
+
+def _save_external(model: onnx.ModelProto, path) -> None:
+    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data", size_threshold=0)
+
+
+def test_external_weights_are_mapped_not_read_and_small_ones_inlined(tmp_path):
+    src = tmp_path / "steps.onnx"
+    _save_external(_lstm_like(hidden=96), src)  # 96 x 96 weights: past the inlining limit
+    source = optimize_module.ModelSource.from_file(str(src))
+    assert source.uses_external_data() and source.timing_source() == str(src), "ONNX Runtime maps the user's own data file"
+    weight = source.graph.weights["w0"]
+    while getattr(weight, "base", None) is not None and not isinstance(weight, np.memmap):
+        weight = weight.base
+    assert isinstance(weight, np.memmap) or "mmap" in type(weight).__name__, "a view of the mapped file, not a copy"
+    np.testing.assert_array_equal(source.graph.weights["w1"], numpy_helper.to_array(_lstm_like(hidden=96).graph.initializer[1]))
+
+
+def test_an_unchanged_external_data_input_is_written_whole_or_beside_its_own_data_file(tmp_path, monkeypatch):
+    (tmp_path / "in").mkdir()
+    src = tmp_path / "in" / "steps.onnx"
+    _save_external(_lstm_like(hidden=96), src)
+
+    def nothing_pays(models, feeds, threads=1, rounds=7, **options):
+        return [1.0] + [1.5] * (len(models) - 1)
+
+    monkeypatch.setattr(optimize_module, "interleaved_times", nothing_pays)
+    assert main(["optimize", str(src), "-o", str(tmp_path / "whole.onnx"), "--quiet"]) == 0
+    assert same_model(onnx.load(str(tmp_path / "whole.onnx")), _lstm_like(hidden=96))
+    monkeypatch.setattr(files, "EXTERNAL_DATA_BYTES", 1000)
+    assert main(["optimize", str(src), "-o", str(tmp_path / "big.onnx"), "--quiet"]) == 0
+    assert (tmp_path / "big.onnx.data").exists() and same_model(onnx.load(str(tmp_path / "big.onnx")), _lstm_like(hidden=96))
+
+
+@pytest.mark.parametrize("damage,message", [
+    ("missing", "no data file 'steps.onnx.data' beside the model"),
+    ("truncated", "holds no 36864 bytes at offset"),
+])
+def test_a_missing_or_short_data_file_is_exit_2_in_one_line(tmp_path, capsys, damage, message):
+    src = tmp_path / "steps.onnx"
+    _save_external(_lstm_like(hidden=96), src)
+    data = tmp_path / "steps.onnx.data"
+    if damage == "missing":
+        data.unlink()
+    else:
+        data.write_bytes(data.read_bytes()[:-10])
+    assert main(["optimize", str(src), "-o", str(tmp_path / "out.onnx"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and "Traceback" not in err

@@ -12,7 +12,6 @@ The output file is then streamed from the spilled weights, never built whole in 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections.abc import Callable
 
@@ -49,7 +48,7 @@ class Scratch:
         onnx.save_model(model, os.path.join(self.path, stem + ".onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
                         location=stem + ".onnx.data", size_threshold=_SMALL_TENSOR)
         # A fresh copy: the cleared proto's arena would keep the weights' memory for as long as it lives.
-        return SpilledModel(onnx.ModelProto.FromString(model.SerializeToString()), self, stem)
+        return SpilledModel._in(self, stem, onnx.ModelProto.FromString(model.SerializeToString()))
 
     def export(self, name: str, export: Callable[[WeightsFile], onnx.ModelProto]) -> SpilledModel:
         """The model ``export`` builds, its large tensors written straight to the data file (never into a proto)."""
@@ -57,7 +56,7 @@ class Scratch:
         with WeightsFile(os.path.join(self.path, stem + ".onnx.data")) as weights:
             model = export(weights)
         onnx.save_model(model, os.path.join(self.path, stem + ".onnx"))
-        return SpilledModel(model, self, stem)
+        return SpilledModel._in(self, stem, model)
 
     def _stem(self, name: str) -> str:
         stem, k = name, 1
@@ -95,53 +94,101 @@ class WeightsFile:
 
 
 class SpilledModel:
-    """A model saved with its weights as external data in a :class:`Scratch` directory.
+    """A model whose large weights are external data in files of one directory (a :class:`Scratch`, or the user's own
+    files beside a model that has external data already).
 
     Attributes:
-        path: the .onnx file ONNX Runtime loads (its weights in ``path + ".data"``).
-        model: the model without its weight bytes (each large initializer points into the data file).
+        path: the .onnx file ONNX Runtime loads.
+        model: the model without its weight bytes (each large initializer points into a data file).
+        directory: where the data files named by the model lie.
     """
 
-    def __init__(self, model: onnx.ModelProto, scratch: Scratch, stem: str):
-        self._scratch = scratch  # kept alive as long as this model is
-        self.path = os.path.join(scratch.path, stem + ".onnx")
-        self._data = stem + ".onnx.data"
-        self.model = model
+    def __init__(self, model: onnx.ModelProto, directory: str, path: str, keep: object = None):
+        self.model, self.directory, self.path = model, directory, path
+        self._keep = keep  # a Scratch: its directory lives as long as this model
+
+    @classmethod
+    def _in(cls, scratch: Scratch, stem: str, model: onnx.ModelProto) -> SpilledModel:
+        return cls(model, scratch.path, os.path.join(scratch.path, stem + ".onnx"), scratch)
 
     @property
     def weight_bytes(self) -> int:
-        return os.path.getsize(os.path.join(self._scratch.path, self._data))
+        return sum(length for _, _, length in _external_regions(self.model))
 
     def write(self, target: str, final_name: str | None = None) -> None:
-        """Writes the model to ``target``: one file with its weights embedded, streamed from the data file,
-        or, over :data:`EXTERNAL_DATA_BYTES`, the model and a copy of the data file beside it named after
-        ``final_name`` (the name ``target`` will be renamed to; default: its own)."""
+        """Writes the model to ``target``: one file with its weights embedded, streamed from the data files, or, over
+        :data:`EXTERNAL_DATA_BYTES`, the model and one data file beside it named after ``final_name`` (the name
+        ``target`` will be renamed to; default: its own)."""
         if self.weight_bytes > EXTERNAL_DATA_BYTES:
             data = (final_name or os.path.basename(target)) + ".data"
-            shutil.copyfile(os.path.join(self._scratch.path, self._data), os.path.join(os.path.dirname(os.path.abspath(target)), data))
-            onnx.save_model(_relocated(self.model, self._data, data), target)
+            _write_external(self.model, self.directory, target, data)
             return
-        with open(target, "wb") as out, open(os.path.join(self._scratch.path, self._data), "rb") as weights:
-            _stream_embedded(self.model, self._data, weights, out)
+        with open(target, "wb") as out:
+            _stream_embedded(self.model, self.directory, out)
 
     def to_bytes(self) -> bytes:
         """The model serialized with its weights embedded (a full copy in memory: for small models and tests)."""
         import io
 
         buffer = io.BytesIO()
-        with open(os.path.join(self._scratch.path, self._data), "rb") as weights:
-            _stream_embedded(self.model, self._data, weights, buffer)
+        _stream_embedded(self.model, self.directory, buffer)
         return buffer.getvalue()
 
 
-def _relocated(model: onnx.ModelProto, old: str, new: str) -> onnx.ModelProto:
+def _external_regions(model: onnx.ModelProto) -> list[tuple[str, int, int]]:
+    """(location, offset, length) of each initializer kept in external data, in order."""
+    regions = []
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            where = {e.key: e.value for e in tensor.external_data}
+            regions.append((where["location"], int(where.get("offset", 0)), int(where["length"])))
+    return regions
+
+
+class _DataFiles:
+    """The data files a model's external tensors name, each opened once."""
+
+    def __init__(self, directory: str):
+        self._directory = directory
+        self._open: dict[str, object] = {}
+
+    def __enter__(self) -> _DataFiles:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for f in self._open.values():
+            f.close()
+
+    def copy(self, location: str, offset: int, length: int, out) -> None:
+        """Copies ``length`` bytes at ``offset`` of ``location`` to ``out``, a chunk at a time."""
+        if location not in self._open:
+            self._open[location] = open(os.path.join(self._directory, location), "rb")  # noqa: SIM115 - closed by __exit__
+        source = self._open[location]
+        source.seek(offset)
+        while length:
+            chunk = source.read(min(length, _CHUNK))
+            if not chunk:
+                raise OSError(f"the external data file {location} ends early")
+            out.write(chunk)
+            length -= len(chunk)
+
+
+def _write_external(model: onnx.ModelProto, directory: str, target: str, data_name: str) -> None:
+    """The model at ``target`` with every external tensor copied into one data file ``data_name`` beside it."""
     moved = onnx.ModelProto()
     moved.CopyFrom(model)
-    for tensor in moved.graph.initializer:
-        for entry in tensor.external_data:
-            if entry.key == "location" and entry.value == old:
-                entry.value = new
-    return moved
+    with open(os.path.join(os.path.dirname(os.path.abspath(target)), data_name), "wb") as out, _DataFiles(directory) as files:
+        for tensor in moved.graph.initializer:
+            if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                continue
+            where = {e.key: e.value for e in tensor.external_data}
+            offset = out.tell()
+            files.copy(where["location"], int(where.get("offset", 0)), int(where["length"]), out)
+            del tensor.external_data[:]
+            for key, value in (("location", data_name), ("offset", str(offset)), ("length", where["length"])):
+                entry = tensor.external_data.add()
+                entry.key, entry.value = key, value
+    onnx.save_model(moved, target)
 
 
 # ---- protobuf wire format: a ModelProto written field by field, weights copied straight from the data file ----
@@ -167,19 +214,19 @@ def _field(number: int, length: int) -> bytes:
     return _varint(number << 3 | _LEN) + _varint(length)
 
 
-def _stream_embedded(model: onnx.ModelProto, data_name: str, weights, out) -> None:
-    """Writes ``model`` with the external data in ``weights`` (its file named ``data_name``) embedded as raw_data."""
-    pieces = []  # per initializer: (header bytes, offset, length) or (whole tensor bytes, None, None)
+def _stream_embedded(model: onnx.ModelProto, directory: str, out) -> None:
+    """Writes ``model`` with the external data it names (files in ``directory``) embedded as raw_data."""
+    pieces = []  # per initializer: (header bytes, region) or (whole tensor bytes, None)
     for tensor in model.graph.initializer:
-        where = {e.key: e.value for e in tensor.external_data}
-        if tensor.data_location == onnx.TensorProto.EXTERNAL and where.get("location") == data_name:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            where = {e.key: e.value for e in tensor.external_data}
             header = onnx.TensorProto()
             header.CopyFrom(tensor)
             header.ClearField("external_data")
             header.ClearField("data_location")
-            pieces.append((header.SerializeToString(), int(where.get("offset", 0)), int(where["length"])))
+            pieces.append((header.SerializeToString(), (where["location"], int(where.get("offset", 0)), int(where["length"]))))
         else:
-            pieces.append((tensor.SerializeToString(), None, None))
+            pieces.append((tensor.SerializeToString(), None))
     rest_of_graph = onnx.GraphProto()
     rest_of_graph.CopyFrom(model.graph)
     rest_of_graph.ClearField("initializer")
@@ -187,21 +234,15 @@ def _stream_embedded(model: onnx.ModelProto, data_name: str, weights, out) -> No
     rest_of_model.CopyFrom(model)
     rest_of_model.ClearField("graph")
     graph_head = rest_of_graph.SerializeToString()
-    tensor_sizes = [len(h) + (0 if n is None else len(_field(_TENSOR_RAW_DATA, n)) + n) for h, _, n in pieces]
+    tensor_sizes = [len(h) + (0 if r is None else len(_field(_TENSOR_RAW_DATA, r[2])) + r[2]) for h, r in pieces]
     graph_size = len(graph_head) + sum(len(_field(_GRAPH_INITIALIZER, s)) + s for s in tensor_sizes)
     out.write(rest_of_model.SerializeToString())
     out.write(_field(_MODEL_GRAPH, graph_size))
     out.write(graph_head)
-    for (head, offset, length), size in zip(pieces, tensor_sizes):
-        out.write(_field(_GRAPH_INITIALIZER, size))
-        out.write(head)
-        if length is None:
-            continue
-        out.write(_field(_TENSOR_RAW_DATA, length))
-        weights.seek(offset)
-        while length:
-            chunk = weights.read(min(length, _CHUNK))
-            if not chunk:
-                raise OSError(f"the spilled weights end early ({data_name})")
-            out.write(chunk)
-            length -= len(chunk)
+    with _DataFiles(directory) as files:
+        for (head, region), size in zip(pieces, tensor_sizes):
+            out.write(_field(_GRAPH_INITIALIZER, size))
+            out.write(head)
+            if region is not None:
+                out.write(_field(_TENSOR_RAW_DATA, region[2]))
+                files.copy(*region, out)

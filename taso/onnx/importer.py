@@ -43,18 +43,69 @@ _FOLD_MAX_FILL_ELEMENTS = 1 << 10
 _NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli"}
 
 
-def read_model(source: str | os.PathLike | onnx.ModelProto) -> onnx.ModelProto:
-    """Reads an ONNX file (external data included) with clear errors for bad files.
+def read_model(source: str | os.PathLike | onnx.ModelProto, external_data: bool = True) -> onnx.ModelProto:
+    """Reads an ONNX file with clear errors for bad files.
+
+    Args:
+        external_data: load the weights a file keeps in external data files into the model; False
+            leaves them there (each region is checked to exist: :func:`external_array` maps it).
 
     Raises:
-        ImportError_: a missing, unreadable or truncated file, or an IR version newer than onnx reads.
+        ImportError_: a missing, unreadable or truncated file or data file, or an IR version newer than onnx reads.
     """
-    model = source if isinstance(source, onnx.ModelProto) else _read_file(os.fspath(source))
+    model = source if isinstance(source, onnx.ModelProto) else _read_file(os.fspath(source), external_data)
     _check_ir_version(model)
     return model
 
 
-def _read_file(path: str) -> onnx.ModelProto:
+def external_array(tensor: onnx.TensorProto, base_dir: str) -> np.ndarray:
+    """The weights of a tensor kept in an external data file, mapped copy-on-write: nothing is read until used,
+    pages are shared with the file cache, and a write changes this process's copy only, never the file."""
+    where = {e.key: e.value for e in tensor.external_data}
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
+    shape = tuple(tensor.dims)
+    count = int(np.prod(shape, dtype=np.int64))
+    if count == 0:
+        return np.zeros(shape, dtype)
+    mapped = np.memmap(os.path.join(base_dir, where["location"]), dtype=dtype, mode="c", offset=int(where.get("offset", 0)), shape=shape)
+    return np.asarray(mapped)
+
+
+def _inline_small_external(model: onnx.ModelProto, base_dir: str) -> None:
+    """Loads the external tensors small enough to be shapes or constants into the model: shape inference and
+    folding read their values; only weights stay mapped."""
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL and int(np.prod(tuple(tensor.dims), dtype=np.int64)) <= _INLINE_MAX_ELEMENTS:
+            onnx.external_data_helper.load_external_data_for_tensor(tensor, base_dir)
+            tensor.data_location = onnx.TensorProto.DEFAULT
+            del tensor.external_data[:]
+
+
+# External tensors up to this many elements are loaded into the model (the shape-inference skeleton keeps them too).
+_INLINE_MAX_ELEMENTS = 4096
+
+
+def _check_external_regions(model: onnx.ModelProto, base_dir: str, path: str) -> None:
+    """Every external tensor's region lies in a regular file beside the model (what loading it would have checked)."""
+    for tensor in model.graph.initializer:
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        where = {e.key: e.value for e in tensor.external_data}
+        location = where.get("location", "")
+        file = os.path.normpath(os.path.join(base_dir, location))
+        if not location or os.path.isabs(location) or not file.startswith(os.path.normpath(base_dir) + os.sep) or not os.path.isfile(file):
+            raise ImportError_(f"{path}: cannot load external data (tensor {tensor.name!r}: no data file {location!r} beside the model)")
+        try:
+            dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type))
+        except Exception:  # noqa: BLE001
+            raise ImportError_(f"initializer {tensor.name!r} has an element type taso does not support") from None
+        needed = int(np.prod(tuple(tensor.dims), dtype=np.int64)) * dtype.itemsize
+        offset, length = int(where.get("offset", 0)), int(where.get("length", needed))
+        if length != needed or offset + length > os.path.getsize(file):
+            raise ImportError_(f"{path}: cannot load external data (tensor {tensor.name!r}: {location!r} holds no {needed} bytes at offset {offset})")
+
+
+def _read_file(path: str, external_data: bool = True) -> onnx.ModelProto:
     if not os.path.exists(path):
         raise ImportError_(f"{path}: no such file")
     if os.path.isdir(path):
@@ -65,6 +116,9 @@ def _read_file(path: str) -> onnx.ModelProto:
         raise ImportError_(f"{path}: not a valid ONNX model ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else 'cannot parse'})") from None
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise ImportError_(f"{path}: not a valid ONNX model (no graph; is the file truncated or of another format?)")
+    if not external_data:
+        _check_external_regions(model, os.path.dirname(os.path.abspath(path)), path)
+        return model
     try:
         onnx.external_data_helper.load_external_data_for_model(model, os.path.dirname(os.path.abspath(path)))
     except Exception as e:  # noqa: BLE001
@@ -363,7 +417,7 @@ def _default_opset(model: onnx.ModelProto) -> int:
 
 
 def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]] | None = None,
-              static: bool = False) -> Graph:
+              static: bool = False, base_dir: str | None = None) -> Graph:
     """Loads an ONNX model as a :class:`Graph`.
 
     Args:
@@ -371,6 +425,8 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
         input_shapes: the sizes to measure costs at, e.g. ``{"x": (1, 3, 224, 224)}``; symbolic
             dims stay symbolic (default sizes: 1 for a dim at axis 0, 128 for others).
         static: freeze every symbolic dim at its measurement size (a file for that size only).
+        base_dir: where the external data of a ModelProto ``source`` lies (read with
+            ``read_model(path, external_data=False)``): those weights are mapped, not copied.
 
     Returns:
         The graph; every node taso does not model is kept as an opaque node. Its
@@ -380,6 +436,11 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
         ImportError_: unreadable file, unsupported opset, input shapes that contradict the model.
         GraphError: cycles, undefined or doubly defined tensors.
     """
+    if not isinstance(source, onnx.ModelProto):
+        base_dir = os.path.dirname(os.path.abspath(os.fspath(source)))
+        source = read_model(source, external_data=False)
+    if base_dir is not None:
+        _inline_small_external(source, base_dir)
     model = read_model(source)
     opset = _default_opset(model)
     g = model.graph
@@ -389,7 +450,8 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
     state.input_names.update(input_types)
     for init in g.initializer:
         try:
-            array = numpy_helper.to_array(init)
+            external = init.data_location == onnx.TensorProto.EXTERNAL and base_dir is not None
+            array = external_array(init, base_dir) if external else numpy_helper.to_array(init)
         except Exception as e:  # noqa: BLE001
             raise ImportError_(f"initializer {init.name!r} cannot be read ({e})") from None
         if _np_dtype(init.data_type) is None:
