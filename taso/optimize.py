@@ -190,14 +190,15 @@ class ModelSource:
 
         model = read_model(path, external_data=False)
         directory = os.path.dirname(os.path.abspath(path))
-        external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
-        graph = load_onnx(model, dict(input_shapes or {}), static=static, base_dir=directory)  # (small external tensors inlined)
-        source = cls(graph, model, path)
-        if external:
-            source.spilled = SpilledModel(model, directory, path)  # the user's own files, already as ONNX Runtime maps them
+        spilled, scratch = None, None
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+            spilled = SpilledModel(model, directory, path)  # the user's own files, already as ONNX Runtime maps them
         elif embedded_weight_bytes(model) >= SPILL_BYTES:
-            source.spilled = source.scratch().spill(model, "input")
-            source.model = source.spilled.model
+            scratch = Scratch()
+            spilled = scratch.spill(model, "input")
+            model, directory = spilled.model, scratch.path  # the read proto is dropped: its weights live in the spilled file
+        graph = load_onnx(model, dict(input_shapes or {}), static=static, base_dir=directory)  # weights mapped, small ones inlined
+        source = cls(graph, model, path, spilled, _scratch=scratch)
         source.weight_bytes = embedded_weight_bytes(source.model) + (source.spilled.weight_bytes if source.spilled else 0)
         return source
 

@@ -132,7 +132,7 @@ def _lstm_like(steps: int = 4, hidden: int = 32) -> onnx.ModelProto:
 
 def test_optimize_with_spilled_weights_writes_what_it_writes_in_memory(tmp_path, spill_everything, monkeypatch, capsys):
     src = tmp_path / "steps.onnx"
-    onnx.save(_lstm_like(), str(src))
+    onnx.save(_lstm_like(hidden=96), str(src))  # 96 x 96 weights: past the inlining limit
     source = optimize_module.ModelSource.from_file(str(src))
     assert source.spilled is not None and source.timing_source() == source.spilled.path
     assert embedded_weight_bytes(source.model) < 1024, "the input's proto dropped its weight bytes"
@@ -143,7 +143,7 @@ def test_optimize_with_spilled_weights_writes_what_it_writes_in_memory(tmp_path,
     report = capsys.readouterr().out
     assert "wrote" in report and "the input model, byte for byte unchanged" not in report, "the rewrite was kept"
     assert onnx.load(str(spilled_out)) == onnx.load(str(memory_out))
-    feeds = {"x": np.random.default_rng(0).standard_normal((8, 32)).astype(np.float32)}
+    feeds = {"x": np.random.default_rng(0).standard_normal((8, 96)).astype(np.float32)}
     for got, want in zip(run_ort(onnx.load(str(spilled_out)), feeds), run_ort(onnx.load(str(src)), feeds)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
