@@ -59,12 +59,8 @@ def _cmd_info(args: argparse.Namespace) -> int:
     from .info import describe_graph, describe_library, format_description, format_library, is_rule_file, to_json
     from .onnx import load_onnx
 
-    if args.costs:
-        from .cost import CostCache
-
-        cache = CostCache()
-        summary = {"path": cache.path, "tables": cache.summary()}
-        print(to_json(summary) if args.json else "\n".join([f"cost cache {cache.path}"] + [f"  {n:>6} entries  {fp}" for fp, n in summary["tables"].items()] or ["  (empty)"]))
+    if args.costs or args.check is not None:
+        _print_costs(args.check, args.json, to_json)
         if args.file is None:
             return 0
     if args.file is None:
@@ -82,6 +78,33 @@ def _cmd_info(args: argparse.Namespace) -> int:
     summary = describe_graph(graph)
     print(to_json(summary) if args.json else format_description(summary, args.file))
     return 0
+
+
+def _print_costs(check: int | None, as_json: bool, to_json) -> None:
+    """`taso info --costs [--check N]`: the cost cache's tables and their health, after spot-checking N entries of this machine's now."""
+    from .cost import CostCache, format_cost_report
+
+    cache = CostCache()
+    checks = None
+    if check is not None:
+        if check < 1:
+            raise TasoError(f"--check {check}: the number of entries to re-measure must be at least 1")
+        from .cost_ort import check_cached_costs, fingerprint
+
+        checks = check_cached_costs(cache, check)
+        cache.save()
+    report = cache.report()
+    if checks is not None:
+        report["checked_now"] = {c.fingerprint: {"entries": [v.to_json() for v in c.verdicts], "marked_stale": c.marked_stale} for c in checks}
+    if as_json:
+        print(to_json(report))
+        return
+    print(format_cost_report(report))
+    if checks is not None and not checks:
+        print(f"no cost table of this machine to check ({fingerprint(1).replace('threads=1', 'threads=N')})")
+    for c in checks or ():
+        print(f"checked now, {c.fingerprint}:")
+        print("\n".join(f"  {line}" for line in c.describe()) or "  (no entry whose key can be re-measured)")
 
 
 def _cmd_import_taso(args: argparse.Namespace) -> int:
@@ -103,7 +126,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     info = sub.add_parser("info", help="describe an ONNX model or a rule file")
     info.add_argument("file", nargs="?", help="an .onnx model, or a .json or .jsonl.gz rule file (candidates or library)")
-    info.add_argument("--costs", action="store_true", help="show the measured-cost cache (entries per hardware fingerprint)")
+    info.add_argument("--costs", action="store_true",
+                      help="show the measured-cost cache: entries per hardware fingerprint, how many were spot-checked, are suspect or stale, "
+                           "and the worst disagreements")
+    info.add_argument("--check", type=int, metavar="N",
+                      help="with --costs: re-measure N entries of this machine's cost table now and report them (before quoting figures)")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     _add_input_shape_option(info)
     info.set_defaults(func=_cmd_info)

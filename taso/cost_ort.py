@@ -14,13 +14,25 @@ that compares a node timed on a quiet machine with one timed on a busy one chase
 executes a fixed reference kernel beside the node, and the cache stores the node's time
 rescaled to the reference's speed when the table was started: costs stay comparable
 whatever the load was when each one was taken.
+
+Each entry also keeps its noise band (the spread of the runs it came from) and when it was
+measured, and is not trusted forever: a search re-measures a small sample of the entries it
+takes from the cache, replaces one that disagrees beyond the band, and treats the whole table
+as stale when much of the sample disagrees (see :class:`taso.cost.SpotCheckPolicy`).
+``taso info --costs --check N`` re-measures N entries from their keys alone
+(:func:`check_cached_costs`), before figures are quoted.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
+import math
 import os
 import platform
+import random
+import re
 import tempfile
 import time
 
@@ -29,13 +41,14 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from .cost import CostCache, CostModel, Neighbourhood, _random_array
+from .cost import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, CostModel, Measure, Neighbourhood, SpotCheck, SpotCheckPolicy,
+                   _random_array, node_key, noise_band)
 from .errors import TasoError
-from .ir import Graph, GraphMeta, Node
+from .ir import Graph, GraphMeta, Node, Params, TensorType
 from .ops import ACTIVATION_OPS, HAS_ACTIVATION, get
 from .timing import median_run, open_session, session_options
 
-__all__ = ["OrtCpuCost", "cpu_name", "profile_kernels"]
+__all__ = ["OrtCpuCost", "cpu_name", "fingerprint", "profile_kernels", "check_cached_costs"]
 
 
 def cpu_name() -> str:
@@ -47,6 +60,11 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
+
+
+def fingerprint(threads: int = 1) -> str:
+    """The cache table of this machine, ONNX Runtime build and thread count."""
+    return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}|ENABLE_ALL|profiled"
 
 
 class OrtCpuCost(CostModel):
@@ -67,13 +85,13 @@ class OrtCpuCost(CostModel):
         super().__init__()
         self.threads = threads
         self.cache = cache or CostCache()
-        self._fingerprint = f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}|ENABLE_ALL|profiled"
+        self._fingerprint = fingerprint(threads)
         self._table = self.cache.table(self._fingerprint)
         self._rng = np.random.default_rng(0)
         self._unit: float | None = None  # the reference kernel's seconds when this table was started
         self._floor = 0.0  # what the profiler reports for a kernel that does nothing
         self._dispatch = 0.0  # what a trivial node costs inside a running graph
-        self.measured = 0
+        self.measured = 0  # nodes measured: new entries, and cached ones no longer trusted
 
     @property
     def fingerprint(self) -> str:
@@ -83,7 +101,7 @@ class OrtCpuCost(CostModel):
         """The table's unit (the reference kernel's speed), the profiler's floor, and the in-graph cost of a trivial node."""
         if self._unit is not None:
             return
-        keys = ("calibration|unit", "calibration|floor", "calibration|dispatch")
+        keys = (f"{CALIBRATION}unit", f"{CALIBRATION}floor", f"{CALIBRATION}dispatch")
         if all(k in self._table for k in keys):
             self._unit, self._floor, self._dispatch = (self._table[k] for k in keys)
             return
@@ -110,7 +128,30 @@ class OrtCpuCost(CostModel):
             return self._with_activation(node, graph, consts)
         cached = self._table.get(key)
         if cached is not None:
-            return cached
+            return self._from_cache(key, cached, functools.partial(self.fresh, node, graph, consts))
+        seconds, band = self.fresh(node, graph, consts)
+        self.cache.record(self._fingerprint, key, seconds, band)
+        self.measured += 1
+        return seconds
+
+    def _from_cache(self, key: str, cached: float, fresh: Measure) -> float:
+        """A cached entry, re-measured instead when the cache no longer trusts it, compared with a fresh measurement when the spot-check draws it."""
+        check = self.cache.spot_check(self._fingerprint)
+        entry = self.cache.entry(self._fingerprint, key)
+        if entry is not None and not entry.trusted:
+            self.measured += 1
+            return check.remeasure(key, cached, fresh)
+        if check.wants(key, self._check_seconds(cached)):
+            return check.verify(key, cached, fresh).value
+        return cached
+
+    def _check_seconds(self, cached: float) -> float:
+        """About what screening an entry of ``cached`` seconds takes (profile_kernels: a session, 3 warm-up runs, then 7 runs or 5 ms)."""
+        per_run = cached + (self._unit or 0.0)  # the reference kernel runs beside the node
+        return _SESSION_SECONDS + 3 * per_run + max(7 * per_run, QUICK_SECONDS)
+
+    def fresh(self, node: Node, graph: Graph, consts, quick: bool = False) -> tuple[float, float]:
+        """Measures a node now, whatever the cache holds: (seconds, relative noise band); ``quick``: runs for 5 ms, not 20 (a spot-check's screen)."""
         self._calibrate()
         inputs, weights = {}, {}
         for v in node.inputs:
@@ -124,17 +165,18 @@ class OrtCpuCost(CostModel):
 
         try:
             model = export_onnx(single, check=False).SerializeToString()
-            seconds = max(self.time_model(model, {v: arrays[v] for v in inputs}) - self._floor, 0.0) + self._dispatch
+            kernels, reference = profile_kernels(model, {v: arrays[v] for v in inputs}, self.threads,
+                                                 min_total=QUICK_SECONDS if quick else FULL_SECONDS)
         except Exception:  # noqa: BLE001 - ONNX Runtime's own exception types; only an opaque node may fail here
             if node.op.name != "opaque":
                 raise
             # An opaque node taso never rewrites may not run alone on random values (silero-vad's If:
             # a random sample rate takes the branch that cannot run at the fixed length); it costs
             # the same in every candidate, so the in-graph cost of a node stands for it.
-            seconds = self._dispatch
-        self.cache.record(self._fingerprint, key, seconds)
-        self.measured += 1
-        return seconds
+            return self._dispatch, BAND_FLOOR
+        ratios = [k / r for k, r in zip(kernels, reference)]
+        seconds = max(_robust_mean(ratios) * self._unit - self._floor, 0.0) + self._dispatch
+        return seconds, noise_band(seconds, _interquartile_range(ratios) * self._unit)
 
     def _with_activation(self, node: Node, graph: Graph, consts) -> float:
         """A Conv or MatMul with a fused activation costs the plain op, plus the activation where ONNX Runtime runs it apart.
@@ -194,9 +236,12 @@ def _bias_row(bias: tuple[int, ...], data: tuple[int, ...]) -> bool:
 
 
 REFERENCE = "__taso_reference"
+_SESSION_SECONDS = 0.005  # exporting a node, building its session and reading its profile, beside its runs
+FULL_SECONDS = 0.02  # a measurement's runs; a quick one (a spot-check's screen) runs a quarter of that
+QUICK_SECONDS = 0.005
 
 
-def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 0.02, min_runs: int = 7,
+def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = FULL_SECONDS, min_runs: int = 7,
                     max_runs: int = 400) -> tuple[list[float], list[float]]:
     """Per run: seconds in the model's kernels, and in a reference MatMul run beside them.
 
@@ -256,6 +301,12 @@ def _kernel_times(events: list[dict], skip: int) -> tuple[list[float], list[floa
     return out_kernels, out_reference
 
 
+def _interquartile_range(values: list[float]) -> float:
+    """The spread of the middle half of the runs: a measurement's noise band, robust to a run the machine disturbed."""
+    lower, upper = np.percentile(values, [25, 75])
+    return float(upper - lower)
+
+
 def _robust_mean(values: list[float]) -> float:
     """The mean of the middle half: robust to outliers like a median, finer than the profiler's microsecond ticks."""
     ordered = sorted(values)
@@ -264,9 +315,15 @@ def _robust_mean(values: list[float]) -> float:
     return sum(middle) / len(middle)
 
 
+@functools.lru_cache(maxsize=1)
+def _reference_weight() -> bytes:
+    """The reference MatMul's weight, built once: as a list of floats it took 10 ms per measurement (a quarter of a small node's)."""
+    values = np.random.default_rng(1).standard_normal(65536).astype(np.float32)
+    return helper.make_tensor(f"{REFERENCE}_w", TensorProto.FLOAT, [256, 256], values.tobytes(), raw=True).SerializeToString()
+
+
 def _add_reference(graph: onnx.GraphProto) -> None:
-    rng = np.random.default_rng(1)
-    graph.initializer.append(helper.make_tensor(f"{REFERENCE}_w", TensorProto.FLOAT, [256, 256], rng.standard_normal(65536).astype(np.float32)))
+    graph.initializer.add().ParseFromString(_reference_weight())
     graph.input.append(helper.make_tensor_value_info(f"{REFERENCE}_x", TensorProto.FLOAT, [128, 256]))
     graph.output.append(helper.make_tensor_value_info(f"{REFERENCE}_y", TensorProto.FLOAT, [128, 256]))
     graph.node.append(helper.make_node("MatMul", [f"{REFERENCE}_x", f"{REFERENCE}_w"], [f"{REFERENCE}_y"], name=REFERENCE))
@@ -281,3 +338,84 @@ def _negations(n: int) -> bytes:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model.SerializeToString()
+
+
+def check_cached_costs(cache: CostCache, entries: int, seed: int | None = None) -> list[SpotCheck]:
+    """Spot-checks ``entries`` entries of each of this machine's ort-cpu tables now (``taso info --costs --check N``).
+
+    Unlike a search's spot-check, no time bound: a big Conv is checked too. Entries the
+    cache already doubts (suspect, stale, without a noise band) come first, the rest in random
+    order. Each is re-measured from its key alone (op, parameters, input types and
+    constness), constant float inputs filled at random like any computed constant; an entry whose
+    key cannot be rebuilt (an opaque operator, a constant input whose value may pick the kernel:
+    an integer operand, a one-element one like Pow's exponent) is passed over. The cache is updated as a search's check would; save it after.
+    """
+    checks = []
+    for table, threads in _machine_tables(cache):
+        model = OrtCpuCost(threads=threads, cache=cache)
+        check = SpotCheck(cache, table, SpotCheckPolicy(entries=entries, seconds=math.inf, rate=1.0, seed=seed))
+        for key in _checking_order(cache, table, random.Random(seed)):
+            if len(check.verdicts) >= entries:
+                break
+            rebuilt = _single_node(key)
+            if rebuilt is not None:
+                node, graph = rebuilt
+                check.verify(key, cache.table(table)[key], functools.partial(model.fresh, node, graph, graph.constant_values()))
+        checks.append(check)
+    return checks
+
+
+def _machine_tables(cache: CostCache) -> list[tuple[str, int]]:
+    """This machine's ort-cpu tables (its CPU and ONNX Runtime build), with their thread counts."""
+    pattern = re.escape(fingerprint(0)).replace("threads=0", r"threads=(\d+)")
+    return [(table, int(m.group(1))) for table in cache.summary() if (m := re.fullmatch(pattern, table))]
+
+
+def _checking_order(cache: CostCache, table: str, rng: random.Random) -> list[str]:
+    """The table's entries, those the cache doubts first, each group in random order."""
+    keys = [key for key in cache.table(table) if not key.startswith(CALIBRATION)]
+    rng.shuffle(keys)
+
+    def doubted(key: str) -> bool:
+        entry = cache.entry(table, key)
+        return entry is None or entry.band is None or entry.state in (SUSPECT, STALE)
+
+    return sorted(keys, key=lambda key: not doubted(key))
+
+
+_INPUT_TYPE = re.compile(r"(\w+)\[([\d,]*)\](c?)")
+
+
+def _single_node(key: str) -> tuple[Node, Graph] | None:
+    """The one-node graph a cache key describes (``node_key``: op, parameters, input types, constness); None when the key cannot rebuild it."""
+    op_name, _, rest = key.partition("|")
+    params_text, _, inputs_text = rest.rpartition("|")
+    try:
+        op = get(op_name)
+        params = Params(dict(ast.literal_eval(params_text)))
+        op.check_params(params)  # an opaque node's model is in the key only as a digest: it fails here
+    except (KeyError, ValueError, SyntaxError, TypeError, TasoError):
+        return None
+    inputs, weights, names = {}, {}, []
+    rng = np.random.default_rng(0)
+    for i, text in enumerate(inputs_text.split(";") if inputs_text else ()):
+        match = _INPUT_TYPE.fullmatch(text)
+        if match is None:
+            return None
+        dtype, dims, constant = match.groups()
+        t = TensorType(tuple(int(d) for d in dims.split(",") if d), dtype)
+        if constant and (not dtype.startswith("float") or t.size <= 1):
+            return None  # its value may pick the kernel (a shape, sizes, Pow's exponent) and is not in the key
+        names.append(f"in{i}")
+        if constant:
+            weights[names[-1]] = _random_array(t, rng)
+        else:
+            inputs[names[-1]] = t
+    try:
+        types = [inputs[v] if v in inputs else TensorType.of(weights[v]) for v in names]
+        outputs = tuple(f"out{i}" for i in range(len(op.infer(types, params))))
+        node = Node(op, params, tuple(names), outputs, "checked")
+        graph = Graph(inputs, weights, [node], list(outputs))
+    except (TasoError, ValueError, TypeError):
+        return None
+    return (node, graph) if node_key(node, graph) == key else None
