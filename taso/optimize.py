@@ -35,7 +35,7 @@ from .onnx.files import EXTERNAL_DATA_BYTES, SPILL_BYTES, Scratch, SpilledModel,
 from .rules import LibraryFile, Rule, usable_reverse
 from .search import LazyRules, RuleSlot, SearchConfig, SearchReport, search
 from .stages import StageClock
-from .timing import TimingError, interleaved_times, open_session, paired_ratios_agree
+from .timing import InterleavedTimer, TimingError, interleaved_times, open_session, paired_ratios_agree
 
 __all__ = ["DEFAULT_LIBRARY", "MIN_CONFIRMED_SPEEDUP", "OutputMismatchError", "ModelSource", "Outcome", "load_rules", "optimize",
            "optimize_with_report", "optimize_model", "save_onnx", "export_clean", "write_model", "copy_model_file", "model_bytes", "end_to_end_speedup",
@@ -536,10 +536,10 @@ def _require_match(candidate: CandidateModel, reference, threads: int):
 
 
 def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, checks: _Checks, threads: int) -> None:
-    """Times every candidate against the input as given; keeps the fastest one that beats it by the margin."""
+    """Times every candidate against the input as given; keeps the fastest one that beats it by the margin twice."""
     if not candidates:
         return
-    names, times = _time_candidates(outcome, source, candidates, checks.timing_feeds, threads)
+    timer, names, times = _time_candidates(outcome, source, candidates, checks.timing_feeds, threads)
     if not names:
         return
     outcome.speedups = {n: times[0] / t for n, t in zip(names, times[1:])}
@@ -549,17 +549,17 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, check
         graph, model = candidates[name]
         if name == "re-export" and checks.reference is not None and not _reexport_matches(outcome, model, checks, threads):
             continue
-        if not _still_faster(outcome, source, name, model, checks.timing_feeds, threads):
+        if not _still_faster(outcome, timer, names.index(name) + 1, name):
             continue
         outcome.graph, outcome.model, outcome.kept = graph, model, name
         return
 
 
-def _still_faster(outcome: Outcome, source: ModelSource, name: str, model: CandidateModel, feeds, threads: int) -> bool:
-    """A second, independent measurement must agree: on a loaded machine one lucky series can show 1.5x where there is none."""
+def _still_faster(outcome: Outcome, timer: InterleavedTimer, position: int, name: str) -> bool:
+    """A second, independent series must agree: on a loaded machine one lucky series can show 1.5x where there is
+    none. It runs on the sessions the first series opened (a model taking seconds per run is not warmed twice)."""
     try:
-        before, after = interleaved_times([source.timing_source(), _runnable(model)], feeds, threads, long_run=_LONG_RUN,
-                                          decided=paired_ratios_agree(MIN_CONFIRMED_SPEEDUP))
+        before, after = timer.times(decided=paired_ratios_agree(MIN_CONFIRMED_SPEEDUP), positions=[0, position])
     except TimingError as e:
         outcome.notes.append(f"the {name} model was not kept (ONNX Runtime failed while timing it again: {e.reason})")
         return False
@@ -567,8 +567,10 @@ def _still_faster(outcome: Outcome, source: ModelSource, name: str, model: Candi
     return outcome.speedups[name] >= MIN_CONFIRMED_SPEEDUP
 
 
-def _time_candidates(outcome: Outcome, source: ModelSource, candidates: dict, feeds, threads: int) -> tuple[list[str], list[float]]:
-    """Times the input and the candidates; a re-export ONNX Runtime cannot run is dropped, an optimized model is refused.
+def _time_candidates(outcome: Outcome, source: ModelSource, candidates: dict, feeds, threads: int) -> tuple[InterleavedTimer | None, list[str], list[float]]:
+    """Times the input and the candidates in one series; a re-export ONNX Runtime cannot run is dropped, an optimized
+    model is refused. Returns the timer (its sessions stay open for a confirming series), the candidates timed and
+    the times, the input's first.
 
     Raises:
         TasoError: ONNX Runtime cannot run the input model (exit 2).
@@ -577,8 +579,8 @@ def _time_candidates(outcome: Outcome, source: ModelSource, candidates: dict, fe
     names = list(candidates)
     while True:
         try:
-            return names, interleaved_times([source.timing_source(), *(_runnable(candidates[n][1]) for n in names)], feeds, threads,
-                                            long_run=_LONG_RUN, decided=paired_ratios_agree(MIN_CONFIRMED_SPEEDUP))
+            timer = InterleavedTimer([source.timing_source(), *(_runnable(candidates[n][1]) for n in names)], feeds, threads, long_run=_LONG_RUN)
+            return timer, names, timer.times(decided=paired_ratios_agree(MIN_CONFIRMED_SPEEDUP))
         except TimingError as e:
             if e.position == 0:
                 raise TasoError(f"ONNX Runtime cannot run the input model: {e.reason}") from None
@@ -587,6 +589,8 @@ def _time_candidates(outcome: Outcome, source: ModelSource, candidates: dict, fe
                 raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {e.reason}; nothing was written") from None
             outcome.notes.append(f"taso's re-export of the unchanged graph was not kept (ONNX Runtime cannot run it: {e.reason})")
             names.remove(failed)
+            if not names:
+                return None, [], []
 
 
 def _reexport_matches(outcome: Outcome, model: CandidateModel, checks: _Checks, threads: int) -> bool:

@@ -29,7 +29,7 @@ import onnxruntime as ort
 
 from .errors import TasoError
 
-__all__ = ["TimingError", "session_options", "open_session", "warm_session", "fastest_run", "mean_run", "median_run", "interleaved_samples", "interleaved_medians", "interleaved_times", "rotated"]
+__all__ = ["TimingError", "InterleavedTimer", "paired_ratios_agree", "session_options", "open_session", "warm_session", "fastest_run", "mean_run", "median_run", "interleaved_samples", "interleaved_medians", "interleaved_times", "rotated"]
 
 CPU = ("CPUExecutionProvider",)
 
@@ -156,6 +156,57 @@ def paired_ratios_agree(threshold: float) -> Decided:
     return decided
 
 
+class InterleavedTimer:
+    """Models open side by side in ONNX Runtime, each warmed once, timed in as many interleaved series as asked.
+
+    Opening and warming a session costs several runs; a second, independent series (a confirmation)
+    on the sessions already open costs only its rounds (ALBERT-xxlarge: 5.5 s a run).
+
+    Args:
+        models: model files or serialized models.
+        feeds: input arrays by name; each model gets those its graph declares.
+        threads: intra-op threads.
+        labels: names for errors (default "model 0", "model 1", ...).
+        optimize: ENABLE_ALL (True) or no graph optimization, for all models or per model.
+        providers: ONNX Runtime execution providers.
+        warmup: runs when a session is opened, not timed (one when the first takes a second or more).
+        min_runs, min_seconds: what one round's fastest run is the fastest of.
+        long_run: when given, a model whose last warm run took at least this many seconds runs once per
+            round: a run that long is its own stable sample, and the median over rounds still filters
+            load (BERT-base's 230 ms runs spent 14.5 s of ``taso optimize``'s first timing series as
+            the fastest of three).
+
+    Raises:
+        TimingError: ONNX Runtime cannot load or run one of the models (its position and label are in the error).
+    """
+
+    def __init__(self, models: Sequence[str | bytes], feeds: Mapping[str, np.ndarray], threads: int = 1, *,
+                 labels: Sequence[str] | None = None, optimize: bool | Sequence[bool] = True, providers: Sequence[str] = CPU,
+                 warmup: int = 2, min_runs: int = 3, min_seconds: float = 0.01, long_run: float | None = None):
+        flags = [optimize] * len(models) if isinstance(optimize, bool) else list(optimize)
+        self.labels = list(labels) if labels is not None else [f"model {i}" for i in range(len(models))]
+        self._measures = []
+        for position, model in enumerate(models):
+            session, own_feeds, warm_seconds = _warmed(position, self.labels[position], model, feeds, threads, flags[position], providers, warmup)
+            long = long_run is not None and warm_seconds >= long_run
+            self._measures.append(self._measure(position, session, own_feeds, 1 if long else min_runs, 0.0 if long else min_seconds))
+
+    def _measure(self, position: int, session, feeds, runs: int, seconds: float) -> Callable[[], float]:
+        def fastest() -> float:
+            try:
+                return fastest_run(session, feeds, runs, seconds)
+            except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+                raise TimingError(position, _first_line(e), self.labels[position]) from None
+
+        return fastest
+
+    def times(self, rounds: int = 7, decided: Decided | None = None, positions: Sequence[int] | None = None) -> list[float]:
+        """One interleaved series: seconds per run of each model (of ``positions``, default all), the median over
+        rounds of each round's fastest run; ``decided``: a stopping rule (see :func:`interleaved_samples`)."""
+        chosen = list(range(len(self._measures))) if positions is None else list(positions)
+        return interleaved_medians([self._measures[k] for k in chosen], rounds, decided)
+
+
 def interleaved_times(
     models: Sequence[str | bytes],
     feeds: Mapping[str, np.ndarray],
@@ -171,64 +222,48 @@ def interleaved_times(
     long_run: float | None = None,
     decided: Decided | None = None,
 ) -> list[float]:
-    """Seconds per run of each model: the median over interleaved rounds of each round's fastest run.
-
-    Args:
-        models: model files or serialized models.
-        feeds: input arrays by name; each model gets those its graph declares.
-        threads: intra-op threads.
-        rounds: interleaved rounds.
-        labels: names for errors (default "model 0", "model 1", ...).
-        optimize: ENABLE_ALL (True) or no graph optimization, for all models or per model.
-        providers: ONNX Runtime execution providers.
-        warmup: runs when a session is opened, not timed.
-        min_runs, min_seconds: what one round's fastest run is the fastest of.
-        long_run: when given, a model whose warm run takes at least this many seconds runs once per
-            round: a run that long is its own stable sample, and the median over rounds still filters
-            load (BERT-base's 230 ms runs spent 14.5 s of ``taso optimize``'s first timing series as
-            the fastest of three).
-        decided: a stopping rule (see :func:`interleaved_samples`; e.g. :func:`paired_ratios_agree`): fewer
-            than ``rounds`` rounds when the measurements already decide.
+    """Seconds per run of each model: the median over interleaved rounds of each round's fastest run (one series of
+    an :class:`InterleavedTimer`; the arguments are its own, ``rounds`` and ``decided`` the series').
 
     Raises:
         TimingError: ONNX Runtime cannot load or run one of the models (its position and label are in the error).
     """
-    flags = [optimize] * len(models) if isinstance(optimize, bool) else list(optimize)
-    names = list(labels) if labels is not None else [f"model {i}" for i in range(len(models))]
-    sessions = [warm_session(i, names[i], model, feeds, threads, flags[i], providers, warmup) for i, model in enumerate(models)]
-
-    def measure(position: int) -> Callable[[], float]:
-        session, own_feeds = sessions[position]
-
-        def fastest(runs: int, seconds: float) -> float:
-            try:
-                return fastest_run(session, own_feeds, runs, seconds)
-            except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-                raise TimingError(position, _first_line(e), names[position]) from None
-
-        runs, seconds = min_runs, min_seconds
-        if long_run is not None and fastest(1, 0.0) >= long_run:
-            runs, seconds = 1, 0.0
-        return lambda: fastest(runs, seconds)
-
-    return interleaved_medians([measure(i) for i in range(len(sessions))], rounds, decided)
+    timer = InterleavedTimer(models, feeds, threads, labels=labels, optimize=optimize, providers=providers, warmup=warmup,
+                             min_runs=min_runs, min_seconds=min_seconds, long_run=long_run)
+    return timer.times(rounds, decided)
 
 
-def warm_session(position: int, label: str, model: str | bytes, feeds: Mapping[str, np.ndarray], threads: int = 1, optimize: bool = True,
-                 providers: Sequence[str] = CPU, warmup: int = 3) -> tuple[ort.InferenceSession, dict[str, np.ndarray]]:
-    """A session run ``warmup`` times on the feeds its graph declares, and those feeds.
+# A first run this long is not followed by more warm-up runs: one-off costs are paid, and each run costs seconds.
+_LONG_FIRST_RUN = 1.0
 
-    Raises:
-        TimingError: ONNX Runtime cannot load or run the model (``position`` and ``label`` name it).
-    """
+
+def _warmed(position: int, label: str, model: str | bytes, feeds: Mapping[str, np.ndarray], threads: int, optimize: bool,
+            providers: Sequence[str], warmup: int) -> tuple[ort.InferenceSession, dict[str, np.ndarray], float]:
+    """:func:`warm_session`, and the seconds of its last warm-up run."""
     try:
         session = open_session(model, threads, optimize, providers)
         names = {i.name for i in session.get_inputs()}
         own_feeds = {k: v for k, v in feeds.items() if k in names}
-        for _ in range(warmup):
+        elapsed = 0.0
+        for k in range(warmup):
+            start = time.perf_counter()
             session.run(None, own_feeds)
+            elapsed = time.perf_counter() - start
+            if elapsed >= _LONG_FIRST_RUN:
+                break
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise TimingError(position, _first_line(e), label) from None
+    return session, own_feeds, elapsed
+
+
+def warm_session(position: int, label: str, model: str | bytes, feeds: Mapping[str, np.ndarray], threads: int = 1, optimize: bool = True,
+                 providers: Sequence[str] = CPU, warmup: int = 3) -> tuple[ort.InferenceSession, dict[str, np.ndarray]]:
+    """A session run ``warmup`` times (once when that run takes a second or more) on the feeds its graph declares, and those feeds.
+
+    Raises:
+        TimingError: ONNX Runtime cannot load or run the model (``position`` and ``label`` name it).
+    """
+    session, own_feeds, _ = _warmed(position, label, model, feeds, threads, optimize, providers, warmup)
     return session, own_feeds
 
 

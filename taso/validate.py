@@ -233,12 +233,13 @@ def check_sizes(graph) -> list[dict[str, int]]:
     """Where the output check runs besides the measurement sizes: valuations of the size symbols, best first.
 
     Empty for a static graph. The check uses the first valuation the original model runs at:
-    every symbol at another size than it is measured at, the fewest elements that still
-    show a rewrite that held only at the measurement sizes. A batch-like symbol (the first
-    dim of an input) goes to 2 (3 when measured at 2): past 1, where broadcasting hides
-    errors, and cheap. Any other symbol goes to twice its size (a slice or reshape pinned to
-    the measured size stops being whole there; halving would hide a clamped slice) or, when
-    the model does not run that large (a position table's length), to half.
+    every symbol at another size than it is measured at, with the fewest elements that still
+    show a rewrite that held only at the measurement sizes. A batch-like symbol (the first dim
+    of an input) goes to 2 (3 when measured at 2): past 1, where broadcasting hides errors. Any
+    other symbol goes one past its size (a slice or reshape pinned to the measured size stops
+    being whole there, which a smaller size would hide by clamping; ALBERT-xxlarge's check at
+    twice its sequence took 85 s); where the model does not run at that size (strides that want
+    even sizes), to twice, then to half its size.
     """
     measured = dict(graph.meta.sizes)
     if not measured:
@@ -246,9 +247,12 @@ def check_sizes(graph) -> list[dict[str, int]]:
     batch_like = {bare_symbol(t.shape[0]) for t in graph.inputs.values() if t.shape} - {None}
     batch = {name: (3 if size == 2 else 2) for name, size in measured.items() if name in batch_like}
     other = {name: size for name, size in measured.items() if name not in batch_like}
-    larger = {**batch, **{name: 2 * size for name, size in other.items()}}
-    smaller = {**batch, **{name: (size // 2 if size > 1 else 2) for name, size in other.items()}}
-    return [larger] if larger == smaller or not other else [larger, smaller]
+    choices = []
+    for grow in (lambda n: n + 1, lambda n: 2 * n, lambda n: n // 2 if n > 1 else 2):
+        valuation = {**batch, **{name: grow(size) for name, size in other.items()}}
+        if valuation not in choices:
+            choices.append(valuation)
+    return choices
 
 
 def describe_sizes(valuations: Sequence[Mapping[str, int]]) -> str:

@@ -50,3 +50,17 @@ def assert_close(got, want, rtol: float = 1e-4, what: str = "") -> None:
         return
     scale = max(float(np.max(np.abs(want))) if want.size else 0.0, 1e-6)
     np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale, err_msg=what)
+
+
+def fake_timer(series):
+    """A stand-in for taso.timing.InterleavedTimer whose series give what ``series(models)`` returns for the models
+    timed (the input first); it may raise TimingError as a real session would."""
+
+    class FakeTimer:
+        def __init__(self, models, feeds, threads=1, **options):
+            self.models = list(models)
+
+        def times(self, rounds=7, decided=None, positions=None):
+            return series(self.models if positions is None else [self.models[k] for k in positions])
+
+    return FakeTimer

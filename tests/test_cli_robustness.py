@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from helpers import model_from_text
+from helpers import fake_timer, model_from_text
 from onnx import TensorProto, helper, numpy_helper
 from rule_examples import all_rules
 
@@ -149,11 +149,11 @@ def test_the_guard_times_the_input_file_as_given_and_keeps_it_when_nothing_pays(
     src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
     timed = []
 
-    def fake_times(models, feeds, threads=1, rounds=7, **options):
+    def fake_times(models):
         timed.append(list(models))
         return [1.0] + [1.5] * (len(models) - 1)  # every candidate slower than the file
 
-    monkeypatch.setattr(optimize_module, "interleaved_times", fake_times)
+    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(fake_times))
     source = optimize_module.ModelSource.from_file(src)
     outcome = optimize_module.optimize_model(source, optimize_module.load_rules(library), "analytic", confirm=True)
     assert timed and timed[0][0] == src  # the user's file itself, not a re-export
@@ -163,7 +163,7 @@ def test_the_guard_times_the_input_file_as_given_and_keeps_it_when_nothing_pays(
 
 def test_the_guard_keeps_a_candidate_only_when_it_beats_the_file(tmp_path, library, monkeypatch):
     src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
-    monkeypatch.setattr(optimize_module, "interleaved_times", lambda models, feeds, threads=1, rounds=7, **options: [1.0] + [0.5] * (len(models) - 1))
+    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(lambda models: [1.0] + [0.5] * (len(models) - 1)))
     outcome = optimize_module.optimize_model(optimize_module.ModelSource.from_file(src), optimize_module.load_rules(library),
                                              "analytic", confirm=True)
     assert outcome.kept == "optimized" and outcome.speedups["optimized"] == 2.0 and outcome.comparison.ok
@@ -173,7 +173,7 @@ def test_one_lucky_measurement_is_not_enough(tmp_path, library, monkeypatch):
     """A loaded machine once measured 1.57x for a SqueezeNet rewrite that runs at 1.00x: a second series must agree."""
     src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
     series = iter([[1.0, 0.5, 1.0], [1.0, 1.0]])
-    monkeypatch.setattr(optimize_module, "interleaved_times", lambda models, feeds, threads=1, rounds=7, **options: next(series))
+    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(lambda models: next(series)))
     outcome = optimize_module.optimize_model(optimize_module.ModelSource.from_file(src), optimize_module.load_rules(library),
                                              "analytic", confirm=True)
     assert outcome.kept == "input" and outcome.speedups["optimized"] == 1.0
@@ -232,12 +232,12 @@ def test_onnx_runtime_failing_while_timing(tmp_path, library, capsys, monkeypatc
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path / "cache"))
     src, out = _save(tmp_path, matmul_relu_model(), "mr.onnx"), tmp_path / "o.onnx"
 
-    def failing_times(models, feeds, threads=1, rounds=7, **options):
+    def failing_times(models):
         if failing < len(models):
             raise TimingError(failing, "bad allocation")
         return [1.0] * len(models)
 
-    monkeypatch.setattr(optimize_module, "interleaved_times", failing_times)
+    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(failing_times))
     source = optimize_module.ModelSource.from_file(src)
     if expected_code == 0:
         outcome = optimize_module.optimize_model(source, taso_rules(library), "analytic", confirm=True)

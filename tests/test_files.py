@@ -13,7 +13,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from helpers import run_ort
+from helpers import fake_timer, run_ort
 from onnx import TensorProto, helper, numpy_helper
 
 import taso
@@ -152,10 +152,7 @@ def test_an_unchanged_spilled_input_is_copied_byte_for_byte(tmp_path, spill_ever
     src, out = tmp_path / "steps.onnx", tmp_path / "out.onnx"
     onnx.save(_lstm_like(), str(src))
 
-    def nothing_pays(models, feeds, threads=1, rounds=7, **options):
-        return [1.0] + [1.5] * (len(models) - 1)
-
-    monkeypatch.setattr(optimize_module, "interleaved_times", nothing_pays)
+    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(lambda models: [1.0] + [1.5] * (len(models) - 1)))
     assert main(["optimize", str(src), "-o", str(out), "--quiet"]) == 0
     assert out.read_bytes() == src.read_bytes()
 
@@ -181,10 +178,7 @@ def test_an_unchanged_external_data_input_is_written_whole_or_beside_its_own_dat
     src = tmp_path / "in" / "steps.onnx"
     _save_external(_lstm_like(hidden=96), src)
 
-    def nothing_pays(models, feeds, threads=1, rounds=7, **options):
-        return [1.0] + [1.5] * (len(models) - 1)
-
-    monkeypatch.setattr(optimize_module, "interleaved_times", nothing_pays)
+    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(lambda models: [1.0] + [1.5] * (len(models) - 1)))
     assert main(["optimize", str(src), "-o", str(tmp_path / "whole.onnx"), "--quiet"]) == 0
     assert same_model(onnx.load(str(tmp_path / "whole.onnx")), _lstm_like(hidden=96))
     monkeypatch.setattr(files, "EXTERNAL_DATA_BYTES", 1000)

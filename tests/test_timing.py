@@ -59,18 +59,51 @@ def test_a_model_failing_at_run_time_is_named_by_its_position_by_default():
 
 
 def test_a_long_running_model_is_timed_once_per_round(monkeypatch):
-    """With long_run, a model whose warm run takes that long runs once per round (the median over rounds still
-    filters load); a short one stays the fastest of min_runs."""
+    """With long_run, a model whose last warm-up run took that long runs once per round (the median over rounds still
+    filters load); a short one stays the fastest of min_runs. No probe run: the warm-up run decides."""
     import taso.timing as timing
 
     calls = []
     real = timing.fastest_run
     monkeypatch.setattr(timing, "fastest_run", lambda session, feeds, runs=3, seconds=0.01: calls.append(runs) or real(session, feeds, runs, seconds))
     interleaved_times([_relu_model()], {"x": np.ones((4, 8), np.float32)}, rounds=3, long_run=0.0)
-    assert calls == [1, 1, 1, 1]  # the probe, then one run per round
+    assert calls == [1, 1, 1]  # one run per round
     calls.clear()
     interleaved_times([_relu_model()], {"x": np.ones((4, 8), np.float32)}, rounds=3, long_run=10.0)
-    assert calls == [1, 3, 3, 3]
+    assert calls == [3, 3, 3]
+
+
+def test_a_second_series_reuses_the_open_sessions_and_times_the_models_asked(monkeypatch):
+    """A confirmation on a model that takes seconds per run must not reopen and rewarm its sessions."""
+    import taso.timing as timing
+    from taso.timing import InterleavedTimer
+
+    opened = []
+    real = timing.open_session
+    monkeypatch.setattr(timing, "open_session", lambda *a, **k: opened.append(1) or real(*a, **k))
+    timer = InterleavedTimer([_relu_model(), _relu_model(), _relu_model()], {"x": np.ones((4, 8), np.float32)})
+    assert len(timer.times(rounds=3)) == 3 and len(timer.times(rounds=3, positions=[0, 2])) == 2
+    assert len(opened) == 3
+
+
+def test_a_first_warm_up_run_of_a_second_or_more_is_the_only_one(monkeypatch):
+    import taso.timing as timing
+
+    runs = []
+
+    class Slow:
+        def get_inputs(self):
+            return []
+
+        def run(self, outputs, feeds):
+            runs.append(1)
+            timing_clock[0] += 2.0
+
+    timing_clock = [0.0]
+    monkeypatch.setattr(timing, "open_session", lambda *a, **k: Slow())
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: timing_clock[0])
+    timing.warm_session(0, "slow", b"", {}, warmup=3)
+    assert runs == [1]
 
 
 def _series(per_round: list[list[float]]):
