@@ -65,6 +65,12 @@ class CostModel(ABC):
         self._memo: dict[str, float] = {}
         # Nodes are shared between graph versions: price each (node, constness) once.
         self._by_node: dict[tuple[int, bool], tuple[Node, float]] = {}
+        # After this perf_counter() time (the search's time limit), a measured model estimates a node it has no
+        # measurement of instead of measuring it (see estimate()); estimates are neither memoised nor cached.
+        self.deadline = float("inf")
+        self.estimated = 0  # nodes estimated past the deadline
+        self._estimate_used = False
+        self._scales: list[float] = []  # measured seconds over roofline seconds, per node measured
 
     @abstractmethod
     def measure(self, node: Node, graph: Graph, key: str, consts) -> float:
@@ -74,9 +80,26 @@ class CostModel(ABC):
         consts = graph.constant_values() if consts is None else consts
         key = node_key(node, graph, consts)
         cost = self._memo.get(key)
+        self._estimate_used = False
         if cost is None:
-            cost = self._memo[key] = self.measure(node, graph, key, consts)
+            cost = self.measure(node, graph, key, consts)
+            if not self._estimate_used:
+                self._memo[key] = cost
         return cost
+
+    def estimate(self, node: Node, graph: Graph, key: str, consts) -> float:
+        """A node's cost without measuring it, for a measured model past its deadline: the roofline's figure,
+        scaled by how the nodes measured so far compared with their roofline figures."""
+        self._estimate_used = True
+        self.estimated += 1
+        roofline = _roofline_seconds(node, graph, key, consts)
+        return (roofline or _ROOFLINE.launch) * (statistics.median(self._scales) if self._scales else 1.0)
+
+    def calibrate_estimates(self, node: Node, graph: Graph, key: str, consts, seconds: float) -> None:
+        """Records a measured node's cost against its roofline figure (what :meth:`estimate` scales by)."""
+        roofline = _roofline_seconds(node, graph, key, consts)
+        if roofline and seconds > 0:
+            self._scales.append(seconds / roofline)
 
     def _runtime_cost(self, node: Node, graph: Graph, consts: frozenset[str] | set[str]) -> float:
         """The node's cost in this graph: zero when it is computed from weights alone (folded at export)."""
@@ -87,7 +110,8 @@ class CostModel(ABC):
         if hit is not None and hit[0] is node:
             return hit[1]
         cost = self.node_cost(node, graph, consts)
-        self._by_node[(id(node), flags)] = (node, cost)
+        if not self._estimate_used:
+            self._by_node[(id(node), flags)] = (node, cost)
         return cost
 
     def absorbed(self, node: Node, around: Neighbourhood) -> bool:
@@ -233,6 +257,18 @@ class AnalyticCost(CostModel):
             return self.launch  # a view: no data moves
         traffic = sum(t.nbytes for t in in_types) + sum(t.nbytes for t in out_types)
         return max(flops(node, in_types, out_types) / self.peak_flops, traffic / self.bandwidth) + self.launch
+
+
+_ROOFLINE = AnalyticCost()
+
+
+def _roofline_seconds(node: Node, graph: Graph, key: str, consts) -> float | None:
+    """The roofline's figure for a node, or None for one whose values the graph does not type (a fused
+    activation priced apart, under a name of its own)."""
+    try:
+        return _ROOFLINE.measure(node, graph, key, consts)
+    except TasoError:
+        return None
 
 
 # ---- the cost cache: measured entries with their noise bands, spot-checked on use ------------------

@@ -128,10 +128,14 @@ class OrtCpuCost(CostModel):
             return self._with_activation(node, graph, consts)
         cached = self._table.get(key)
         if cached is not None:
-            return self._from_cache(key, cached, functools.partial(self.fresh, node, graph, consts))
-        seconds, band = self.fresh(node, graph, consts)
-        self.cache.record(self._fingerprint, key, seconds, band)
-        self.measured += 1
+            seconds = self._from_cache(key, cached, functools.partial(self.fresh, node, graph, consts))
+        elif time.perf_counter() > self.deadline:
+            return self.estimate(node, graph, key, consts)  # a cold cache must not overrun the search's time limit
+        else:
+            seconds, band = self.fresh(node, graph, consts)
+            self.cache.record(self._fingerprint, key, seconds, band)
+            self.measured += 1
+        self.calibrate_estimates(node, graph, key, consts, seconds)
         return seconds
 
     def _from_cache(self, key: str, cached: float, fresh: Measure) -> float:

@@ -61,8 +61,27 @@ class RegionCost(CostModel):
     def fingerprint(self) -> str:
         return self._fingerprint
 
+    @property
+    def deadline(self) -> float:
+        return self.base.deadline
+
+    @deadline.setter
+    def deadline(self, value: float) -> None:
+        if "base" in self.__dict__:  # CostModel.__init__ sets it before the base is known
+            self.base.deadline = value
+
+    @property
+    def estimated(self) -> int:
+        return self.base.estimated
+
+    @estimated.setter
+    def estimated(self, value: int) -> None:
+        pass  # counted by the base
+
     def measure(self, node: Node, graph: Graph, key: str, consts) -> float:
-        return self.base.node_cost(node, graph, consts)
+        cost = self.base.node_cost(node, graph, consts)
+        self._estimate_used = self.base._estimate_used  # an estimate is not memoised here either
+        return cost
 
     def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
         pair = region_pair(parent, removed, added, child)

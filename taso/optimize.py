@@ -366,6 +366,10 @@ def optimize_model(
             best, report = _search_and_clean_up(start, cleanup, rules, model, config, progress)
         confirm = model.name.startswith("ort-cpu") if confirm is None else confirm
         outcome = Outcome(source.graph, None, "input", report, checked_sizes=checks.valuations, cleanup=cleanup, clock=clock)
+        if model.estimated:
+            outcome.notes.append(f"the search's time limit passed while nodes were still being measured: {model.estimated} node "
+                                 "costs were estimated from the nodes measured (a longer --time-limit measures them, and the cost "
+                                 "cache keeps them for the next run)")
         candidates: dict[str, tuple[Graph, onnx.ModelProto]] = {}
         if best is not source.graph:
             with clock.stage("export"):

@@ -408,9 +408,12 @@ def search(
     # the cycles the search makes (matching closures) die.
     collecting = gc.isenabled()
     gc.disable()
+    # Pricing counts against the time limit: past it, a measured cost model estimates the nodes it has not measured.
+    cost_model.deadline = time.perf_counter() + config.time_limit
     try:
         return _search(graph, rules, cost_model, config, progress)
     finally:
+        cost_model.deadline = float("inf")
         if collecting:
             gc.enable()
 

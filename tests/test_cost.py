@@ -95,3 +95,39 @@ def test_a_profile_without_runs_is_a_clear_error():
 
     with pytest.raises(TasoError, match="--cost analytic"):
         _kernel_times([{"cat": "Node", "name": "Add_kernel_time", "ts": 0, "dur": 3}], skip=0)
+
+
+def test_past_its_deadline_a_measured_model_estimates_new_nodes_and_neither_caches_nor_memoises_them(tmp_path, monkeypatch):
+    """A cold cost cache must not overrun the search's time limit (a 2.4 GB transformer's search ran 31 s for 9):
+    past the deadline a node never measured is priced by the roofline scaled to the nodes measured so far."""
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    model = OrtCpuCost(threads=1)
+    measured = model.graph_cost(_graph(64))  # calibrates the estimates
+    model.deadline = 0.0  # long past
+    estimated = model.graph_cost(_graph(256))
+    assert estimated > 0 and model.estimated == 2 and model.measured == 2
+    assert model.graph_cost(_graph(64)) == measured, "what was measured is still used"
+    model.deadline = float("inf")
+    assert model.graph_cost(_graph(256)) > 0 and model.measured == 4, "the estimate was not kept: measured now"
+    model.close()
+
+
+def test_a_search_on_a_cold_cache_keeps_to_its_time_limit(tmp_path, monkeypatch):
+    import time
+
+    from taso.optimize import load_rules
+    from taso.search import SearchConfig, search
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    model = OrtCpuCost(threads=1)
+    slow_fresh = model.fresh
+
+    def slow(*args, **kwargs):  # a node that takes a second to measure, as a big weight does
+        time.sleep(1.0)
+        return slow_fresh(*args, **kwargs)
+
+    monkeypatch.setattr(model, "fresh", slow)
+    started = time.perf_counter()
+    _, report = search(_graph(64), load_rules(), model, SearchConfig(time_limit=0.5))
+    assert time.perf_counter() - started < 2.5 and model.estimated >= 1 and model.deadline == float("inf")
+    model.close()
