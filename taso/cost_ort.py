@@ -51,6 +51,19 @@ from .timing import median_run, open_session, session_options
 __all__ = ["OrtCpuCost", "cpu_name", "fingerprint", "profile_kernels", "check_cached_costs"]
 
 
+# Measuring a node with this many bytes of tensors or more tells how measuring time grows with size.
+_RATE_MIN_BYTES = 1 << 24
+_FIRST_SECONDS_PER_BYTE = 2e-9  # 0.5 GB/s until a large node was measured
+
+
+def _tensor_bytes(node: Node, graph: Graph) -> int:
+    """The bytes of a node's inputs and outputs at the measurement sizes (what measuring it allocates and fills)."""
+    try:
+        return sum(graph.type(v).concrete().nbytes for v in (*node.inputs, *node.outputs))
+    except Exception:  # noqa: BLE001 - a value the graph does not type (a fused activation priced apart)
+        return 0
+
+
 def cpu_name() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
@@ -92,6 +105,7 @@ class OrtCpuCost(CostModel):
         self._floor = 0.0  # what the profiler reports for a kernel that does nothing
         self._dispatch = 0.0  # what a trivial node costs inside a running graph
         self.measured = 0  # nodes measured: new entries, and cached ones no longer trusted
+        self._seconds_per_byte = 0.0  # the slowest measuring seen, per byte of a node's tensors
 
     @property
     def fingerprint(self) -> str:
@@ -129,14 +143,28 @@ class OrtCpuCost(CostModel):
         cached = self._table.get(key)
         if cached is not None:
             seconds = self._from_cache(key, cached, functools.partial(self.fresh, node, graph, consts))
-        elif time.perf_counter() > self.deadline:
+        elif time.perf_counter() + self._expected_measuring(node, graph) > self.deadline:
             return self.estimate(node, graph, key, consts)  # a cold cache must not overrun the search's time limit
         else:
+            started = time.perf_counter()
             seconds, band = self.fresh(node, graph, consts)
+            self._note_measuring(node, graph, time.perf_counter() - started)
             self.cache.record(self._fingerprint, key, seconds, band)
             self.measured += 1
         self.calibrate_estimates(node, graph, key, consts, seconds)
         return seconds
+
+    def _expected_measuring(self, node: Node, graph: Graph) -> float:
+        """About how long measuring ``node`` would take: exporting, loading and filling its tensors grows with their
+        bytes (a 1 GB weight takes seconds), at the slowest rate seen in this process, or 0.5 GB/s at first."""
+        if self.deadline == float("inf"):
+            return 0.0
+        return _SESSION_SECONDS + _tensor_bytes(node, graph) * max(self._seconds_per_byte, _FIRST_SECONDS_PER_BYTE)
+
+    def _note_measuring(self, node: Node, graph: Graph, seconds: float) -> None:
+        size = _tensor_bytes(node, graph)
+        if size >= _RATE_MIN_BYTES:
+            self._seconds_per_byte = max(self._seconds_per_byte, (seconds - _SESSION_SECONDS) / size)
 
     def _from_cache(self, key: str, cached: float, fresh: Measure) -> float:
         """A cached entry, re-measured instead when the cache no longer trusts it, compared with a fresh measurement when the spot-check draws it."""

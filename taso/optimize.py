@@ -540,61 +540,62 @@ def _require_match(candidate: CandidateModel, reference, threads: int):
 
 
 def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, checks: _Checks, threads: int) -> None:
-    """Times every candidate against the input as given; keeps the fastest one that beats it by the margin twice."""
-    if not candidates:
-        return
-    timer, names, times = _time_candidates(outcome, source, candidates, checks.timing_feeds, threads)
-    if not names:
-        return
-    outcome.speedups = {n: times[0] / t for n, t in zip(names, times[1:])}
-    for name in sorted(names, key=lambda n: -outcome.speedups[n]):
-        if outcome.speedups[name] < MIN_CONFIRMED_SPEEDUP:
-            break
+    """Times the candidates against the input as given, one at a time beside it, and keeps the first that beats it by
+    the margin in two series: the optimized model, then taso's plain re-export (only a fallback).
+
+    One candidate's session at a time beside the input's: ONNX Runtime holds its own copy of the
+    weights it repacks per session, a model's size again for each.
+    """
+    timer = None
+    for name in [n for n in ("optimized", "re-export") if n in candidates]:
+        timer = _time_beside_input(outcome, source, timer, name, _runnable(candidates[name][1]), checks.timing_feeds, threads)
+        if timer is None or outcome.speedups.get(name, 0.0) < MIN_CONFIRMED_SPEEDUP:
+            continue
         graph, model = candidates[name]
         if name == "re-export" and checks.reference is not None and not _reexport_matches(outcome, model, checks, threads):
             continue
-        if not _still_faster(outcome, timer, names.index(name) + 1, name):
+        if not _still_faster(outcome, timer, name):
             continue
         outcome.graph, outcome.model, outcome.kept = graph, model, name
         return
 
 
-def _still_faster(outcome: Outcome, timer: InterleavedTimer, position: int, name: str) -> bool:
-    """A second, independent series must agree: on a loaded machine one lucky series can show 1.5x where there is
-    none. It runs on the sessions the first series opened (a model taking seconds per run is not warmed twice)."""
-    try:
-        before, after = timer.times(decided=paired_ratios_agree(MIN_CONFIRMED_SPEEDUP), positions=[0, position])
-    except TimingError as e:
-        outcome.notes.append(f"the {name} model was not kept (ONNX Runtime failed while timing it again: {e.reason})")
-        return False
-    outcome.speedups[name] = min(outcome.speedups[name], before / after)
-    return outcome.speedups[name] >= MIN_CONFIRMED_SPEEDUP
-
-
-def _time_candidates(outcome: Outcome, source: ModelSource, candidates: dict, feeds, threads: int) -> tuple[InterleavedTimer | None, list[str], list[float]]:
-    """Times the input and the candidates in one series; a re-export ONNX Runtime cannot run is dropped, an optimized
-    model is refused. Returns the timer (its sessions stay open for a confirming series), the candidates timed and
-    the times, the input's first.
+def _time_beside_input(outcome: Outcome, source: ModelSource, timer: InterleavedTimer | None, name: str, model: str | bytes, feeds,
+                       threads: int) -> InterleavedTimer | None:
+    """One series of the input and the candidate ``name`` (the input's session is opened once and kept); its speedup goes
+    to ``outcome.speedups``. A re-export ONNX Runtime cannot run is dropped with a note (None: nothing timed).
 
     Raises:
         TasoError: ONNX Runtime cannot run the input model (exit 2).
         OutputMismatchError: it cannot run the optimized model (exit 3).
     """
-    names = list(candidates)
-    while True:
-        try:
-            timer = InterleavedTimer([source.timing_source(), *(_runnable(candidates[n][1]) for n in names)], feeds, threads, long_run=_LONG_RUN)
-            return timer, names, timer.times(decided=paired_ratios_agree(MIN_CONFIRMED_SPEEDUP))
-        except TimingError as e:
-            if e.position == 0:
-                raise TasoError(f"ONNX Runtime cannot run the input model: {e.reason}") from None
-            failed = names[e.position - 1]
-            if failed == "optimized":
-                raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {e.reason}; nothing was written") from None
-            outcome.notes.append(f"taso's re-export of the unchanged graph was not kept (ONNX Runtime cannot run it: {e.reason})")
-            names.remove(failed)
-            if not names:
-                return None, [], []
+    try:
+        if timer is None:
+            timer = InterleavedTimer([source.timing_source(), model], feeds, threads, labels=["the input", name], long_run=_LONG_RUN)
+        else:
+            timer.replace(1, model, name)
+        before, after = timer.times(decided=paired_ratios_agree(MIN_CONFIRMED_SPEEDUP))
+    except TimingError as e:
+        if e.position == 0:
+            raise TasoError(f"ONNX Runtime cannot run the input model: {e.reason}") from None
+        if name == "optimized":
+            raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {e.reason}; nothing was written") from None
+        outcome.notes.append(f"taso's re-export of the unchanged graph was not kept (ONNX Runtime cannot run it: {e.reason})")
+        return None
+    outcome.speedups[name] = before / after
+    return timer
+
+
+def _still_faster(outcome: Outcome, timer: InterleavedTimer, name: str) -> bool:
+    """A second, independent series must agree: on a loaded machine one lucky series can show 1.5x where there is
+    none. It runs on the sessions already open (a model taking seconds per run is not warmed twice)."""
+    try:
+        before, after = timer.times(decided=paired_ratios_agree(MIN_CONFIRMED_SPEEDUP))
+    except TimingError as e:
+        outcome.notes.append(f"the {name} model was not kept (ONNX Runtime failed while timing it again: {e.reason})")
+        return False
+    outcome.speedups[name] = min(outcome.speedups[name], before / after)
+    return outcome.speedups[name] >= MIN_CONFIRMED_SPEEDUP
 
 
 def _reexport_matches(outcome: Outcome, model: CandidateModel, checks: _Checks, threads: int) -> bool:

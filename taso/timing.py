@@ -183,22 +183,31 @@ class InterleavedTimer:
     def __init__(self, models: Sequence[str | bytes], feeds: Mapping[str, np.ndarray], threads: int = 1, *,
                  labels: Sequence[str] | None = None, optimize: bool | Sequence[bool] = True, providers: Sequence[str] = CPU,
                  warmup: int = 2, min_runs: int = 3, min_seconds: float = 0.01, long_run: float | None = None):
-        flags = [optimize] * len(models) if isinstance(optimize, bool) else list(optimize)
+        self._flags = [optimize] * len(models) if isinstance(optimize, bool) else list(optimize)
         self.labels = list(labels) if labels is not None else [f"model {i}" for i in range(len(models))]
-        self._measures = []
+        self._feeds, self._threads, self._providers, self._warmup = feeds, threads, providers, warmup
+        self._min_runs, self._min_seconds, self._long_run = min_runs, min_seconds, long_run
+        self._measures: list[Callable[[], float] | None] = [None] * len(models)
         for position, model in enumerate(models):
-            session, own_feeds, warm_seconds = _warmed(position, self.labels[position], model, feeds, threads, flags[position], providers, warmup)
-            long = long_run is not None and warm_seconds >= long_run
-            self._measures.append(self._measure(position, session, own_feeds, 1 if long else min_runs, 0.0 if long else min_seconds))
+            self._open(position, model)
 
-    def _measure(self, position: int, session, feeds, runs: int, seconds: float) -> Callable[[], float]:
-        def fastest() -> float:
-            try:
-                return fastest_run(session, feeds, runs, seconds)
-            except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-                raise TimingError(position, _first_line(e), self.labels[position]) from None
+    def _open(self, position: int, model: str | bytes) -> None:
+        session, own_feeds, warm_seconds = _warmed(position, self.labels[position], model, self._feeds, self._threads, self._flags[position],
+                                                   self._providers, self._warmup)
+        long = self._long_run is not None and warm_seconds >= self._long_run
+        self._measures[position] = _measure(position, self.labels[position], session, own_feeds, 1 if long else self._min_runs,
+                                            0.0 if long else self._min_seconds)
 
-        return fastest
+    def replace(self, position: int, model: str | bytes, label: str | None = None) -> None:
+        """Closes the session at ``position`` and opens ``model`` there (its memory is freed before the new one loads).
+
+        Raises:
+            TimingError: ONNX Runtime cannot load or run the new model.
+        """
+        self._measures[position] = None
+        if label is not None:
+            self.labels[position] = label
+        self._open(position, model)
 
     def times(self, rounds: int = 7, decided: Decided | None = None, positions: Sequence[int] | None = None) -> list[float]:
         """One interleaved series: seconds per run of each model (of ``positions``, default all), the median over
@@ -231,6 +240,18 @@ def interleaved_times(
     timer = InterleavedTimer(models, feeds, threads, labels=labels, optimize=optimize, providers=providers, warmup=warmup,
                              min_runs=min_runs, min_seconds=min_seconds, long_run=long_run)
     return timer.times(rounds, decided)
+
+
+def _measure(position: int, label: str, session: ort.InferenceSession, feeds, runs: int, seconds: float) -> Callable[[], float]:
+    """One model's timing for one round. NOTE: it holds no reference to its timer: a cycle through the timer would keep
+    every session (GBs of repacked weights) alive until the cyclic collector happened to run."""
+    def fastest() -> float:
+        try:
+            return fastest_run(session, feeds, runs, seconds)
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+            raise TimingError(position, _first_line(e), label) from None
+
+    return fastest
 
 
 # A first run this long is not followed by more warm-up runs: one-off costs are paid, and each run costs seconds.

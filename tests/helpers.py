@@ -52,15 +52,21 @@ def assert_close(got, want, rtol: float = 1e-4, what: str = "") -> None:
     np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol * scale, err_msg=what)
 
 
-def fake_timer(series):
+def fake_timer(series, by_label: bool = False):
     """A stand-in for taso.timing.InterleavedTimer whose series give what ``series(models)`` returns for the models
-    timed (the input first); it may raise TimingError as a real session would."""
+    timed (the input first), or ``series(labels)`` with ``by_label``; it may raise TimingError as a real session would."""
 
     class FakeTimer:
-        def __init__(self, models, feeds, threads=1, **options):
-            self.models = list(models)
+        def __init__(self, models, feeds, threads=1, labels=None, **options):
+            self.models, self.labels = list(models), list(labels or [f"model {i}" for i in range(len(models))])
+
+        def replace(self, position, model, label=None):
+            self.models[position] = model
+            if label is not None:
+                self.labels[position] = label
 
         def times(self, rounds=7, decided=None, positions=None):
-            return series(self.models if positions is None else [self.models[k] for k in positions])
+            chosen = range(len(self.models)) if positions is None else positions
+            return series([(self.labels if by_label else self.models)[k] for k in chosen])
 
     return FakeTimer

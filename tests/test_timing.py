@@ -84,6 +84,8 @@ def test_a_second_series_reuses_the_open_sessions_and_times_the_models_asked(mon
     timer = InterleavedTimer([_relu_model(), _relu_model(), _relu_model()], {"x": np.ones((4, 8), np.float32)})
     assert len(timer.times(rounds=3)) == 3 and len(timer.times(rounds=3, positions=[0, 2])) == 2
     assert len(opened) == 3
+    timer.replace(1, _relu_model(), "another")
+    assert len(opened) == 4 and timer.labels[1] == "another" and len(timer.times(rounds=3)) == 3
 
 
 def test_a_first_warm_up_run_of_a_second_or_more_is_the_only_one(monkeypatch):
