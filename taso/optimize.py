@@ -271,8 +271,10 @@ def _check_candidate(candidate: CandidateModel, reference, threads: int):
     Raises:
         OutputMismatchError: ONNX Runtime cannot load or run the candidate (exit 3).
     """
+    from .onnx.importer import release_mapped_weights
     from .validate import compare_with
 
+    release_mapped_weights()
     try:
         return compare_with(reference, _runnable(candidate) if isinstance(candidate, SpilledModel) else candidate, threads)
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
@@ -546,6 +548,9 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, check
     One candidate's session at a time beside the input's: ONNX Runtime holds its own copy of the
     weights it repacks per session, a model's size again for each.
     """
+    from .onnx.importer import release_mapped_weights
+
+    release_mapped_weights()
     timer = None
     for name in [n for n in ("optimized", "re-export") if n in candidates]:
         timer = _time_beside_input(outcome, source, timer, name, _runnable(candidates[name][1]), checks.timing_feeds, threads)

@@ -201,3 +201,25 @@ def test_a_missing_or_short_data_file_is_exit_2_in_one_line(tmp_path, capsys, da
     assert main(["optimize", str(src), "-o", str(tmp_path / "out.onnx"), "--quiet"]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+def _resident_file_pages_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("RssFile:")) / 1024
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc")
+def test_releasing_mapped_weights_gives_their_pages_back_and_keeps_their_values(tmp_path):
+    from taso.onnx.importer import release_mapped_weights
+
+    src = tmp_path / "big.onnx"
+    weight = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)  # 16 MB
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2048])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2048])], [numpy_helper.from_array(weight, "w")])
+    _save_external(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    mapped = taso.load_onnx(str(src)).weights["w"]
+    total = float(mapped.sum())  # every page read
+    before = _resident_file_pages_mb()
+    release_mapped_weights()
+    assert _resident_file_pages_mb() < before - 8, "the 16 MB read left the resident set"
+    assert float(mapped.sum()) == total and np.array_equal(mapped, weight)
