@@ -264,9 +264,9 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _check_candidate(candidate: CandidateModel, reference, threads: int):
+def _check_candidate(candidate: CandidateModel, reference, threads: int, opened: list | None = None):
     """Compares a candidate with the original's outputs (run once, before the search); ONNX Runtime failures
-    become one-line errors.
+    become one-line errors. The candidate's session is appended to ``opened`` when given (timing reuses it).
 
     Raises:
         OutputMismatchError: ONNX Runtime cannot load or run the candidate (exit 3).
@@ -276,9 +276,13 @@ def _check_candidate(candidate: CandidateModel, reference, threads: int):
 
     release_mapped_weights()
     try:
-        return compare_with(reference, _runnable(candidate) if isinstance(candidate, SpilledModel) else candidate, threads)
+        session = open_session(_runnable(candidate), threads)
+        comparison = compare_with(reference, session, threads)
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {_first_line(e)}; nothing was written") from None
+    if opened is not None:
+        opened.append(session)
+    return comparison
 
 
 def end_to_end_speedup(original: Graph, optimized: Graph, threads: int = 1, rounds: int = 7) -> float:
@@ -409,12 +413,15 @@ class _Checks:
         reference: the original's run on every set, or None when the check is off.
         valuations: the valuation of the size symbols checked besides the measurement sizes.
         other_sizes: the positions in ``reference`` of the sets at that valuation.
+        sessions: the ONNX Runtime session of each candidate whose check passed, which timing takes
+            over instead of loading the model again (ALBERT-xxlarge: seconds a load).
     """
 
     timing_feeds: dict
     reference: object | None = None
     valuations: list = field(default_factory=list)
     other_sizes: list = field(default_factory=list)
+    sessions: dict = field(default_factory=dict)  # candidate -> its session, open since its check passed
 
     @classmethod
     def prepare(cls, source: ModelSource, extra_inputs: Mapping[str, np.ndarray] | None, threads: int, check: bool) -> _Checks:
@@ -483,7 +490,7 @@ def _checked_or_searched_again(outcome: Outcome, source: ModelSource, start: Gra
     """
     graph, candidate = candidates["optimized"]
     try:
-        _check_into(outcome, candidate, checks, threads)
+        _check_into(outcome, candidate, checks, threads, "optimized")
         return graph
     except OutputMismatchError:
         applied = frozenset(outcome.report.applied)
@@ -504,7 +511,7 @@ def _checked_or_searched_again(outcome: Outcome, source: ModelSource, start: Gra
             return best
         _add_candidate(outcome, source, candidates, "optimized", best)
         if "optimized" in candidates:
-            _check_into(outcome, candidates["optimized"][1], checks, threads)
+            _check_into(outcome, candidates["optimized"][1], checks, threads, "optimized")
         return best
 
 
@@ -521,21 +528,25 @@ def _add_candidate(outcome: Outcome, source: ModelSource, candidates: dict, name
         outcome.notes.append(f"{what} cannot be written as ONNX ({e}); not kept")
 
 
-def _check_into(outcome: Outcome, candidate: CandidateModel, checks: _Checks, threads: int) -> None:
-    """Records the candidate's output check in ``outcome`` (see :func:`_require_match`)."""
+def _check_into(outcome: Outcome, candidate: CandidateModel, checks: _Checks, threads: int, name: str | None = None) -> None:
+    """Records the candidate's output check in ``outcome`` (see :func:`_require_match`); the session of a candidate
+    that passed is kept in ``checks.sessions[name]`` for end-to-end timing."""
     started = time.perf_counter()
-    comparison = _require_match(candidate, checks.reference, threads)
+    opened: list = []
+    comparison = _require_match(candidate, checks.reference, threads, opened)
     outcome.check_seconds += time.perf_counter() - started
     outcome.comparison = comparison
+    if name is not None:
+        checks.sessions[name] = opened[0]
 
 
-def _require_match(candidate: CandidateModel, reference, threads: int):
+def _require_match(candidate: CandidateModel, reference, threads: int, opened: list | None = None):
     """The comparison, when the candidate's outputs match the original's on ONNX Runtime.
 
     Raises:
         OutputMismatchError: they differ, or ONNX Runtime cannot run the candidate.
     """
-    comparison = _check_candidate(candidate, reference, threads)
+    comparison = _check_candidate(candidate, reference, threads, opened)
     if not comparison.ok:
         raise OutputMismatchError(f"the optimized model does not match the original on ONNX Runtime: {comparison.describe()}; nothing was written")
     return comparison
@@ -553,7 +564,8 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, check
     release_mapped_weights()
     timer = None
     for name in [n for n in ("optimized", "re-export") if n in candidates]:
-        timer = _time_beside_input(outcome, source, timer, name, _runnable(candidates[name][1]), checks.timing_feeds, threads)
+        model = checks.sessions.pop(name, None) or _runnable(candidates[name][1])
+        timer = _time_beside_input(outcome, source, timer, name, model, checks.timing_feeds, threads)
         if timer is None or outcome.speedups.get(name, 0.0) < MIN_CONFIRMED_SPEEDUP:
             continue
         graph, model = candidates[name]
@@ -565,7 +577,7 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, check
         return
 
 
-def _time_beside_input(outcome: Outcome, source: ModelSource, timer: InterleavedTimer | None, name: str, model: str | bytes, feeds,
+def _time_beside_input(outcome: Outcome, source: ModelSource, timer: InterleavedTimer | None, name: str, model, feeds,
                        threads: int) -> InterleavedTimer | None:
     """One series of the input and the candidate ``name`` (the input's session is opened once and kept); its speedup goes
     to ``outcome.speedups``. A re-export ONNX Runtime cannot run is dropped with a note (None: nothing timed).

@@ -163,13 +163,14 @@ class InterleavedTimer:
     on the sessions already open costs only its rounds (ALBERT-xxlarge: 5.5 s a run).
 
     Args:
-        models: model files or serialized models.
+        models: model files or serialized models, or sessions already open with the same options (an output
+            check's: the model is not loaded twice).
         feeds: input arrays by name; each model gets those its graph declares.
         threads: intra-op threads.
         labels: names for errors (default "model 0", "model 1", ...).
         optimize: ENABLE_ALL (True) or no graph optimization, for all models or per model.
         providers: ONNX Runtime execution providers.
-        warmup: runs when a session is opened, not timed (one when the first takes a second or more).
+        warmup: runs when a session is opened, not timed (one when the first takes 0.2 s or more).
         min_runs, min_seconds: what one round's fastest run is the fastest of.
         long_run: when given, a model whose last warm run took at least this many seconds runs once per
             round: a run that long is its own stable sample, and the median over rounds still filters
@@ -180,7 +181,7 @@ class InterleavedTimer:
         TimingError: ONNX Runtime cannot load or run one of the models (its position and label are in the error).
     """
 
-    def __init__(self, models: Sequence[str | bytes], feeds: Mapping[str, np.ndarray], threads: int = 1, *,
+    def __init__(self, models: Sequence[str | bytes | ort.InferenceSession], feeds: Mapping[str, np.ndarray], threads: int = 1, *,
                  labels: Sequence[str] | None = None, optimize: bool | Sequence[bool] = True, providers: Sequence[str] = CPU,
                  warmup: int = 2, min_runs: int = 3, min_seconds: float = 0.01, long_run: float | None = None):
         self._flags = [optimize] * len(models) if isinstance(optimize, bool) else list(optimize)
@@ -198,7 +199,7 @@ class InterleavedTimer:
         self._measures[position] = _measure(position, self.labels[position], session, own_feeds, 1 if long else self._min_runs,
                                             0.0 if long else self._min_seconds)
 
-    def replace(self, position: int, model: str | bytes, label: str | None = None) -> None:
+    def replace(self, position: int, model: str | bytes | ort.InferenceSession, label: str | None = None) -> None:
         """Closes the session at ``position`` and opens ``model`` there (its memory is freed before the new one loads).
 
         Raises:
@@ -254,15 +255,15 @@ def _measure(position: int, label: str, session: ort.InferenceSession, feeds, ru
     return fastest
 
 
-# A first run this long is not followed by more warm-up runs: one-off costs are paid, and each run costs seconds.
-_LONG_FIRST_RUN = 1.0
+# A first run this long is not followed by more warm-up runs: one-off costs are paid, and each run costs that much again.
+_LONG_FIRST_RUN = 0.2
 
 
-def _warmed(position: int, label: str, model: str | bytes, feeds: Mapping[str, np.ndarray], threads: int, optimize: bool,
+def _warmed(position: int, label: str, model: str | bytes | ort.InferenceSession, feeds: Mapping[str, np.ndarray], threads: int, optimize: bool,
             providers: Sequence[str], warmup: int) -> tuple[ort.InferenceSession, dict[str, np.ndarray], float]:
     """:func:`warm_session`, and the seconds of its last warm-up run."""
     try:
-        session = open_session(model, threads, optimize, providers)
+        session = model if isinstance(model, ort.InferenceSession) else open_session(model, threads, optimize, providers)
         names = {i.name for i in session.get_inputs()}
         own_feeds = {k: v for k, v in feeds.items() if k in names}
         elapsed = 0.0
@@ -279,7 +280,7 @@ def _warmed(position: int, label: str, model: str | bytes, feeds: Mapping[str, n
 
 def warm_session(position: int, label: str, model: str | bytes, feeds: Mapping[str, np.ndarray], threads: int = 1, optimize: bool = True,
                  providers: Sequence[str] = CPU, warmup: int = 3) -> tuple[ort.InferenceSession, dict[str, np.ndarray]]:
-    """A session run ``warmup`` times (once when that run takes a second or more) on the feeds its graph declares, and those feeds.
+    """A session run ``warmup`` times (once when that run takes 0.2 s or more) on the feeds its graph declares, and those feeds.
 
     Raises:
         TimingError: ONNX Runtime cannot load or run the model (``position`` and ``label`` name it).

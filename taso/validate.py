@@ -44,10 +44,13 @@ class Comparison:
                 else f"output {self.worst_output!r} differs: worst |diff| {self.worst_abs:.3g} (relative {self.worst_rel:.3g})")
 
 
-def _session(model: onnx.ModelProto | str | bytes, threads: int) -> ort.InferenceSession:
-    """A session for a model, a model file (ONNX Runtime reads its weights itself: no copy here) or a model's bytes."""
+def _session(model: onnx.ModelProto | str | bytes | ort.InferenceSession, threads: int) -> ort.InferenceSession:
+    """A session for a model, a model file (ONNX Runtime reads its weights itself: no copy here) or a model's bytes;
+    a session already open is used as it is."""
     from .timing import open_session
 
+    if isinstance(model, ort.InferenceSession):
+        return model
     source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
     return open_session(source, threads)
 
@@ -391,8 +394,8 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def compare_with(reference: ReferenceRun, candidate: onnx.ModelProto | str | bytes, threads: int = 1) -> Comparison:
-    """Runs the candidate (a model, a file or its bytes) on the reference's input sets and compares every output.
+def compare_with(reference: ReferenceRun, candidate: onnx.ModelProto | str | bytes | ort.InferenceSession, threads: int = 1) -> Comparison:
+    """Runs the candidate (a model, a file, its bytes or a session) on the reference's input sets and compares every output.
 
     ONNX Runtime's own exceptions (it cannot load or run the candidate) pass through.
     """

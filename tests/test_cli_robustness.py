@@ -389,3 +389,24 @@ def test_the_api_refuses_a_wrong_optimized_graph(tmp_path):
     assert not out.exists() and not [p for p in os.listdir(tmp_path) if p.startswith(".taso-")]
     taso.save_onnx(unchecked, out, check=False)  # told not to
     assert out.exists()
+
+
+def test_timing_takes_over_the_session_the_output_check_opened(tmp_path, library, monkeypatch):
+    """A model that takes seconds to load (ALBERT-xxlarge) is not loaded again to be timed."""
+    import onnxruntime as ort
+
+    from taso.timing import InterleavedTimer
+
+    src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
+    given = []
+
+    class Spy(InterleavedTimer):
+        def __init__(self, models, *args, **kwargs):
+            given.append(list(models))
+            super().__init__(models, *args, **kwargs)
+
+    monkeypatch.setattr(optimize_module, "InterleavedTimer", Spy)
+    outcome = optimize_module.optimize_model(optimize_module.ModelSource.from_file(src), optimize_module.load_rules(library),
+                                             "analytic", confirm=True)
+    assert outcome.report.applied and given, "a rewrite was found, checked and timed"
+    assert given[0][0] == src and isinstance(given[0][1], ort.InferenceSession)

@@ -88,7 +88,7 @@ def test_a_second_series_reuses_the_open_sessions_and_times_the_models_asked(mon
     assert len(opened) == 4 and timer.labels[1] == "another" and len(timer.times(rounds=3)) == 3
 
 
-def test_a_first_warm_up_run_of_a_second_or_more_is_the_only_one(monkeypatch):
+def test_a_long_first_warm_up_run_is_the_only_one(monkeypatch):
     import taso.timing as timing
 
     runs = []
