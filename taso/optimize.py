@@ -228,8 +228,10 @@ class ModelSource:
 CandidateModel = onnx.ModelProto | SpilledModel
 
 
-def _runnable(model: CandidateModel) -> str | bytes:
-    """What ONNX Runtime loads: the spilled file (weights mapped), or the model's bytes."""
+def _runnable(model: CandidateModel | str | bytes) -> str | bytes:
+    """What ONNX Runtime loads: the spilled file (weights mapped), or the model's bytes (a file or bytes as they are)."""
+    if isinstance(model, (str, bytes)):
+        return model
     return model.path if isinstance(model, SpilledModel) else model.SerializeToString()
 
 
@@ -264,9 +266,10 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def _check_candidate(candidate: CandidateModel, reference, threads: int, opened: list | None = None):
-    """Compares a candidate with the original's outputs (run once, before the search); ONNX Runtime failures
-    become one-line errors. The candidate's session is appended to ``opened`` when given (timing reuses it).
+def _check_candidate(candidate, reference, threads: int, opened: list | None = None):
+    """Compares a candidate (a model, or a session already open) with the original's outputs (run once, before the
+    search); ONNX Runtime failures become one-line errors. The candidate's session is appended to ``opened`` when
+    given (timing reuses it).
 
     Raises:
         OutputMismatchError: ONNX Runtime cannot load or run the candidate (exit 3).
@@ -274,9 +277,11 @@ def _check_candidate(candidate: CandidateModel, reference, threads: int, opened:
     from .onnx.importer import release_mapped_weights
     from .validate import compare_with
 
+    import onnxruntime as ort
+
     release_mapped_weights()
     try:
-        session = open_session(_runnable(candidate), threads)
+        session = candidate if isinstance(candidate, ort.InferenceSession) else open_session(_runnable(candidate), threads)
         comparison = compare_with(reference, session, threads)
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
         raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {_first_line(e)}; nothing was written") from None
@@ -568,8 +573,8 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, check
         timer = _time_beside_input(outcome, source, timer, name, model, checks.timing_feeds, threads)
         if timer is None or outcome.speedups.get(name, 0.0) < MIN_CONFIRMED_SPEEDUP:
             continue
-        graph, model = candidates[name]
-        if name == "re-export" and checks.reference is not None and not _reexport_matches(outcome, model, checks, threads):
+        graph, model = candidates[name]  # the re-export is checked on the session timing opened (no third copy of the weights)
+        if name == "re-export" and checks.reference is not None and not _reexport_matches(outcome, timer.sessions[1], checks, threads):
             continue
         if not _still_faster(outcome, timer, name):
             continue
@@ -615,7 +620,7 @@ def _still_faster(outcome: Outcome, timer: InterleavedTimer, name: str) -> bool:
     return outcome.speedups[name] >= MIN_CONFIRMED_SPEEDUP
 
 
-def _reexport_matches(outcome: Outcome, model: CandidateModel, checks: _Checks, threads: int) -> bool:
+def _reexport_matches(outcome: Outcome, model, checks: _Checks, threads: int) -> bool:
     """The cleaned re-export is only an alternative: when it fails its check, the input is written instead."""
     try:
         _check_into(outcome, model, checks, threads)

@@ -189,12 +189,14 @@ class InterleavedTimer:
         self._feeds, self._threads, self._providers, self._warmup = feeds, threads, providers, warmup
         self._min_runs, self._min_seconds, self._long_run = min_runs, min_seconds, long_run
         self._measures: list[Callable[[], float] | None] = [None] * len(models)
+        self.sessions: list[ort.InferenceSession | None] = [None] * len(models)  # open, warm; an output check may run on them
         for position, model in enumerate(models):
             self._open(position, model)
 
-    def _open(self, position: int, model: str | bytes) -> None:
+    def _open(self, position: int, model: str | bytes | ort.InferenceSession) -> None:
         session, own_feeds, warm_seconds = _warmed(position, self.labels[position], model, self._feeds, self._threads, self._flags[position],
                                                    self._providers, self._warmup)
+        self.sessions[position] = session
         long = self._long_run is not None and warm_seconds >= self._long_run
         self._measures[position] = _measure(position, self.labels[position], session, own_feeds, 1 if long else self._min_runs,
                                             0.0 if long else self._min_seconds)
@@ -205,7 +207,7 @@ class InterleavedTimer:
         Raises:
             TimingError: ONNX Runtime cannot load or run the new model.
         """
-        self._measures[position] = None
+        self._measures[position] = self.sessions[position] = None
         if label is not None:
             self.labels[position] = label
         self._open(position, model)

@@ -59,6 +59,7 @@ def fake_timer(series, by_label: bool = False):
     class FakeTimer:
         def __init__(self, models, feeds, threads=1, labels=None, **options):
             self.models, self.labels = list(models), list(labels or [f"model {i}" for i in range(len(models))])
+            self.sessions = self.models  # what an output check runs on: here the models themselves
 
         def replace(self, position, model, label=None):
             self.models[position] = model

@@ -410,3 +410,14 @@ def test_timing_takes_over_the_session_the_output_check_opened(tmp_path, library
                                              "analytic", confirm=True)
     assert outcome.report.applied and given, "a rewrite was found, checked and timed"
     assert given[0][0] == src and isinstance(given[0][1], ort.InferenceSession)
+
+
+def test_a_faster_re_export_is_checked_before_it_is_kept(tmp_path, library, monkeypatch):
+    """The optimized model does not pay, the re-export does: its output check runs (on the session timing opened)."""
+    src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
+    monkeypatch.setattr(optimize_module, "InterleavedTimer",
+                        fake_timer(lambda labels: [1.0, 1.0] if labels[1] == "optimized" else [1.0, 0.5], by_label=True))
+    outcome = optimize_module.optimize_model(optimize_module.ModelSource.from_file(src), optimize_module.load_rules(library),
+                                             "analytic", confirm=True)
+    assert outcome.kept == "re-export" and outcome.speedups == {"optimized": 1.0, "re-export": 2.0}
+    assert outcome.comparison.ok and outcome.comparison.input_sets == 2
