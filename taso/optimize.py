@@ -394,11 +394,9 @@ def optimize_model(
         if candidates:
             outcome.graph, outcome.model, outcome.kept = best, candidates["optimized"][1], "optimized"
         return outcome
-    if source.path is not None and (best is not start or start is source.graph):  # else "optimized" is the cleaned-up graph
-        with clock.stage("export"):
-            _add_candidate(outcome, source, candidates, "re-export", start)
-    with clock.stage("timing"):
-        _keep_fastest(outcome, source, candidates, checks, threads)
+    # The re-export is only a fallback: exported when the optimized model did not pay (else "optimized" is the cleaned-up graph).
+    fallback = start if source.path is not None and (best is not start or start is source.graph) else None
+    _keep_fastest(outcome, source, candidates, fallback, checks, threads, clock)
     return outcome
 
 
@@ -557,29 +555,40 @@ def _require_match(candidate: CandidateModel, reference, threads: int, opened: l
     return comparison
 
 
-def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, checks: _Checks, threads: int) -> None:
+def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, fallback: Graph | None, checks: _Checks, threads: int,
+                  clock: StageClock) -> None:
     """Times the candidates against the input as given, one at a time beside it, and keeps the first that beats it by
-    the margin in two series: the optimized model, then taso's plain re-export (only a fallback).
+    the margin in two series: the optimized model, then taso's plain re-export of ``fallback`` (exported only then).
 
     One candidate's session at a time beside the input's: ONNX Runtime holds its own copy of the
     weights it repacks per session, a model's size again for each.
     """
     from .onnx.importer import release_mapped_weights
 
-    release_mapped_weights()
     timer = None
-    for name in [n for n in ("optimized", "re-export") if n in candidates]:
-        model = checks.sessions.pop(name, None) or _runnable(candidates[name][1])
-        timer = _time_beside_input(outcome, source, timer, name, model, checks.timing_feeds, threads)
-        if timer is None or outcome.speedups.get(name, 0.0) < MIN_CONFIRMED_SPEEDUP:
+    for name in ("optimized", "re-export"):
+        if name == "re-export" and fallback is not None:
+            with clock.stage("export"):
+                _add_candidate(outcome, source, candidates, name, fallback)
+        if name not in candidates:
             continue
-        graph, model = candidates[name]  # the re-export is checked on the session timing opened (no third copy of the weights)
-        if name == "re-export" and checks.reference is not None and not _reexport_matches(outcome, timer.sessions[1], checks, threads):
-            continue
-        if not _still_faster(outcome, timer, name):
-            continue
-        outcome.graph, outcome.model, outcome.kept = graph, model, name
-        return
+        with clock.stage("timing"):
+            release_mapped_weights()
+            model = checks.sessions.pop(name, None) or _runnable(candidates[name][1])
+            timer = _time_beside_input(outcome, source, timer, name, model, checks.timing_feeds, threads)
+            if timer is not None and _confirmed(outcome, timer, name, candidates, checks, threads):
+                outcome.graph, outcome.model, outcome.kept = *candidates[name], name
+                return
+
+
+def _confirmed(outcome: Outcome, timer: InterleavedTimer, name: str, candidates: dict, checks: _Checks, threads: int) -> bool:
+    """The candidate beat the input by the margin, and again in a second series; a re-export must also pass its output
+    check (on the session timing opened: no third copy of the weights)."""
+    if outcome.speedups.get(name, 0.0) < MIN_CONFIRMED_SPEEDUP:
+        return False
+    if name == "re-export" and checks.reference is not None and not _reexport_matches(outcome, timer.sessions[1], checks, threads):
+        return False
+    return _still_faster(outcome, timer, name)
 
 
 def _time_beside_input(outcome: Outcome, source: ModelSource, timer: InterleavedTimer | None, name: str, model, feeds,

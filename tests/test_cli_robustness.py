@@ -164,10 +164,14 @@ def test_the_guard_times_the_input_file_as_given_and_keeps_it_when_nothing_pays(
 def test_the_guard_keeps_a_candidate_only_when_it_beats_the_file(tmp_path, library, monkeypatch):
     src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
     monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(lambda models: [1.0] + [0.5] * (len(models) - 1)))
+    exported = []
+    real_add = optimize_module._add_candidate
+    monkeypatch.setattr(optimize_module, "_add_candidate", lambda outcome, source, candidates, name, graph: exported.append(name) or
+                        real_add(outcome, source, candidates, name, graph))
     outcome = optimize_module.optimize_model(optimize_module.ModelSource.from_file(src), optimize_module.load_rules(library),
                                              "analytic", confirm=True)
     assert outcome.kept == "optimized" and outcome.speedups["optimized"] == 2.0 and outcome.comparison.ok
-    assert "re-export" not in outcome.speedups, "the fallback is not timed once the optimized model is kept"
+    assert "re-export" not in outcome.speedups and exported == ["optimized"], "the fallback is neither exported nor timed once the optimized model is kept"
 
 
 def test_one_lucky_measurement_is_not_enough(tmp_path, library, monkeypatch):
