@@ -47,10 +47,13 @@ sys.path.insert(0, str(ROOT))
 EXPORTS = {"bert_base": [], "gpt2_small": ["--input-shape", "input_ids=1,64", "--input-shape", "attention_mask=1,64"], "albert_xxlarge": []}
 ZOO = ("resnet50", "inception_v3", "squeezenet", "nasnet_a")
 GENERATED = {"transformer_2gb": ["--input-shape", "x=1,32,4096"]}
-# Issue 23's targets: wall at most the search limit + this many seconds, or at most this many seconds; peak RSS at most 3x the file.
+# Issue 23's targets: wall at most the search's time limit + this many seconds, or at most this many seconds; peak RSS at most 3x
+# the file (judged for files of 256 MB or more).
 TARGETS = {"bert_base": ("search+", 12.0), "gpt2_small": ("wall", 30.0), "albert_xxlarge": ("wall", 180.0),
            **{name: ("wall", 10.0) for name in ZOO}}
 PEAK_RATIO_TARGET = 3.0
+PEAK_TARGET_MIN_BYTES = 256 << 20  # below this the peak is the process's own, whatever the file
+SEARCH_LIMIT = 9.0  # taso optimize's default --time-limit, which the benchmark runs with
 
 
 @dataclass
@@ -196,8 +199,13 @@ def print_table(runs: list[Run]) -> None:
             print(f"| {r.model} | {r.mode} | {_gb(r.file_bytes)} | {r.wall:.1f} | | | | | FAILED: {r.error} | |")
             continue
         kind, bound = TARGETS.get(r.model, ("", 0.0))
-        within = (r.wall <= r.search + bound) if kind == "search+" else (r.wall <= bound) if kind == "wall" else None
-        target = f"{'search + ' if kind == 'search+' else ''}{bound:g} s: {'met' if within else 'MISSED'}" if within is not None else ""
+        within = (r.wall <= SEARCH_LIMIT + bound) if kind == "search+" else (r.wall <= bound) if kind == "wall" else None
+        target = f"{f'{SEARCH_LIMIT:g} + ' if kind == 'search+' else ''}{bound:g} s: {'met' if within else 'MISSED'}" if within is not None else ""
+        if r.file_bytes < PEAK_TARGET_MIN_BYTES:  # the process itself (Python, NumPy, ONNX Runtime) is a quarter GB
+            target += "; peak: file too small to judge"
+            print(f"| {r.model} | {r.mode} | {_gb(r.file_bytes)} | {r.wall:.1f} | {r.search:.1f} | {r.wall - r.search:.1f} | {_gb(r.peak)} | "
+                  f"— | {target} | {r.report.get('kept')} |")
+            continue
         ratio = r.peak / r.file_bytes
         target += f"; peak {'met' if ratio <= PEAK_RATIO_TARGET else 'MISSED'}"
         print(f"| {r.model} | {r.mode} | {_gb(r.file_bytes)} | {r.wall:.1f} | {r.search:.1f} | {r.wall - r.search:.1f} | {_gb(r.peak)} | "
