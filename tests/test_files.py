@@ -223,3 +223,15 @@ def test_releasing_mapped_weights_gives_their_pages_back_and_keeps_their_values(
     release_mapped_weights()
     assert _resident_file_pages_mb() < before - 8, "the 16 MB read left the resident set"
     assert float(mapped.sum()) == total and np.array_equal(mapped, weight)
+
+
+def test_no_room_for_the_spilled_weights_is_exit_2_in_one_line(tmp_path, spill_everything, monkeypatch, capsys):
+    import tempfile
+
+    src = tmp_path / "steps.onnx"
+    onnx.save(_lstm_like(hidden=96), str(src))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-dir"))
+    assert main(["optimize", str(src), "-o", str(tmp_path / "out.onnx"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write taso's temporary copy of the weights" in err and "TMPDIR" in err and err.count("\n") == 1
+    assert not (tmp_path / "out.onnx").exists()

@@ -11,12 +11,15 @@ The output file is then streamed from the spilled weights, never built whole in 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import onnx
+
+from ..errors import TasoError
 
 __all__ = ["SPILL_BYTES", "EXTERNAL_DATA_BYTES", "SpilledModel", "Scratch", "WeightsFile", "embedded_weight_bytes"]
 
@@ -37,25 +40,36 @@ class Scratch:
     """A private temporary directory (under $TMPDIR), removed when the last model spilled into it is gone."""
 
     def __init__(self) -> None:
-        self._directory = tempfile.TemporaryDirectory(prefix="taso-")
+        with _disk_errors(tempfile.gettempdir()):
+            self._directory = tempfile.TemporaryDirectory(prefix="taso-")
         self.path = self._directory.name
         self._names: set[str] = set()
 
     def spill(self, model: onnx.ModelProto, name: str) -> SpilledModel:
-        """Saves ``model`` here with its weights as external data (``model`` itself is left holding none)."""
+        """Saves ``model`` here with its weights as external data (``model`` itself is left holding none).
+
+        Raises:
+            TasoError: the temporary directory cannot take the files (full, say).
+        """
         stem = self._stem(name)
-        # onnx.save_model moves each large tensor's bytes into the data file and clears them in ``model``.
-        onnx.save_model(model, os.path.join(self.path, stem + ".onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=stem + ".onnx.data", size_threshold=_SMALL_TENSOR)
+        with _disk_errors(self.path):
+            # onnx.save_model moves each large tensor's bytes into the data file and clears them in ``model``.
+            onnx.save_model(model, os.path.join(self.path, stem + ".onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=stem + ".onnx.data", size_threshold=_SMALL_TENSOR)
         # A fresh copy: the cleared proto's arena would keep the weights' memory for as long as it lives.
         return SpilledModel._in(self, stem, onnx.ModelProto.FromString(model.SerializeToString()))
 
     def export(self, name: str, export: Callable[[WeightsFile], onnx.ModelProto]) -> SpilledModel:
-        """The model ``export`` builds, its large tensors written straight to the data file (never into a proto)."""
+        """The model ``export`` builds, its large tensors written straight to the data file (never into a proto).
+
+        Raises:
+            TasoError: the temporary directory cannot take the files (full, say).
+        """
         stem = self._stem(name)
-        with WeightsFile(os.path.join(self.path, stem + ".onnx.data")) as weights:
-            model = export(weights)
-        onnx.save_model(model, os.path.join(self.path, stem + ".onnx"))
+        with _disk_errors(self.path):
+            with WeightsFile(os.path.join(self.path, stem + ".onnx.data")) as weights:
+                model = export(weights)
+            onnx.save_model(model, os.path.join(self.path, stem + ".onnx"))
         return SpilledModel._in(self, stem, model)
 
     def _stem(self, name: str) -> str:
@@ -64,6 +78,16 @@ class Scratch:
             stem, k = f"{name}-{k}", k + 1
         self._names.add(stem)
         return stem
+
+
+@contextlib.contextmanager
+def _disk_errors(directory: str) -> Iterator[None]:
+    """A failed write of taso's temporary files is one clear error (exit 2), not a traceback."""
+    try:
+        yield
+    except OSError as e:
+        raise TasoError(f"cannot write taso's temporary copy of the weights in {directory} ({e.strerror or e}); "
+                        "set TMPDIR to a directory with room for them") from None
 
 
 class WeightsFile:
