@@ -84,26 +84,30 @@ class MergedCellLoop(nn.Module):
         self.cell = (nn.LSTMCell if lstm else nn.GRUCell)(cell.input_size, hidden)
         self.cell.load_state_dict(cell.state_dict())
         self.hidden, self.steps, self.lstm = hidden, steps, lstm
+        self.inputs, self.gates = cell.input_size, (4 if lstm else 3) * hidden  # Python ints: traced shapes stay static but batch
+        self.split_sizes = [hidden] * (4 if lstm else 3)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         cell, steps = self.cell, self.steps
-        merged = F.linear(x.reshape(-1, x.shape[2]), cell.weight_ih, cell.bias_ih)  # [batch * steps, gates]: all steps at once
-        projected = merged.reshape(-1, steps, merged.shape[1])  # [batch, steps, gates]
+        merged = F.linear(x.reshape(-1, self.inputs), cell.weight_ih, cell.bias_ih)  # [batch * steps, gates]: all steps at once
+        projected = merged.reshape(-1, steps, self.gates)  # [batch, steps, gates]
         h = x.new_zeros(x.shape[0], self.hidden)
         c = x.new_zeros(x.shape[0], self.hidden)
         for t in range(steps):
             gi = projected[:, t]
             gh = F.linear(h, cell.weight_hh, cell.bias_hh)
-            if self.lstm:  # gates i, f, g, o (nn.LSTMCell's order)
-                i, f, g, o = (gi + gh).chunk(4, 1)
+            # split with explicit sizes, not chunk: the TorchScript exporter writes chunk on a traced shape as
+            # Shape/Div/Slice arithmetic, which would slow the ceiling down
+            if self.lstm:  # ATen's lstm_cell: gates i, f, g, o
+                i, f, g, o = torch.split(gi + gh, self.split_sizes, 1)
                 c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
                 h = torch.sigmoid(o) * torch.tanh(c)
-            else:  # gates r, z, n (nn.GRUCell's order)
-                ir, iz, in_ = gi.chunk(3, 1)
-                hr, hz, hn = gh.chunk(3, 1)
+            else:  # ATen's gru_cell: gates r, z, n; h' = n + z * (h - n) (= (1 - z) * n + z * h)
+                ir, iz, in_ = torch.split(gi, self.split_sizes, 1)
+                hr, hz, hn = torch.split(gh, self.split_sizes, 1)
                 r, z = torch.sigmoid(ir + hr), torch.sigmoid(iz + hz)
                 n = torch.tanh(in_ + r * hn)
-                h = (1 - z) * n + z * h
+                h = n + z * (h - n)
         return h
 
 
@@ -182,7 +186,7 @@ def max_relative_difference(original: Path, ceiling: Path, hidden: int, steps: i
 @dataclass
 class TasoRun:
     path: Path  # what to time: taso's output, or the original when taso wrote nothing
-    kept: str  # "yes", "no", or "exit N"
+    kept: str  # the report's "kept" ("optimized", "input", ...), or "exit N" when taso wrote nothing
     wall_s: float
 
 
@@ -205,7 +209,7 @@ def run_taso(original: Path, threads: int, time_limit: float | None, redo: bool)
         last = (done.stderr.strip().splitlines() or [""])[-1]
         print(f"  taso optimize {original.name} --threads {threads}: exit {done.returncode} {last[:200]}", flush=True)
         return TasoRun(original, f"exit {done.returncode}", wall)
-    kept = "yes" if json.loads(report.read_text()).get("kept") else "no"
+    kept = str(json.loads(report.read_text()).get("kept"))  # "optimized", "input", ...
     meta.write_text(json.dumps({"kept": kept, "wall_s": wall}))
     return TasoRun(out, kept, wall)
 

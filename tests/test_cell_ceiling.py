@@ -81,3 +81,19 @@ def test_input_projections_follows_a_transposed_weight() -> None:
 def test_geomean() -> None:
     assert bench.geomean([0.5, 2.0]) == pytest.approx(1.0)
     assert np.isnan(bench.geomean([]))
+
+
+@pytest.mark.parametrize("cell", bench.CELLS)
+def test_merged_export_adds_nothing_but_the_merge(cell: str, out_dir: Path) -> None:
+    """The ceiling's graph is the original's with the input projections merged: the same gate arithmetic (no
+    Shape/Div/Slice chains from a traced chunk, which would slow the ceiling down), steps - 1 fewer Gemms, and only
+    the Reshapes of the merge as new operators."""
+    from symbolic_exports import op_histogram
+
+    path_original, path_ceiling = bench.prepare(cell, HIDDEN, STEPS, "torchscript", out_dir)
+    before, after = op_histogram(onnx.load(str(path_original))), op_histogram(onnx.load(str(path_ceiling)))
+    assert set(after) <= set(before) | {"Reshape"}
+    assert after.get("Reshape") == 2
+    assert after["Gemm"] == before["Gemm"] - (STEPS - 1)
+    for op in ("Sigmoid", "Tanh", "Mul", "Add", "Split"):
+        assert after[op] == before[op], op
