@@ -188,16 +188,17 @@ class TasoRun:
     path: Path  # what to time: taso's output, or the original when taso wrote nothing
     kept: str  # the report's "kept" ("optimized", "input", ...), or "exit N" when taso wrote nothing
     wall_s: float
+    cached: bool = False  # reused from an earlier run (its wall time is that run's)
 
 
 def run_taso(original: Path, threads: int, time_limit: float | None, redo: bool) -> TasoRun:
     """``python -m taso optimize ORIGINAL -o OUT --quiet --threads T [--time-limit S] --report R``; reused when cached."""
     stem = original.name.removesuffix(".onnx") + f".taso.t{threads}" + (f".l{time_limit:g}" if time_limit is not None else "")
     out, report, meta = (original.parent / f"{stem}{suffix}" for suffix in (".onnx", ".report.json", ".run.json"))
-    if not redo and out.exists() and meta.exists():
-        cached = json.loads(meta.read_text())
-        return TasoRun(out, cached["kept"], cached["wall_s"])
-    out.unlink(missing_ok=True)
+    if not redo and out.exists() and meta.exists() and report.exists():
+        return TasoRun(out, str(json.loads(report.read_text()).get("kept")), json.loads(meta.read_text())["wall_s"], cached=True)
+    for stale in (out, report, meta):
+        stale.unlink(missing_ok=True)
     command = [sys.executable, "-m", "taso", "optimize", str(original), "-o", str(out), "--quiet", "--threads", str(threads),
                "--report", str(report)]
     if time_limit is not None:
@@ -210,7 +211,7 @@ def run_taso(original: Path, threads: int, time_limit: float | None, redo: bool)
         print(f"  taso optimize {original.name} --threads {threads}: exit {done.returncode} {last[:200]}", flush=True)
         return TasoRun(original, f"exit {done.returncode}", wall)
     kept = str(json.loads(report.read_text()).get("kept"))  # "optimized", "input", ...
-    meta.write_text(json.dumps({"kept": kept, "wall_s": wall}))
+    meta.write_text(json.dumps({"wall_s": wall, "command": command[1:]}))
     return TasoRun(out, kept, wall)
 
 
@@ -225,6 +226,7 @@ class Row:
     ceiling: float  # original / ceiling
     kept: str
     wall_s: float
+    cached: bool
 
     @property
     def ratio(self) -> float:
@@ -280,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             taso = run_taso(path_original, threads, args.time_limit, args.redo)
             seconds = interleaved_times([str(path_original), str(taso.path), str(path_ceiling)], feeds, threads, rounds=args.rounds,
                                         labels=["original", "taso", "ceiling"])
-            row = Row(config, threads, seconds[0] / seconds[1], seconds[0] / seconds[2], taso.kept, taso.wall_s)
+            row = Row(config, threads, seconds[0] / seconds[1], seconds[0] / seconds[2], taso.kept, taso.wall_s, taso.cached)
             rows.append(row)
             print(f"  {config} t{threads}: taso {row.taso:.2f}x, ceiling {row.ceiling:.2f}x, taso/ceiling {row.ratio:.2f}", flush=True)
 
@@ -288,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| config | threads | taso speedup | ceiling speedup | taso/ceiling | taso kept | taso wall s |")
     print("|---|---:|---:|---:|---:|---|---:|")
     for r in rows:
-        print(f"| {r.config} | {r.threads} | {r.taso:.2f}x | {r.ceiling:.2f}x | {r.ratio:.2f} | {r.kept} | {r.wall_s:.1f} |")
+        print(f"| {r.config} | {r.threads} | {r.taso:.2f}x | {r.ceiling:.2f}x | {r.ratio:.2f} | {r.kept} | {r.wall_s:.1f}{' (cached)' if r.cached else ''} |")
     ratios = [r.ratio for r in rows]
     print()
     print(f"geometric mean taso/ceiling: {geomean(ratios):.3f} over {len(rows)} runs; "
