@@ -16,26 +16,30 @@ by side in ONE interleaved run (``taso.timing.interleaved_times``, ONNX Runtime 
 float32 random input): the original export, ``python -m taso optimize ORIGINAL --threads T``'s output
 (default settings; its wall time and whether it kept the optimized model, from ``--report``), and
 the ceiling. The table gives ratios only: taso's speedup (original / taso), the ceiling's (original /
-ceiling), and taso / ceiling (taso's speedup over the ceiling's: 1.0 = taso reaches the ceiling);
+ceiling), taso / ceiling (taso's speedup over the ceiling's: 1.0 = taso reaches the ceiling), taso's "kept"
+(``optimized``, or ``input`` / ``re-export`` when taso's own measurement found no gain) and wall time;
 then the geometric mean of taso / ceiling and how many runs reach >= 0.95 of the ceiling (the
 issue's target). Previously measured at 1 thread: LSTMCell h512x32 ceiling 1.33x, GRUCell h384x24
 1.24x, taso at 82-96% of the ceiling.
 
 Files go to ``--out`` (default ``~/.cache/taso-ceiling``) and are reused: the exports always, taso's
 output (with its wall time and "kept") when it was made with the same threads and time limit,
-unless ``--redo``.
+unless ``--redo`` (do redo after changing the ceiling or taso).
 
 Run:
-    python benchmarks/bench_cell_ceiling.py --quick     # lstm + gru, h256 x16, torchscript, 1 and 2 threads (~3 min)
+    python benchmarks/bench_cell_ceiling.py --quick     # lstm + gru, h256 x16, torchscript, 1 and 2 threads (~1 min)
     python benchmarks/bench_cell_ceiling.py             # all: {lstm,gru} x h{128,256,512} x {16,32,64} steps x
                                                         # {dynamo,torchscript} x {1,2} threads
     python benchmarks/bench_cell_ceiling.py --cells lstm --hidden 512 --steps 32 --exporters dynamo --threads 1
 Options: --rounds N (interleaved rounds, default 11), --time-limit S (passed to taso optimize),
---out DIR, --redo (re-run taso even when its output is cached).
+--out DIR, --redo (re-export and re-run taso even when their files are there).
 
-The full run is 36 configurations x 2 thread counts = 72 ``taso optimize`` runs (each about 15-40 s
-at the default 9 s search limit, longer at h512 x64) plus 72 interleaved timings and 72 exports
-(dynamo's take seconds each at 64 steps): expect roughly 45-75 minutes on an idle 2-core machine.
+The full run is 36 configurations x 2 thread counts = 72 ``taso optimize`` runs (about 7-13 s each at the
+default 9 s search limit), 72 interleaved timings and 72 exports (dynamo's take up to ~10 s at 64 steps).
+Measured on a shared 2-core machine: the quick run (4 rows) takes about 45 s, the largest configuration
+(lstm h512 x64 dynamo, one thread count) about 45 s from nothing; so expect the full run to take roughly
+30-45 minutes (more with ``--time-limit`` above 9). Re-running reuses the exports and taso's outputs.
+Timings at 2 threads are only meaningful on a machine with 2 idle cores.
 """
 
 from __future__ import annotations
@@ -126,10 +130,10 @@ def ceiling_spec(original: se.Spec) -> se.Spec:
     return se.Spec(merged, dict(original.inputs), dict(original.symbolic))
 
 
-def export(name: str, spec: se.Spec, exporter: str, out_dir: Path) -> Path:
-    """``out_dir/NAME.EXPORTER.onnx`` through symbolic_exports' exporter (reused when already there)."""
+def export(name: str, spec: se.Spec, exporter: str, out_dir: Path, redo: bool = False) -> Path:
+    """``out_dir/NAME.EXPORTER.onnx`` through symbolic_exports' exporter (reused when already there unless ``redo``)."""
     path = out_dir / f"{name}.{exporter}.onnx"
-    if path.exists():
+    if path.exists() and not redo:
         return path
     result, _ = se.export_one(name, lambda: spec, exporter, out_dir)
     if result.path is None:
@@ -233,13 +237,13 @@ class Row:
         return self.taso / self.ceiling
 
 
-def prepare(cell: str, hidden: int, steps: int, exporter: str, out_dir: Path) -> tuple[Path, Path]:
+def prepare(cell: str, hidden: int, steps: int, exporter: str, out_dir: Path, redo: bool = False) -> tuple[Path, Path]:
     """The original and the ceiling exported, the ceiling asserted equal to the original on ONNX Runtime."""
     original = original_spec(cell, hidden, steps)
     name = f"{cell}_h{hidden}_s{steps}"
     with torch.no_grad():
-        path_original = export(name, original, exporter, out_dir)
-        path_ceiling = export(f"{name}_ceiling", ceiling_spec(original), exporter, out_dir)
+        path_original = export(name, original, exporter, out_dir, redo)
+        path_ceiling = export(f"{name}_ceiling", ceiling_spec(original), exporter, out_dir, redo)
     difference = max_relative_difference(path_original, path_ceiling, hidden, steps)
     assert difference <= RTOL, f"{path_ceiling.name} differs from {path_original.name}: {difference:.2e} relative > {RTOL}"
     return path_original, path_ceiling
@@ -260,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=11, help="interleaved rounds per timing (default 11)")
     parser.add_argument("--time-limit", type=float, help="passed to taso optimize (default: taso's)")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"where the files go, reused (default {DEFAULT_OUT})")
-    parser.add_argument("--redo", action="store_true", help="re-run taso optimize even when its output is cached")
+    parser.add_argument("--redo", action="store_true", help="re-export and re-run taso optimize even when their files are there")
     args = parser.parse_args(argv)
     defaults = QUICK if args.quick else {"cells": CELLS, "hidden": HIDDENS, "steps": STEPS, "exporters": EXPORTERS, "threads": THREADS}
     choice = {key: getattr(args, key) or value for key, value in defaults.items()}
@@ -273,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     for cell, hidden, steps, exporter in itertools.product(choice["cells"], choice["hidden"], choice["steps"], choice["exporters"]):
         config = f"{cell} h{hidden}x{steps} {exporter}"
         try:
-            path_original, path_ceiling = prepare(cell, hidden, steps, exporter, args.out)
+            path_original, path_ceiling = prepare(cell, hidden, steps, exporter, args.out, args.redo)
         except RuntimeError as e:  # an exporter's refusal: reported, the run goes on
             print(f"{config}: SKIPPED {e}", flush=True)
             continue
