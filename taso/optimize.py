@@ -35,7 +35,7 @@ from .onnx.files import EXTERNAL_DATA_BYTES, SPILL_BYTES, Scratch, SpilledModel,
 from .rules import LibraryFile, Rule, usable_reverse
 from .search import LazyRules, RuleSlot, SearchConfig, SearchReport, search
 from .stages import StageClock
-from .timing import InterleavedTimer, TimingError, interleaved_times, open_session, paired_ratios_agree
+from .timing import InterleavedTimer, TimingError, interleaved_times, nothing_pays, open_session
 
 __all__ = ["DEFAULT_LIBRARY", "MIN_CONFIRMED_SPEEDUP", "OutputMismatchError", "ModelSource", "Outcome", "load_rules", "optimize",
            "optimize_with_report", "optimize_model", "save_onnx", "export_clean", "write_model", "copy_model_file", "model_bytes", "end_to_end_speedup",
@@ -605,7 +605,7 @@ def _time_beside_input(outcome: Outcome, source: ModelSource, timer: Interleaved
             timer = InterleavedTimer([source.timing_source(), model], feeds, threads, labels=["the input", name], long_run=_LONG_RUN)
         else:
             timer.replace(1, model, name)
-        before, after = timer.times(decided=paired_ratios_agree(MIN_CONFIRMED_SPEEDUP))
+        before, after = timer.times(decided=nothing_pays(MIN_CONFIRMED_SPEEDUP))
     except TimingError as e:
         if e.position == 0:
             raise TasoError(f"ONNX Runtime cannot run the input model: {e.reason}") from None
@@ -621,7 +621,7 @@ def _still_faster(outcome: Outcome, timer: InterleavedTimer, name: str) -> bool:
     """A second, independent series must agree: on a loaded machine one lucky series can show 1.5x where there is
     none. It runs on the sessions already open (a model taking seconds per run is not warmed twice)."""
     try:
-        before, after = timer.times(decided=paired_ratios_agree(MIN_CONFIRMED_SPEEDUP))
+        before, after = timer.times(decided=nothing_pays(MIN_CONFIRMED_SPEEDUP))
     except TimingError as e:
         outcome.notes.append(f"the {name} model was not kept (ONNX Runtime failed while timing it again: {e.reason})")
         return False
