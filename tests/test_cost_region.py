@@ -201,3 +201,19 @@ def test_the_search_reprices_an_inherited_rewrite_whose_neighbours_changed():
         repriced[sensitive] = [r for r in priced if frozenset(map(id, r)) in kept and any(r is o.removed for o, _ in parent_options)]
     assert repriced[False] == []  # per-node prices do not depend on neighbours: inherited as they were
     assert repriced[True], "an option next to the merged products (their ReLUs) is priced again"
+
+
+def test_the_search_deadline_reaches_the_per_node_model_a_region_model_wraps(tmp_path, monkeypatch):
+    """Past the search's time limit the wrapped per-node model estimates too, and a region model does not memoise it."""
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    model = make_cost_model("ort-cpu-region")
+    model.deadline = 0.0
+    assert model.base.deadline == 0.0
+    graph = _unrolled(2)
+    estimated = model.graph_cost(graph)
+    assert estimated > 0 and model.estimated == model.base.estimated > 0
+    model.deadline = float("inf")
+    assert model.base.deadline == float("inf")
+    model.graph_cost(graph)
+    assert model.base.measured > 0, "measured once the deadline is lifted: the estimates were not kept"
+    model.close()
