@@ -381,7 +381,7 @@ def optimize_model(
             outcome.notes.append(f"the search's time limit passed while nodes were still being measured: {model.estimated} node "
                                  "costs were estimated from the nodes measured (a longer --time-limit measures them, and the cost "
                                  "cache keeps them for the next run)")
-        candidates: dict[str, tuple[Graph, onnx.ModelProto]] = {}
+        candidates: dict[str, tuple[Graph, CandidateModel]] = {}
         if best is not source.graph:
             with clock.stage("export"):
                 _add_candidate(outcome, source, candidates, "optimized", best)
@@ -576,12 +576,12 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, fallb
             release_mapped_weights()
             model = checks.sessions.pop(name, None) or _runnable(candidates[name][1])
             timer = _time_beside_input(outcome, source, timer, name, model, checks.timing_feeds, threads)
-            if timer is not None and _confirmed(outcome, timer, name, candidates, checks, threads):
+            if timer is not None and _confirmed(outcome, timer, name, checks, threads):
                 outcome.graph, outcome.model, outcome.kept = *candidates[name], name
                 return
 
 
-def _confirmed(outcome: Outcome, timer: InterleavedTimer, name: str, candidates: dict, checks: _Checks, threads: int) -> bool:
+def _confirmed(outcome: Outcome, timer: InterleavedTimer, name: str, checks: _Checks, threads: int) -> bool:
     """The candidate beat the input by the margin, and again in a second series; a re-export must also pass its output
     check (on the session timing opened: no third copy of the weights)."""
     if outcome.speedups.get(name, 0.0) < MIN_CONFIRMED_SPEEDUP:
