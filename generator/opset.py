@@ -83,6 +83,8 @@ class Variant:
         commutative: arguments are an unordered pair (the registry's 'commutative' group).
         policy: the shape policy (see ``ShapePolicy``).
         splits: the variant takes its sizes from a concat boundary of the graph.
+        ranks: per argument, the ranks the policy accepts (None: any), declared beside the policy;
+            the enumeration binds no shape tuple outside them (a test checks every policy refuses them).
     """
 
     index: int
@@ -93,6 +95,7 @@ class Variant:
     commutative: bool
     policy: ShapePolicy
     splits: bool = False
+    ranks: tuple[frozenset[int] | None, ...] | None = None  # per argument, the ranks the policy can accept (None: any)
 
     @property
     def arity(self) -> int:
@@ -173,6 +176,15 @@ def _no_args(shapes, sizes):
     return {}
 
 
+# The ranks each policy above can accept, per argument (None: any): the enumeration tries no shape outside them.
+_RANK_2x2 = (frozenset({2}), frozenset({2}))
+_RANK_4 = (frozenset({4}),)
+_RANK_CONV = (frozenset({4}), frozenset({4}))
+_RANK_CONV_BIAS = (frozenset({4}), frozenset({4}), frozenset({1}))
+_RANK_CHANNEL = (frozenset({4}), frozenset({3}))
+_RANK_BATCH_NORM = (frozenset({4}), None, None, None, None)
+
+
 # ---- the variants of each operator -----------------------------------------------------------
 
 
@@ -184,6 +196,7 @@ class _Spec:
     args: tuple[ArgRule, ...]
     policy: ShapePolicy
     splits: bool = False
+    ranks: tuple[frozenset[int] | None, ...] | None = None
 
 
 def _activation_suffix(act: str) -> str:
@@ -204,7 +217,7 @@ def _size(kernel: Shape) -> str:
 
 
 def _matmul(pool, acts):
-    return [_Spec(f"matmul{_activation_suffix(a)}", "matmul", {"activation": a}, (ANY, ANY), _ranks(2, 2)) for a in acts]
+    return [_Spec(f"matmul{_activation_suffix(a)}", "matmul", {"activation": a}, (ANY, ANY), _ranks(2, 2), ranks=_RANK_2x2) for a in acts]
 
 
 def _conv2d(pool, acts):
@@ -217,19 +230,19 @@ def _conv2d(pool, acts):
             args = (DATA, WEIGHT, WEIGHT) if bias else (DATA, WEIGHT)
             for a in acts:
                 specs.append(_Spec(f"conv2d[{_size(kernel)}{',bias' if bias else ''}]{_activation_suffix(a)}", "conv2d",
-                                   {"pads": pads, "activation": a}, args, _conv(kernel)))
+                                   {"pads": pads, "activation": a}, args, _conv(kernel), ranks=_RANK_CONV_BIAS if bias else _RANK_CONV))
     return specs
 
 
 def _enlarge_specs(pool, acts):
     kernels = _kernel_sizes(pool)
-    return [_Spec(f"enlarge[{_size(k)}]", "enlarge", {"kernel": k}, (POOL_WEIGHT,), _enlarge(k))
+    return [_Spec(f"enlarge[{_size(k)}]", "enlarge", {"kernel": k}, (POOL_WEIGHT,), _enlarge(k), ranks=_RANK_4)
             for k in kernels if any(o != k and o[0] <= k[0] and o[1] <= k[1] for o in kernels)]
 
 
 def _pool2d(name: str, extra: dict):
     def specs(pool, acts):
-        return [_Spec(f"{name}[3x3]", name, {"kernel": (3, 3), "pads": (1, 1, 1, 1), **extra}, (DATA,), _ranks(4))]
+        return [_Spec(f"{name}[3x3]", name, {"kernel": (3, 3), "pads": (1, 1, 1, 1), **extra}, (DATA,), _ranks(4), ranks=_RANK_4)]
 
     return specs
 
@@ -242,7 +255,7 @@ def _binary_elementwise(name: str):
     def specs(pool, acts):
         out = [_Spec(name, name, {}, (ANY, ANY), _elementwise)]
         if any(c.role == "chan" for c in pool.classes):
-            out.append(_Spec(f"{name}[channel]", name, {}, (DATA, CHAN), _channelwise))
+            out.append(_Spec(f"{name}[channel]", name, {}, (DATA, CHAN), _channelwise, ranks=_RANK_CHANNEL))
         return out
 
     return specs
@@ -257,7 +270,7 @@ def _split_specs(pool, acts):
 
 
 def _batch_norm_specs(pool, acts):
-    return [_Spec("batch_norm", "batch_norm", {}, (DATA, BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR), _batch_norm)]
+    return [_Spec("batch_norm", "batch_norm", {}, (DATA, BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR), _batch_norm, ranks=_RANK_BATCH_NORM)]
 
 
 def _bn_kernel_specs(pool, acts):
@@ -302,7 +315,7 @@ _BUILDERS: dict[str, Callable[[InputPool, Sequence[str]], list[_Spec]]] = {
     "add": _binary_elementwise("add"),
     "mul": _binary_elementwise("mul"),
     "scalar_mul": lambda pool, acts: [_Spec("scalar_mul", "scalar_mul", {}, (ANY, POOL_SCALAR), lambda shapes, sizes: {})],
-    "transpose": lambda pool, acts: [_Spec("transpose", "transpose", {"perm": (1, 0)}, (ANY,), _ranks(2))],
+    "transpose": lambda pool, acts: [_Spec("transpose", "transpose", {"perm": (1, 0)}, (ANY,), _ranks(2), ranks=(frozenset({2}),))],
     "enlarge": _enlarge_specs,
     "relu": _unary_activation("relu"),
     "sigmoid": _unary_activation("sigmoid"),
@@ -374,5 +387,5 @@ def build_variants(op_names: Sequence[str], pool: InputPool) -> tuple[Variant, .
             raise TasoError(f"{name} has no exact (modular) semantics, so the generator cannot fingerprint it")
         for spec in _BUILDERS[name](pool, acts):
             variants.append(Variant(len(variants), spec.label, op, op.make_params(**spec.params), spec.args,
-                                    "commutative" in op.groups, spec.policy, spec.splits))
+                                    "commutative" in op.groups, spec.policy, spec.splits, spec.ranks))
     return tuple(variants)

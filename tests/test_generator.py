@@ -312,3 +312,46 @@ def test_parse_ops_expands_presets_and_keeps_canonical_order():
     assert set(parse_ops("taso,sigmoid")) == set(parse_ops("taso")) | {"sigmoid"}
     with pytest.raises(TasoError):
         parse_ops("")
+
+
+def test_every_policy_refuses_the_ranks_its_variant_does_not_declare():
+    """The enumerator tries only the ranks a variant declares (generator.opset ``ranks``): a policy that could accept
+    another rank would lose candidates silently. Every variant of the default set, on every tuple of shapes of ranks
+    0 to 5 built from the pool's sizes, accepts only declared ranks."""
+    import itertools
+
+    from taso.generator.opset import build_variants
+    from taso.generator.pool import InputPool
+
+    settings = Settings(max_ops=3)
+    pool = InputPool(settings.classes)
+    sizes = sorted({d for t in pool.types for d in t.shape} | {1, 2})[:4]
+    shapes = [()] + [tuple(s) for r in range(1, 6) for s in itertools.product(sizes, repeat=r)][:400]
+    shapes += [t.shape for t in pool.types]
+    checked = 0
+    for v in build_variants(settings.ops, pool):
+        if v.ranks is None or v.splits:
+            continue
+        for position, allowed in enumerate(v.ranks):
+            if allowed is None:
+                continue
+            others = [sorted({t.shape for t in pool.types}) for _ in range(v.arity)]
+            for wrong in (s for s in shapes if len(s) not in allowed):
+                for rest in itertools.islice(itertools.product(*others), 50):
+                    args = list(rest)
+                    args[position] = wrong
+                    assert v.policy(tuple(args), ()) is None, (v.label, position, args)
+                    checked += 1
+    assert checked > 1000
+
+
+def test_enumerating_only_the_possible_shapes_visits_the_same_graphs():
+    """bench_enumerate.py measures the prefilter; this is its exactness, on a root of each kind at depth 2."""
+    keys = {}
+    for prefilter in (True, False):
+        enumerator = enumeration.Enumerator(Settings(max_ops=2), prefilter_shapes=prefilter)
+        visited = []
+        for root in enumerator.roots()[::40]:
+            enumerator.walk(root, lambda key, ops, last, outputs: visited.append((key, tuple(ops), last)))
+        keys[prefilter] = visited
+    assert keys[True] == keys[False] and len(keys[True]) > 1000
