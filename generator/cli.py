@@ -137,7 +137,8 @@ class _ProgressBar:
     def _phase(self, name: str, total: int) -> None:
         if self._bar is not None:
             self._bar.close()
-        self._bar = tqdm(total=total, desc=name, unit=self._unit, file=sys.stderr, disable=self._disable, dynamic_ncols=True)
+        # disable=None: drawn on a terminal only (a log gets the stage lines below, not redrawn bars)
+        self._bar = tqdm(total=total, desc=name, unit=self._unit, file=sys.stderr, disable=True if self._disable else None, dynamic_ncols=True)
 
     def _advance(self, graphs: int, candidates: int | None) -> None:
         self._graphs += graphs
