@@ -7,7 +7,7 @@ anything else escaping is a bug in taso.
 
 from __future__ import annotations
 
-__all__ = ["TasoError", "ShapeError", "GraphError", "ImportError_", "ExportError"]
+__all__ = ["TasoError", "ShapeError", "GraphError", "ImportError_", "ExportError", "first_line"]
 
 
 class TasoError(Exception):
@@ -30,3 +30,9 @@ class ImportError_(TasoError):  # noqa: N801 - avoid shadowing the builtin Impor
 
 class ExportError(TasoError):
     """A graph cannot be written as ONNX (for example an op that needs a newer opset)."""
+
+
+def first_line(error: BaseException) -> str:
+    """An error's message in one line (ONNX Runtime's run to many), or its type's name when it has none."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__

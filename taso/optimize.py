@@ -29,7 +29,7 @@ import onnx
 
 from .cleanup import CleanupReport, clean_up
 from .cost import CostModel, make_cost_model
-from .errors import TasoError
+from .errors import TasoError, first_line
 from .ir import Graph
 from .onnx.files import EXTERNAL_DATA_BYTES, SPILL_BYTES, Scratch, SpilledModel, embedded_weight_bytes
 from .rules import LibraryFile, Rule, usable_reverse
@@ -169,14 +169,12 @@ class ModelSource:
             or None for a graph given through the Python API.
         spilled: the input saved with its weights as external data, for ONNX Runtime to map
             (:mod:`taso.onnx.files`), when its file embeds many weight bytes; else None.
-        weight_bytes: the bytes of weights the input holds.
     """
 
     graph: Graph
     model: onnx.ModelProto
     path: str | None = None
     spilled: SpilledModel | None = None
-    weight_bytes: int = 0
     _scratch: Scratch | None = field(default=None, repr=False)
 
     @classmethod
@@ -198,9 +196,7 @@ class ModelSource:
             spilled = scratch.spill(model, "input")
             model, directory = spilled.model, scratch.path  # the read proto is dropped: its weights live in the spilled file
         graph = load_onnx(model, dict(input_shapes or {}), static=static, base_dir=directory)  # weights mapped, small ones inlined
-        source = cls(graph, model, path, spilled, _scratch=scratch)
-        source.weight_bytes = embedded_weight_bytes(source.model) + (source.spilled.weight_bytes if source.spilled else 0)
-        return source
+        return cls(graph, model, path, spilled, _scratch=scratch)
 
     @classmethod
     def from_graph(cls, graph: Graph) -> ModelSource:
@@ -261,11 +257,6 @@ def export_clean(graph: Graph, opset: int | None = None, check: bool = True, wei
 
 # ---- ONNX Runtime: checks and timing (the timing itself: taso.timing) -------------------------
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 def _check_candidate(candidate, reference, threads: int, opened: list | None = None):
     """Compares a candidate (a model, or a session already open) with the original's outputs (run once, before the
     search); ONNX Runtime failures become one-line errors. The candidate's session is appended to ``opened`` when
@@ -284,7 +275,7 @@ def _check_candidate(candidate, reference, threads: int, opened: list | None = N
         session = candidate if isinstance(candidate, ort.InferenceSession) else open_session(_runnable(candidate), threads)
         comparison = compare_with(reference, session, threads)
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-        raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {_first_line(e)}; nothing was written") from None
+        raise OutputMismatchError(f"ONNX Runtime cannot run the optimized model: {first_line(e)}; nothing was written") from None
     if opened is not None:
         opened.append(session)
     return comparison
@@ -429,10 +420,11 @@ class _Checks:
     @classmethod
     def prepare(cls, source: ModelSource, extra_inputs: Mapping[str, np.ndarray] | None, threads: int, check: bool) -> _Checks:
         """Raises TasoError: ONNX Runtime cannot run the input model, or not at any of the check's sizes (exit 2)."""
-        from .validate import Reference, ReferenceFailure, check_sizes, random_input_sets
+        from .validate import InputDrawer, Reference, ReferenceFailure, check_sizes
 
         choices = check_sizes(source.graph) if check else []
-        measured = random_input_sets(source.graph, seeds=(0,) if choices else (0, 1), model=source.model)
+        drawer = InputDrawer(source.graph, source.model)
+        measured = [drawer.draw(seed) for seed in ((0,) if choices else (0, 1))]
         if not check:
             return cls(measured[0])
         user = [dict(extra_inputs)] if extra_inputs else []
@@ -443,7 +435,7 @@ class _Checks:
             raise TasoError(f"ONNX Runtime cannot run the input model: {e.reason}") from None
         failures = []
         for valuation in choices:
-            sized = random_input_sets(source.graph, seeds=(), sizes=[valuation], model=source.model)
+            sized = [drawer.draw(0, valuation)]
             try:
                 sized_run = reference.run(sized)
             except ReferenceFailure as e:
@@ -714,7 +706,7 @@ def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None, c
         from .validate import random_input_sets, run_reference
 
         original = ModelSource.from_graph(provenance.original)
-        _require_match(model, run_reference(original.timing_source(), random_input_sets(original.graph)), threads=1)
+        _require_match(model, run_reference(original.timing_source(), random_input_sets(original.graph, model=original.model)), threads=1)
     write_model(model, os.fspath(path))
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from .errors import TasoError
+from .errors import TasoError, first_line
 
 __all__ = ["TimingError", "InterleavedTimer", "nothing_pays", "session_options", "open_session", "warm_session", "fastest_run", "mean_run", "median_run", "interleaved_samples", "interleaved_medians", "interleaved_times", "rotated"]
 
@@ -250,7 +250,7 @@ def _measure(position: int, label: str, session: ort.InferenceSession, feeds, ru
         try:
             return fastest_run(session, feeds, runs, seconds)
         except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-            raise TimingError(position, _first_line(e), label) from None
+            raise TimingError(position, first_line(e), label) from None
 
     return fastest
 
@@ -274,7 +274,7 @@ def _warmed(position: int, label: str, model: str | bytes | ort.InferenceSession
             if elapsed >= _LONG_FIRST_RUN:
                 break
     except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-        raise TimingError(position, _first_line(e), label) from None
+        raise TimingError(position, first_line(e), label) from None
     return session, own_feeds, elapsed
 
 
@@ -289,6 +289,3 @@ def warm_session(position: int, label: str, model: str | bytes, feeds: Mapping[s
     return session, own_feeds
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__

@@ -19,10 +19,10 @@ import onnxruntime as ort
 
 from .cost import _random_array
 from .dims import bare_symbol
-from .errors import TasoError
+from .errors import TasoError, first_line
 from .ir import TensorType
 
-__all__ = ["Comparison", "Reference", "ReferenceRun", "ReferenceFailure", "run_reference", "compare_with", "compare_models", "random_inputs", "random_input_sets", "integer_ranges", "integer_choices", "load_inputs", "RTOL", "ATOL_SCALE",
+__all__ = ["Comparison", "Reference", "ReferenceRun", "ReferenceFailure", "run_reference", "compare_with", "compare_models", "InputDrawer", "random_inputs", "random_input_sets", "integer_ranges", "integer_choices", "load_inputs", "RTOL", "ATOL_SCALE",
            "check_sizes", "describe_sizes"]
 
 RTOL = 1e-3
@@ -201,35 +201,47 @@ def random_inputs(source, seed: int = 0) -> dict[str, np.ndarray]:
     return random_input_sets(source, (seed,))[0]
 
 
+class InputDrawer:
+    """Seeded random inputs for one model, its input types and integer ranges worked out once.
+
+    Args:
+        source: an ONNX model, a taso Graph, or a mapping of input types (see :func:`random_inputs`).
+        model: the ONNX model a graph was imported from, whose uses of its integer inputs bound
+            their ranges (by default the graph is exported to find them).
+    """
+
+    def __init__(self, source, model: onnx.ModelProto | None = None):
+        from .ir import Graph
+
+        if isinstance(source, (onnx.ModelProto, Graph)):
+            if isinstance(source, onnx.ModelProto):
+                self.types, model = _model_input_types(source), source
+            else:
+                from .onnx import export_onnx
+
+                self.types, model = source.inputs, model if model is not None else export_onnx(source)
+            from .onnx import weightless
+
+            model = weightless(model)  # the ranges need shapes and small constants, never the weights' bytes
+            self._ranges, self._choices = integer_ranges(model), integer_choices(model)
+        else:
+            self.types, self._ranges, self._choices = source, {}, {}
+
+    def draw(self, seed: int, valuation: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+        """One input set, the size symbols at ``valuation`` (default: the measurement sizes)."""
+        at = {n: t.at(valuation) for n, t in self.types.items()} if valuation else self.types
+        return _draw(at, self._ranges, self._choices, np.random.default_rng(seed))
+
+
 def random_input_sets(source, seeds: Sequence[int] = (0, 1), sizes: Sequence[Mapping[str, int] | None] = (),
                       model: onnx.ModelProto | None = None) -> list[dict[str, np.ndarray]]:
-    """:func:`random_inputs` for several seeds, the model's types and ranges worked out once.
+    """:func:`random_inputs` for several seeds (an :class:`InputDrawer`'s sets).
 
     ``sizes`` adds one input set per valuation of the size symbols (a graph's symbolic inputs
-    drawn at those sizes), seeded after ``seeds``. ``model``: the ONNX model a graph was
-    imported from, whose uses of its integer inputs bound their ranges (by default the graph
-    is exported to find them).
+    drawn at those sizes), seeded after ``seeds``.
     """
-    from .ir import Graph
-
-    if isinstance(source, (onnx.ModelProto, Graph)):
-        if isinstance(source, onnx.ModelProto):
-            types, model = _model_input_types(source), source
-        else:
-            from .onnx import export_onnx
-
-            types, model = source.inputs, model if model is not None else export_onnx(source)
-        from .onnx import weightless
-
-        model = weightless(model)  # the ranges need shapes and small constants, never the weights' bytes
-        ranges, choices = integer_ranges(model), integer_choices(model)
-    else:
-        types, ranges, choices = source, {}, {}
-    sets = [_draw(types, ranges, choices, np.random.default_rng(seed)) for seed in seeds]
-    for k, valuation in enumerate(sizes):
-        at = {n: t.at(valuation) for n, t in types.items()} if valuation else types
-        sets.append(_draw(at, ranges, choices, np.random.default_rng(len(seeds) + k)))
-    return sets
+    drawer = InputDrawer(source, model)
+    return [drawer.draw(seed) for seed in seeds] + [drawer.draw(len(seeds) + k, valuation) for k, valuation in enumerate(sizes)]
 
 
 def check_sizes(graph) -> list[dict[str, int]]:
@@ -359,7 +371,7 @@ class Reference:
         try:
             self._session = _session(model, threads)
         except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-            raise ReferenceFailure(-1, _first_line(e)) from None
+            raise ReferenceFailure(-1, first_line(e)) from None
         self._names = [o.name for o in self._session.get_outputs()]
         self._inputs = {i.name for i in self._session.get_inputs()}
 
@@ -376,7 +388,7 @@ class Reference:
             try:
                 outputs.append(self._session.run(None, {k: v for k, v in feeds.items() if k in self._inputs}, quiet))
             except Exception as e:  # noqa: BLE001
-                raise ReferenceFailure(position, _first_line(e)) from None
+                raise ReferenceFailure(position, first_line(e)) from None
         return ReferenceRun(self._names, [dict(feeds) for feeds in input_sets], outputs)
 
 
@@ -387,11 +399,6 @@ def run_reference(model: onnx.ModelProto | str | bytes, input_sets: Sequence[Map
         ReferenceFailure: ONNX Runtime cannot load it, or cannot run it on one of the sets.
     """
     return Reference(model, threads).run(input_sets)
-
-
-def _first_line(error: BaseException) -> str:
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def compare_with(reference: ReferenceRun, candidate: onnx.ModelProto | str | bytes | ort.InferenceSession, threads: int = 1) -> Comparison:

@@ -28,6 +28,7 @@ from onnx import helper, numpy_helper
 from ..dims import Dim, bare_symbol, floor_definition, is_static_shape, poly_terms, value_symbols
 from ..errors import ExportError
 from ..ir import Graph, Node, TensorType
+from .files import EXTERNAL_DATA_BYTES
 
 __all__ = ["export_onnx", "save_onnx", "folding_plan", "folded_weights", "FoldingPlan"]
 
@@ -38,8 +39,6 @@ _MAX_FOLDED_BYTES = 1 << 30
 # [batch, heads, seq, seq] would multiply the file's size.
 _BROADCASTS = {"expand"}
 _MAX_FOLDED_BROADCAST_BYTES = 1 << 16
-# Models larger than this are written with external data (protobuf's hard limit is 2 GiB).
-_EXTERNAL_DATA_THRESHOLD = 1_800_000_000
 
 
 class ExportContext:
@@ -479,7 +478,7 @@ def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None) -
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise ExportError(f"{path}: directory {directory} does not exist")
-    external = sum(t.ByteSize() for t in model.graph.initializer) > _EXTERNAL_DATA_THRESHOLD
+    external = sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_BYTES  # taso.onnx.files: protobuf's hard limit is 2 GiB
     try:
         fd, tmp = tempfile.mkstemp(prefix=".taso-", suffix=".onnx", dir=directory)
         os.close(fd)

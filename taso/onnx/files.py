@@ -18,10 +18,11 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import onnx
+from onnx.external_data_helper import ExternalDataInfo
 
 from ..errors import TasoError
 
-__all__ = ["SPILL_BYTES", "EXTERNAL_DATA_BYTES", "SpilledModel", "Scratch", "WeightsFile", "embedded_weight_bytes"]
+__all__ = ["SPILL_BYTES", "EXTERNAL_DATA_BYTES", "SpilledModel", "Scratch", "WeightsFile", "embedded_weight_bytes", "external_region"]
 
 # A model with at least this many bytes of weights embedded is spilled before ONNX Runtime sees it.
 SPILL_BYTES = 64 << 20
@@ -159,14 +160,15 @@ class SpilledModel:
         return buffer.getvalue()
 
 
+def external_region(tensor: onnx.TensorProto) -> tuple[str, int, int | None]:
+    """(location, offset, length or None) of a tensor kept in external data, as onnx reads them (ValueError: a negative one)."""
+    info = ExternalDataInfo(tensor)
+    return info.location, info.offset or 0, info.length
+
+
 def _external_regions(model: onnx.ModelProto) -> list[tuple[str, int, int]]:
     """(location, offset, length) of each initializer kept in external data, in order."""
-    regions = []
-    for tensor in model.graph.initializer:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            where = {e.key: e.value for e in tensor.external_data}
-            regions.append((where["location"], int(where.get("offset", 0)), int(where["length"])))
-    return regions
+    return [external_region(t) for t in model.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
 
 
 class _DataFiles:
@@ -205,11 +207,11 @@ def _write_external(model: onnx.ModelProto, directory: str, target: str, data_na
         for tensor in moved.graph.initializer:
             if tensor.data_location != onnx.TensorProto.EXTERNAL:
                 continue
-            where = {e.key: e.value for e in tensor.external_data}
+            location, start, length = external_region(tensor)
             offset = out.tell()
-            files.copy(where["location"], int(where.get("offset", 0)), int(where["length"]), out)
+            files.copy(location, start, length, out)
             del tensor.external_data[:]
-            for key, value in (("location", data_name), ("offset", str(offset)), ("length", where["length"])):
+            for key, value in (("location", data_name), ("offset", str(offset)), ("length", str(length))):
                 entry = tensor.external_data.add()
                 entry.key, entry.value = key, value
     onnx.save_model(moved, target)
@@ -243,12 +245,11 @@ def _stream_embedded(model: onnx.ModelProto, directory: str, out) -> None:
     pieces = []  # per initializer: (header bytes, region) or (whole tensor bytes, None)
     for tensor in model.graph.initializer:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            where = {e.key: e.value for e in tensor.external_data}
             header = onnx.TensorProto()
             header.CopyFrom(tensor)
             header.ClearField("external_data")
             header.ClearField("data_location")
-            pieces.append((header.SerializeToString(), (where["location"], int(where.get("offset", 0)), int(where["length"]))))
+            pieces.append((header.SerializeToString(), external_region(tensor)))
         else:
             pieces.append((tensor.SerializeToString(), None))
     rest_of_graph = onnx.GraphProto()

@@ -33,6 +33,7 @@ from ..ops import Op, onnx_importers
 from ..ops.opaque import opaque
 from ..ops.shape import dims as dims_op
 from . import symbolic
+from .files import external_region
 from .symbolic import is_static_dim
 
 __all__ = ["load_onnx", "read_model", "MIN_OPSET", "MAX_OPSET"]
@@ -64,13 +65,13 @@ def read_model(source: str | os.PathLike | onnx.ModelProto, external_data: bool 
 def external_array(tensor: onnx.TensorProto, base_dir: str) -> np.ndarray:
     """The weights of a tensor kept in an external data file, mapped copy-on-write: nothing is read until used,
     pages are shared with the file cache, and a write changes this process's copy only, never the file."""
-    where = {e.key: e.value for e in tensor.external_data}
+    location, offset, _ = external_region(tensor)
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
     shape = tuple(tensor.dims)
     count = int(np.prod(shape, dtype=np.int64))
     if count == 0:
         return np.zeros(shape, dtype)
-    mapped = np.memmap(os.path.join(base_dir, where["location"]), dtype=dtype, mode="c", offset=int(where.get("offset", 0)), shape=shape)
+    mapped = np.memmap(os.path.join(base_dir, location), dtype=dtype, mode="c", offset=offset, shape=shape)
     key = id(mapped)
     _MAPPED[key] = weakref.ref(mapped, lambda _: _MAPPED.pop(key, None))
     return np.asarray(mapped)
@@ -118,8 +119,10 @@ def _check_external_regions(model: onnx.ModelProto, base_dir: str, path: str) ->
     for tensor in model.graph.initializer:
         if tensor.data_location != onnx.TensorProto.EXTERNAL:
             continue
-        where = {e.key: e.value for e in tensor.external_data}
-        location = where.get("location", "")
+        try:
+            location, offset, length = external_region(tensor)
+        except ValueError as e:
+            raise ImportError_(f"{path}: cannot load external data ({e})") from None
         file = os.path.normpath(os.path.join(base_dir, location))
         if not location or os.path.isabs(location) or not file.startswith(os.path.normpath(base_dir) + os.sep) or not os.path.isfile(file):
             raise ImportError_(f"{path}: cannot load external data (tensor {tensor.name!r}: no data file {location!r} beside the model)")
@@ -128,8 +131,7 @@ def _check_external_regions(model: onnx.ModelProto, base_dir: str, path: str) ->
         except Exception:  # noqa: BLE001
             raise ImportError_(f"initializer {tensor.name!r} has an element type taso does not support") from None
         needed = int(np.prod(tuple(tensor.dims), dtype=np.int64)) * dtype.itemsize
-        offset, length = int(where.get("offset", 0)), int(where.get("length", needed))
-        if length != needed or offset + length > os.path.getsize(file):
+        if (length if length is not None else needed) != needed or offset + needed > os.path.getsize(file):
             raise ImportError_(f"{path}: cannot load external data (tensor {tensor.name!r}: {location!r} holds no {needed} bytes at offset {offset})")
 
 
