@@ -141,5 +141,5 @@ def prove(encoding: Encoding, axioms: Sequence[Axiom], timeout_s: float, explain
     if assumed:
         assumed = _minimize(solver, encoding, literals, assumed, deadline)
     used = {c.removeprefix("axiom ").split("#")[0] for c in core if c.startswith("axiom ")}
-    names = tuple(a.name for a in AXIOMS if a.name in used) if explain else None
+    names = tuple(a.name for a in axioms if a.name in used) if explain else None
     return Outcome(True, "", time.perf_counter() - start, names, tuple(sorted(assumed)))

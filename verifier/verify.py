@@ -18,6 +18,7 @@ import z3
 from taso.errors import TasoError
 from taso.rules import Rule
 from taso.specs import AXIOMS, Axiom, Unsupported
+from taso.specs.nary import NARY_OPS, nary_axioms
 from taso.specs.z3model import axiom_rewrites, axiom_symbols, render_axiom
 
 from . import DEFAULT_TIMEOUT_S
@@ -56,18 +57,27 @@ def relevant_axioms(symbols: frozenset[tuple]) -> tuple[Axiom, ...]:
     An axiom fires when one of its trigger sides matches, and then creates the other side's
     op variants, on which more axioms may fire: the closure of that process from the rule's
     own variants is computed first, and the axioms entirely about reachable variants are
-    returned. Z3 gets nothing it could never use.
+    returned. Z3 gets nothing it could never use. The candidates are the fixed axioms and the
+    n-way laws (:mod:`taso.specs.nary`) of every concatenation or split arity above 2 the rule mentions.
     """
+    candidates = list(AXIOMS)
+    for n in nary_arities(symbols):
+        candidates += nary_axioms(n)
     reach = set(symbols)
     changed = True
     while changed:
         changed = False
-        for axiom in AXIOMS:
+        for axiom in candidates:
             for needs, creates in axiom_rewrites(axiom):
                 if needs <= reach and not creates <= reach:
                     reach |= creates
                     changed = True
-    return tuple(a for a in AXIOMS if axiom_symbols(a) <= reach)
+    return tuple(a for a in candidates if axiom_symbols(a) <= reach)
+
+
+def nary_arities(symbols: frozenset[tuple]) -> list[int]:
+    """The arities above 2 of the concatenations and splits a rule mentions."""
+    return sorted({(s[1] if s[0] == "concat" else s[2]) for s in symbols if s[0] in NARY_OPS} - {1, 2})
 
 
 def _unknown(rule: Rule, reason: str, seconds: float = 0.0) -> Rule:
@@ -76,7 +86,7 @@ def _unknown(rule: Rule, reason: str, seconds: float = 0.0) -> Rule:
 
 def _attempts(symbols: frozenset[tuple], settings: Settings) -> list[tuple[list[Axiom], bool]]:
     """(axioms, assume) pairs to try in order: the most general proof first."""
-    axioms = list(relevant_axioms(symbols)) if settings.relevance else list(AXIOMS)
+    axioms = list(relevant_axioms(symbols)) if settings.relevance else list(AXIOMS) + [a for n in nary_arities(symbols) for a in nary_axioms(n)]
     return [(axioms, False), (axioms, True)]
 
 
