@@ -105,6 +105,24 @@ class GraphIndex:
                 return True
         return False
 
+    def position(self, value: str) -> int:
+        """The topological position of the node that defines ``value`` (-1 for a graph input or weight)."""
+        return self._position.get(value, -1)
+
+    def independent(self, inputs: Sequence[Sequence[str]], outputs: Sequence[Sequence[str]]) -> list[int]:
+        """Of the sites ``i`` (reading ``inputs[i]``, defining ``outputs[i]``), in the order given: those whose inputs
+        are not computed from the outputs of a site kept before them (greedy, one AND of two bit sets per site)."""
+        position, ancestors = self._position, self._ancestors
+        kept, kept_bits = [], 0
+        for i, (reads, defines) in enumerate(zip(inputs, outputs)):
+            if any(p is not None and ancestors[p] & kept_bits for p in map(position.get, reads)):
+                continue
+            kept.append(i)
+            for p in map(position.get, defines):
+                if p is not None:
+                    kept_bits |= 1 << p
+        return kept
+
     def closes_cycle(self, added: Sequence[Node]) -> bool:
         """Whether nodes added to this graph would read a value computed from what they create themselves."""
         created = {o for n in added for o in n.outputs}

@@ -42,8 +42,9 @@ def is_rule_file(path: str) -> bool:
 
 
 def describe_library(library) -> dict[str, Any]:
-    """A JSON-ready summary of a rule library: header and one line per rule, in text form beside its id, and the
-    clean-ups ``taso optimize`` applies with every library (:mod:`taso.cleanup`), each with what proves it."""
+    """A JSON-ready summary of a rule library: header and one line per rule, in text form beside its id; the
+    clean-ups ``taso optimize`` applies with every library (:mod:`taso.cleanup`), each with what proves it; and the
+    group merges it offers with every library (:mod:`taso.groups`), each arity with its proof."""
     from .cleanup import CLEANUPS
     from .rules import format_rule
 
@@ -51,7 +52,25 @@ def describe_library(library) -> dict[str, Any]:
         "header": library.header,
         "rules": [{"id": r.id, "name": r.name, "status": r.status, "size": list(r.size), "text": format_rule(r)} for r in library.rules],
         "cleanups": [{"name": c.name, "equality": c.equality, "proof": c.proof} for c in CLEANUPS],
+        "groups": describe_groups(),
     }
+
+
+def describe_groups() -> list[dict[str, Any]]:
+    """Each group family with its proved arities: the rule id, the axioms its proof used and Z3's time."""
+    from .groups import FAMILIES, MAX_GROUP, MIN_GROUP, GroupLibrary
+
+    shipped = GroupLibrary.shipped()
+    families = []
+    for family in FAMILIES:
+        proved = []
+        for k in range(MIN_GROUP, MAX_GROUP + 1):
+            crule = shipped.compiled(family, k)
+            if crule is not None:
+                proof = crule.rule.proof or {}
+                proved.append({"k": k, "id": crule.rule_id, "axioms": list(proof.get("axioms", ())), "seconds": proof.get("seconds")})
+        families.append({"name": family.name, "doc": family.doc, "proved": proved})
+    return families
 
 
 def format_library(summary: dict[str, Any], title: str) -> str:
@@ -60,6 +79,14 @@ def format_library(summary: dict[str, Any], title: str) -> str:
     lines.append(f"clean-ups (applied with every library, before and after the search): {len(summary['cleanups'])}")
     width = max(len(c["name"]) for c in summary["cleanups"])
     lines += [f"  {c['name']:<{width}}  {c['equality']}  [{c['proof']}]" for c in summary["cleanups"]]
+    lines.append(f"group merges (offered with every library; python -m taso.verifier.build_groups proves them): {len(summary['groups'])}")
+    for family in summary["groups"]:
+        proved = family["proved"]
+        arities = f"k = {proved[0]['k']}..{proved[-1]['k']}" if proved else "no arity proved"
+        lines.append(f"  {family['name']}: {family['doc']}  [Z3, {arities}]")
+        for p in proved[:1] + proved[-1:] if len(proved) > 1 else proved:
+            laws = sorted({a.rsplit("-", 1)[0] if a.startswith(("split-concat-", "add-split-", "mul-split-")) else a for a in p["axioms"]})
+            lines.append(f"    k={p['k']}: {p['id']}, {len(p['axioms'])} axioms ({', '.join(laws)}), {p['seconds']:.2f} s")
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ source values' names, so consumers outside the pattern stay wired untouched.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -168,15 +168,24 @@ def _candidates(graph: Graph, crule: CompiledRule, p: _PatternNode, values: dict
     return graph.index.nodes_of(p.op_name)
 
 
-def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | None = None, structural: bool = False) -> Iterator[Match]:
+def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | None = None, structural: bool = False,
+                 apart: Mapping[int, tuple[int, int]] | None = None) -> Iterator[Match]:
     """Every match of the rule's source in the graph (each set of nodes once per binding).
 
     With ``seed = (pattern index, node)``, only the matches where that pattern node is that
     graph node: how the search finds the matches a rewrite created without rematching all.
     With ``structural``, also the matches :func:`decline_reason` turns down (to explain them).
+    With ``apart`` (id(node) -> (group, member)), no match takes two different members of one
+    group: the search leaves those to the group's own merge (:mod:`taso.groups`), and cutting
+    them while matching, not after, is what keeps matching linear in a group's size.
     """
     order = crule.order if seed is None else crule.order_from(seed[0])
     chosen: dict[int, Node] = {}
+
+    def splits_a_group(node: Node) -> bool:
+        where = apart.get(id(node))
+        return where is not None and any((other := apart.get(id(n))) is not None and other[0] == where[0] and other[1] != where[1]
+                                         for n in chosen.values())
 
     def extend(depth: int, values: dict) -> Iterator[Match]:
         if depth == len(order):
@@ -193,6 +202,8 @@ def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | Non
                 continue
             seen.add(id(node))
             if len(node.outputs) != len(p.outputs) or not params_fit(p, node):
+                continue
+            if apart and splits_a_group(node):
                 continue
             for operands in _operand_orders(p):
                 bound = _bind(values, operands, node.inputs)

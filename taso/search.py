@@ -22,6 +22,7 @@ from typing import overload
 
 from .cleanup import clean_up, may_clean_up
 from .cost import CostModel
+from .groups import GroupLibrary, Groups, find_groups
 from .ir import Graph
 from .rewrite import CompiledRule, Plan, find_matches, plan_match
 from .rules import Rule, operator_variant, side_variants
@@ -60,6 +61,8 @@ class SearchConfig:
             activation). False uses every rule: for benchmarks.
         excluded: rules the search must not use, by the label reports name them with (the
             pipeline's answer to an optimized model that failed its output check).
+        groups: also offer group merges (:mod:`taso.groups`): k sites of one kind rewritten in one
+            proved step, found in one pass over the graph.
     """
 
     alpha: float = 1.05
@@ -71,6 +74,7 @@ class SearchConfig:
     incremental: bool = True
     connected_only: bool = True
     excluded: frozenset[str] = frozenset()
+    groups: bool = True
 
 
 CLEAN_UP = "clean-up"  # the trace's label of a graph clean-up changed (not a rule)
@@ -320,18 +324,32 @@ class _Pricer:
         return delta
 
 
-def _all_options(graph: Graph, compiled: Sequence[CompiledRule], pricer: _Pricer, deadline: float = float("inf")) -> list[_Option]:
-    """Every rewrite of ``graph``, priced; those not reached by ``deadline`` are left out."""
+def _all_options(graph: Graph, compiled: Sequence[CompiledRule], pricer: _Pricer, deadline: float = float("inf"),
+                 apart: dict[int, tuple[int, int]] | None = None) -> list[_Option]:
+    """Every rewrite of ``graph``, priced; those not reached by ``deadline`` are left out, and so are those that take
+    two sites of one group (``apart``: see :class:`~taso.groups.Groups`)."""
     options = []
     for crule in compiled:
         if crule.may_match(graph):
-            for match in find_matches(graph, crule):
+            for match in find_matches(graph, crule, apart=apart):
                 if time.perf_counter() > deadline:
                     return options  # pricing new nodes measures them: a cold cost cache must not overrun the time limit
                 plan = plan_match(graph, match)
                 if plan is not None:
                     options.append((plan, pricer.delta(graph, plan)))
     return options
+
+
+def _group_options(graph: Graph, groups: Groups, options: list[_Option], pricer: _Pricer) -> list[_Option]:
+    """The group merges that ``options`` (inherited from the parent) does not hold yet, priced."""
+    seen = {(o.label, o.removed_ids) for o, _ in options}
+    found = []
+    for group in groups.merges:
+        plan = plan_match(graph, group.match)
+        if plan is not None and (plan.label, plan.removed_ids) not in seen:
+            seen.add((plan.label, plan.removed_ids))
+            found.append((plan, pricer.delta(graph, plan)))
+    return found
 
 
 def _touches(plan: Plan, values: set[str]) -> bool:
@@ -350,14 +368,14 @@ def _with_clean_up(plan: Plan, cleaned: Graph) -> Plan:
 
 
 def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], seeds: _SeedIndex, compiled, pricer: _Pricer,
-                       deadline: float = float("inf")) -> list[_Option]:
+                       deadline: float = float("inf"), apart: dict[int, tuple[int, int]] | None = None) -> list[_Option]:
     """The child's rewrites: the parent's that the applied rewrite left intact, plus those through its new nodes.
 
     NOTE: a match that only the removal of an outside consumer made valid is not found here
     (it involves no new node); the search loses that option, never soundness.
     """
     if plan.outputs is not None:
-        return _all_options(graph, compiled, pricer, deadline)  # the outputs moved: rematch everything
+        return _all_options(graph, compiled, pricer, deadline, apart)  # the outputs moved: rematch everything
     removed = plan.removed_ids
     read = {v for n in plan.added for v in n.inputs}
     options = [o for o in parent_options if removed.isdisjoint(o[0].removed_ids) and read.isdisjoint(o[0].interior)]
@@ -368,7 +386,7 @@ def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], 
     seen = {(o.label, o.removed_ids) for o, _ in options}
     for node in plan.added:
         for crule, index in seeds.patterns_for(node):
-            for match in find_matches(graph, crule, seed=(index, node)):
+            for match in find_matches(graph, crule, seed=(index, node), apart=apart):
                 if time.perf_counter() > deadline:
                     return options
                 new_plan = plan_match(graph, match)
@@ -423,6 +441,7 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
     start = time.perf_counter()
     rule_index = _RuleIndex(rules, config.connected_only, config.excluded)
     pricer = _Pricer(cost_model)
+    groups = GroupLibrary.shipped() if config.groups else None
     best, best_cost = graph, pricer.graph_cost(graph)
     report = SearchReport(StopReason.SATURATED, best_cost, best_cost)
     tie = itertools.count()
@@ -456,10 +475,13 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
         report.expanded += 1
         rule_index.admit(current)
         parent_options = options_of.get(id(entry.parent)) if isinstance(entry, Plan) and config.incremental else None
+        found = find_groups(current, groups, excluded=config.excluded) if groups is not None else Groups()
         if parent_options is None:
-            options = _all_options(current, rule_index.compiled, pricer, start + config.time_limit)
+            options = _all_options(current, rule_index.compiled, pricer, start + config.time_limit, found.apart)
         else:
-            options = _inherited_options(current, entry, parent_options, rule_index.seeds, rule_index.compiled, pricer, start + config.time_limit)
+            options = _inherited_options(current, entry, parent_options, rule_index.seeds, rule_index.compiled, pricer, start + config.time_limit,
+                                         found.apart)
+        options += _group_options(current, found, options, pricer)
         options_of[id(current)] = options
         rewriting = time.perf_counter() - started
         accepted = 0
@@ -503,6 +525,8 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
     report.trace = list(best_trace)
     applied = {step.rule for step in best_trace}
     report.rule_texts = {c.label: str(c.rule) for c in rule_index.compiled if c.label in applied}
+    if groups is not None:
+        report.rule_texts.update({r.name: groups.describe(r) for r in groups.rules() if r.name in applied})
     report.seconds_costing = pricer.seconds
     report.seconds = time.perf_counter() - start
     if report.stop_reason is StopReason.SATURATED and report.seconds > config.time_limit:

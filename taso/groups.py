@@ -1,0 +1,225 @@
+"""Group merges: k rewrites of one kind made in one proved step.
+
+An unrolled recurrent cell multiplies every step's input by the same weight. Merging all
+of those products into one product over the concatenated rows is what wins, but a search
+that merges two at a time must make each pairwise merge pay before it sees the next, and
+on a long loop it stops at a tree of small merges or runs out of time. A *family* here is
+a k-ary rule schema; for a group of k sites found in a graph, the family's rule at arity k
+rewrites all of them at once.
+
+Soundness: the rule at each arity is an ordinary :class:`~taso.rules.Rule`, proved by the
+verifier with the n-way laws of :mod:`taso.specs.nary` and shipped, with its proof, in
+``taso/data/groups.jsonl.gz`` (``python -m taso.verifier.build_groups``). The optimizer
+uses an arity only when the rule it builds for it has the id of a proved rule in that file.
+
+Matching is linear: sites are grouped by what they share (the weight, and the bias), so a
+64-step cell's group is found in one pass over its products, never by the backtracking
+matcher that a 64-node pattern would send into a combinatorial search.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from .ir import Graph, Node
+from .rewrite import CompiledRule, Match
+from .rules import Library, Rule
+
+__all__ = ["Family", "SharedWeightRows", "FAMILIES", "GroupLibrary", "MIN_GROUP", "MAX_GROUP", "GROUP_LIBRARY", "GroupMatch", "Groups", "find_groups"]
+
+MIN_GROUP = 3  # two sites are the pairwise library's job
+MAX_GROUP = 64  # the largest arity shipped proved; a larger group is merged in chunks of this size
+GROUP_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "groups.jsonl.gz")
+
+
+@dataclass(frozen=True)
+class Site:
+    """One place a family's per-site pattern occurs: its nodes in the rule's per-site source order and its bindings."""
+
+    nodes: tuple[Node, ...]
+    values: dict[str, str]  # per-site rule names ("x", "m", "s") -> graph values
+
+
+@dataclass(frozen=True)
+class Family:
+    """A k-ary rule schema and the linear-time finder of its groups."""
+
+    name: str
+    doc: str
+
+    def rule(self, k: int) -> Rule:
+        raise NotImplementedError
+
+    def groups(self, graph: Graph) -> Iterator[tuple[dict[str, str], list[Site]]]:
+        """(shared bindings, sites) per candidate group, sites in topological order (not yet checked independent)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class SharedWeightRows(Family):
+    """k products ``x_i @ w`` (plus the same bias ``b``, with ``bias``) -> one product over the rows of all ``x_i``, split back.
+
+    ``[x_0 @ w (+ b), ..., x_{k-1} @ w (+ b)]`` = ``split(concat(x_0, ..., x_{k-1}, axis=0) @ w (+ b), axis=0)``, for
+    2-D ``x_i`` and ``w`` and a 1-D ``b`` (the bias after the product, which ONNX Runtime fuses into one Gemm).
+    """
+
+    bias: bool = False
+
+    @functools.cache
+    def rule(self, k: int) -> Rule:
+        xs = [f"x{i}" for i in range(k)]
+        inputs = [{"name": x, "class": "act", "shape": [2, 4], "dtype": "float32"} for x in xs]
+        inputs.append({"name": "w", "class": "mat", "shape": [4, 4], "dtype": "float32"})
+        plain = {"activation": "none"}
+        source, target = [], [{"op": "concat", "params": {"axis": 0}, "inputs": xs, "outputs": ["t0"]},
+                              {"op": "matmul", "params": plain, "inputs": ["t0", "w"], "outputs": ["t1"]}]
+        constraints = [{"eq": [{"dim": [x, 1]}, {"dim": ["w", 0]}]} for x in xs]
+        if self.bias:
+            inputs.append({"name": "b", "class": "vec", "shape": [4], "dtype": "float32"})
+            constraints.append({"eq": [{"dim": ["b", 0]}, {"dim": ["w", 1]}]})
+            for i, x in enumerate(xs):
+                source += [{"op": "matmul", "params": plain, "inputs": [x, "w"], "outputs": [f"m{i}"]},
+                           {"op": "add", "params": {}, "inputs": [f"m{i}", "b"], "outputs": [f"s{i}"]}]
+            target.append({"op": "add", "params": {}, "inputs": ["t1", "b"], "outputs": ["t2"]})
+        else:
+            source = [{"op": "matmul", "params": plain, "inputs": [x, "w"], "outputs": [f"s{i}"]} for i, x in enumerate(xs)]
+        parts = [f"o{i}" for i in range(k)]
+        target.append({"op": "split", "params": {"axis": 0, "sizes": [2] * k}, "inputs": [target[-1]["outputs"][0]], "outputs": parts})
+        return Rule.from_json({
+            "name": f"{self.name}-{k}", "inputs": inputs, "source": source, "target": target,
+            "outputs": [[f"s{i}", o] for i, o in enumerate(parts)],
+            "params": [{"side": "target", "node": len(target) - 1, "param": "sizes", "value": [{"dim": [x, 0]} for x in xs]}],
+            "constraints": constraints,
+        })
+
+    def groups(self, graph: Graph) -> Iterator[tuple[dict[str, str], list[Site]]]:
+        by_key: dict[tuple[str, ...], list[Site]] = {}
+        for node in graph.index.nodes_of("matmul"):
+            if node.params["activation"] != "none" or node.outputs[0] in graph.outputs:
+                continue
+            x, w = node.inputs
+            if graph.type(x).rank != 2 or graph.type(w).rank != 2:
+                continue
+            if not self.bias:
+                by_key.setdefault((w,), []).append(Site((node,), {"x": x}))
+                continue
+            readers = graph.uses(node.outputs[0])
+            if len(readers) != 1 or readers[0][0].op.name != "add":
+                continue
+            add = readers[0][0]
+            b = add.inputs[1] if add.inputs[0] == node.outputs[0] else add.inputs[0]
+            if b == node.outputs[0] or graph.type(b).rank != 1:
+                continue
+            by_key.setdefault((w, b), []).append(Site((node, add), {"x": x, "m": node.outputs[0]}))
+        for key, sites in by_key.items():
+            if len(sites) >= MIN_GROUP:
+                yield dict(zip(("w", "b"), key)), sites
+
+
+FAMILIES: tuple[Family, ...] = (
+    SharedWeightRows("shared-weight-rows", "k products sharing a weight -> one product over their concatenated rows, split back"),
+    SharedWeightRows("shared-weight-rows-bias", "k products sharing a weight and a bias -> one product (and bias) over their rows", bias=True),
+)
+
+
+class GroupLibrary:
+    """The proved arities of every family (``taso/data/groups.jsonl.gz``), compiled on first use."""
+
+    def __init__(self, rules: Sequence[Rule]):
+        self._proved = {r.id: r for r in rules if r.status == "proved"}
+        self._compiled: dict[str, CompiledRule] = {}
+
+    @classmethod
+    @functools.cache
+    def shipped(cls) -> GroupLibrary:
+        return cls(list(Library.load(GROUP_LIBRARY)))
+
+    def __len__(self) -> int:
+        return len(self._proved)
+
+    def rules(self) -> list[Rule]:
+        return list(self._proved.values())
+
+    @staticmethod
+    def describe(rule: Rule) -> str:
+        """One line for reports: the family's doc at this arity (the rule itself is a page long)."""
+        family = next((f for f in FAMILIES if rule.name.startswith(f.name + "-") and rule.name[len(f.name) + 1:].isdigit()), None)
+        return f"{family.doc} (k={len(rule.outputs)}, proved from {len((rule.proof or {}).get('axioms', ()))} axioms)" if family else str(rule)
+
+    def compiled(self, family: Family, k: int) -> CompiledRule | None:
+        """The family's rule at arity k, compiled, when the shipped file proves exactly that rule; else None."""
+        built = family.rule(k)
+        crule = self._compiled.get(built.id)
+        if crule is None:
+            proved = self._proved.get(built.id)
+            if proved is None:
+                return None
+            crule = self._compiled[built.id] = CompiledRule(proved)
+        return crule
+
+
+@dataclass(frozen=True)
+class GroupMatch:
+    """A group found in a graph: the match of the family's rule at its arity, and the sites it merges."""
+
+    match: Match
+    sites: tuple[Site, ...]
+
+
+@dataclass
+class Groups:
+    """What :func:`find_groups` found in one graph.
+
+    Attributes:
+        merges: one group merge per set of independent sites (chunks of at most MAX_GROUP).
+        apart: id(node) -> (group, site) for the nodes of every group's sites, and of every chain of
+            sites (each computed from the one before: the recurrent product of an unrolled cell).
+            The search matches no other rule across two sites of one group: a group merge does
+            that for all of them at once, and any merge of two sites of a chain closes a cycle.
+    """
+
+    merges: list[GroupMatch] = field(default_factory=list)
+    apart: dict[int, tuple[int, int]] = field(default_factory=dict)
+    _next: int = 0  # the next group number in ``apart``
+
+    def keep_apart(self, sites: Sequence[Site]) -> None:
+        """Registers ``sites`` as one group of ``apart`` (a node already in one keeps its first group)."""
+        for j, site in enumerate(sites):
+            for node in site.nodes:
+                self.apart.setdefault(id(node), (self._next, j))
+        self._next += 1
+
+
+def find_groups(graph: Graph, library: GroupLibrary, families: Sequence[Family] = FAMILIES, excluded: frozenset[str] = frozenset()) -> Groups:
+    """The group merges of every family in ``graph``, and the sites no pairwise rule should join (see :class:`Groups`).
+
+    Sites are kept in topological order when no earlier kept site computes their inputs: merging
+    a site with one it depends on would close a cycle.
+    """
+    found = Groups()
+    index = graph.index
+    for family in families:
+        for shared, sites in family.groups(graph):
+            sites.sort(key=lambda site: index.position(site.nodes[0].outputs[0]))
+            if all(index.depends_on([later.values["x"]], set(earlier.nodes[-1].outputs)) for earlier, later in zip(sites, sites[1:])):
+                found.keep_apart(sites)
+                continue
+            kept = index.independent([[s.values["x"]] for s in sites], [s.nodes[-1].outputs for s in sites])
+            chosen = [sites[i] for i in kept]
+            for start in range(0, len(chosen), MAX_GROUP):
+                chunk = chosen[start:start + MAX_GROUP]
+                crule = library.compiled(family, len(chunk)) if len(chunk) >= MIN_GROUP else None
+                if crule is None or crule.label in excluded:
+                    continue
+                values, nodes = dict(shared), []
+                for i, site in enumerate(chunk):
+                    nodes.extend(site.nodes)
+                    values.update({f"{name}{i}": value for name, value in site.values.items()})
+                    values[f"s{i}"] = site.nodes[-1].outputs[0]
+                found.merges.append(GroupMatch(Match(crule, tuple(nodes), values), tuple(chunk)))
+                found.keep_apart(chunk)
+    return found
+

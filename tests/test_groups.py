@@ -1,0 +1,169 @@
+"""Group merges (taso.groups): k sites of one kind rewritten in one proved step.
+
+What a user relies on: every arity the optimizer uses is a proved rule in the shipped file (and the
+file is what the code builds); the n-way laws those proofs rest on hold in NumPy; a group is found in
+one pass, recurrent (dependent) sites are never merged, big groups are chunked; and an optimized cell
+loop computes what the original does, at sizes it was not measured at.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+
+import taso
+from taso.cli import main
+from taso.cost import AnalyticCost
+from taso.groups import FAMILIES, MAX_GROUP, MIN_GROUP, GroupLibrary, find_groups
+from taso import ops
+from taso.ir import Graph, Node, TensorType
+from taso.rules import Library
+from taso.search import SearchConfig, search
+from taso.specs.nary import nary_axioms
+from taso.verifier.axiom_check import check_shape_rules, validate_axiom
+from taso.verifier.verify import Settings, relevant_axioms, verify_rule
+from taso.verifier.encode import encode_rule
+
+from helpers import assert_close, run_ort
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "symbolic")
+
+
+# ---- the proofs -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [3, 4, 8])
+def test_the_n_way_laws_hold_in_numpy_with_their_ill_typed_cases(n):
+    for axiom in nary_axioms(n):
+        report = validate_axiom(axiom, trials=12)
+        assert report.ok and report.sampled_defined > 0, (axiom.name, report.failures[:2])
+        assert not check_shape_rules(axiom), axiom.name
+
+
+def test_the_64_way_laws_hold_in_numpy():
+    for axiom in nary_axioms(64):
+        if axiom.name.endswith(("-0", "-31", "-63")) or "rows" in axiom.name:
+            report = validate_axiom(axiom, trials=3, perturbed=2)
+            assert report.ok and report.sampled_defined > 0, (axiom.name, report.failures[:2])
+
+
+def test_the_n_way_laws_start_at_three():
+    with pytest.raises(ValueError, match="start at arity 3"):
+        nary_axioms(2)
+
+
+def test_the_shipped_file_proves_exactly_the_rules_the_families_build():
+    shipped = {r.id: r for r in Library.load(taso.groups.GROUP_LIBRARY)}
+    for family in FAMILIES:
+        for k in range(MIN_GROUP, MAX_GROUP + 1):
+            rule = family.rule(k)
+            assert rule.id in shipped, f"{rule.name} is not in the shipped file: rebuild it (python -m taso.verifier.build_groups)"
+            proof = shipped[rule.id].proof
+            assert shipped[rule.id].status == "proved" and proof["prover"] == "z3" and f"split-concat-{k}-0" in proof["axioms"]
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
+def test_a_group_rule_proves_live_from_the_n_way_laws(family):
+    proved = verify_rule(family.rule(5), Settings(timeout_s=30))
+    assert proved.status == "proved", proved.proof
+    assert proved.id == family.rule(5).id, "proved as built: no shape constraint added"
+
+
+def test_a_group_rule_with_its_parts_swapped_is_not_proved():
+    rule = FAMILIES[0].rule(4)
+    (s0, o0), (s1, o1), *rest = rule.outputs
+    swapped = dataclasses.replace(rule, outputs=((s0, o1), (s1, o0), *rest))
+    assert verify_rule(swapped, Settings(timeout_s=10)).status != "proved"
+    assert verify_rule(swapped, Settings(timeout_s=10, precheck=False)).status != "proved", "Z3 alone must not prove it either"
+
+
+def test_the_n_way_laws_reach_z3_only_for_the_arities_a_rule_mentions():
+    names = {a.name for a in relevant_axioms(encode_rule(FAMILIES[0].rule(3)).symbols)}
+    assert "matmul-concat-rows-3" in names and "split-concat-3-2" in names and not any(n.endswith("-4-0") for n in names)
+
+
+def test_the_library_uses_an_arity_only_when_the_file_proves_it():
+    library = GroupLibrary([FAMILIES[0].rule(3).with_status("proved", {"prover": "z3"}), FAMILIES[0].rule(4)])  # 4: a candidate
+    assert library.compiled(FAMILIES[0], 3) is not None
+    assert library.compiled(FAMILIES[0], 4) is None and library.compiled(FAMILIES[1], 3) is None
+
+
+# ---- finding groups -----------------------------------------------------------------------------------
+
+
+def _n(op, inputs, outputs, **params):
+    o = ops.get(op)
+    return Node(o, o.make_params(**params), tuple(inputs), tuple(outputs), outputs[0])
+
+
+def _products(k: int, chained: bool = False, rows: int = 2) -> Graph:
+    """k products x_i @ w (x_i an input of its own, or the previous product when ``chained``), summed into the output."""
+    inputs = {f"x{i}": TensorType((rows, 8)) for i in range(1 if chained else k)}
+    weights = {"w": np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)}
+    nodes = [_n("matmul", [f"h{i - 1}" if chained and i else f"x{i}", "w"], [f"h{i}"]) for i in range(k)]
+    nodes += [_n("add", [f"s{i - 1}" if i > 1 else "h0", f"h{i}"], [f"s{i}"]) for i in range(1, k)]
+    return Graph(inputs, weights, nodes, [f"s{k - 1}"])
+
+
+def test_a_group_of_independent_products_is_found_and_one_merge_covers_it():
+    found = find_groups(_products(5), GroupLibrary.shipped())
+    (merge,) = [m for m in found.merges if m.match.rule.label == "shared-weight-rows-5"]
+    assert len(merge.sites) == 5 and len(found.apart) == 5
+
+
+def test_a_chain_of_products_is_never_merged_and_its_sites_are_kept_apart():
+    found = find_groups(_products(6, chained=True), GroupLibrary.shipped())
+    assert not found.merges and len({g for g, _ in found.apart.values()}) == 1 and len(found.apart) == 6
+
+
+def test_a_group_larger_than_the_largest_proved_arity_is_merged_in_chunks():
+    found = find_groups(_products(MAX_GROUP + 5), GroupLibrary.shipped())
+    assert sorted(len(m.sites) for m in found.merges) == [5, MAX_GROUP]
+
+
+def test_a_search_merges_the_group_in_one_step_and_the_result_computes_the_same():
+    graph = _products(7)
+    best, report = search(graph, [], AnalyticCost(), SearchConfig(budget=5))
+    assert report.applied == {"shared-weight-rows-7": 1}
+    assert best.op_histogram()["matmul"] == 1
+    feeds = {f"x{i}": np.random.default_rng(i).standard_normal((2, 8)).astype(np.float32) for i in range(7)}
+    assert_close(run_ort(taso.export_onnx(best), feeds), run_ort(taso.export_onnx(graph), feeds))
+
+
+def test_a_group_merge_is_not_used_when_its_label_is_excluded_or_groups_are_off():
+    graph = _products(4)
+    for config in (SearchConfig(budget=5, excluded=frozenset({"shared-weight-rows-4"})), SearchConfig(budget=5, groups=False)):
+        _, report = search(graph, [], AnalyticCost(), config)
+        assert "shared-weight-rows-4" not in report.applied
+
+
+# ---- on exporters' files ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,steps", [("lstm_cell_loop", 4), ("gru_cell_loop", 3)])
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_cell_loop_merges_every_input_projection_and_still_runs_at_other_batches(tmp_path, name, exporter, steps):
+    path = os.path.join(DATA, f"{name}.{exporter}.onnx")
+    out = tmp_path / "out.onnx"
+    report = tmp_path / "report.json"
+    assert main(["optimize", path, "-o", str(out), "--cost", "analytic", "--time-limit", "5", "--quiet", "--report", str(report)]) == 0
+    applied = json.loads(report.read_text())["applied"]
+    assert applied.get(f"shared-weight-rows-bias-{steps}") == 1, applied
+    original, written = onnx.load(path), onnx.load(str(out))
+    hidden = original.graph.input[0].type.tensor_type.shape.dim[2].dim_value
+    for batch in (1, 3, 7):
+        feeds = {"x": np.random.default_rng(batch).standard_normal((batch, steps, hidden)).astype(np.float32)}
+        assert_close(run_ort(written, feeds), run_ort(original, feeds), what=f"batch {batch}")
+
+
+def test_taso_info_lists_each_group_family_with_its_proved_arities(capsys):
+    assert main(["info", taso.groups.GROUP_LIBRARY]) == 0
+    text = capsys.readouterr().out
+    for family in FAMILIES:
+        assert f"  {family.name}: {family.doc}  [Z3, k = {MIN_GROUP}..{MAX_GROUP}]" in text
+    assert "k=64: " in text and "matmul-concat-rows-64" in text
