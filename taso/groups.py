@@ -121,7 +121,7 @@ class SharedWeightRows(Family):
 
 FAMILIES: tuple[Family, ...] = (
     SharedWeightRows("shared-weight-rows", "k products sharing a weight -> one product over their concatenated rows, split back"),
-    SharedWeightRows("shared-weight-rows-bias", "k products sharing a weight and a bias -> one product (and bias) over their rows", bias=True),
+    SharedWeightRows("shared-weight-rows-bias", "k products sharing a weight and a bias -> one product and bias over their concatenated rows, split back", bias=True),
 )
 
 

@@ -51,12 +51,17 @@ class _MergingNeverPays(AnalyticCost):
         return 1.0 if node.op.name in ("concat", "split") else super().measure(node, graph, key, consts)
 
 
-def test_search_finds_a_cheaper_equivalent_graph():
+@pytest.mark.parametrize("groups", [False, True])
+def test_search_finds_a_cheaper_equivalent_graph(groups):
+    """Pairwise merges from the library; with group merges on, the four steps' products become one in one step."""
     graph = _rnn_like()
-    best, report = search(graph, all_rules(), _WeightBound(), SearchConfig(budget=30))
+    best, report = search(graph, all_rules(), _WeightBound(), SearchConfig(budget=30, groups=groups))
     assert report.best_cost < report.initial_cost
     assert best.op_histogram()["matmul"] < graph.op_histogram()["matmul"]
-    assert report.applied["merge-matmul-shared-weight"] >= 1
+    if groups:
+        assert report.applied["shared-weight-rows-4"] == 1 and best.op_histogram()["matmul"] == 1
+    else:
+        assert report.applied["merge-matmul-shared-weight"] >= 1
     feeds = {k: np.random.default_rng(1).standard_normal(t.shape).astype(np.float32) for k, t in graph.inputs.items()}
     assert_close(run_ort(taso.export_onnx(best), feeds)[0], run_ort(taso.export_onnx(graph), feeds)[0], 1e-5)
 
@@ -69,14 +74,16 @@ def test_best_graph_never_costs_more_than_the_input():
     assert report.best_cost == report.initial_cost and best is graph
 
 
+# NOTE: the tests of the search's mechanics (budget, limits, statistics) turn group merges off: on these small
+# loops one group merge saturates the search in two expansions, and the pairwise space is what they need.
 def test_search_respects_its_budget():
-    _, report = search(_rnn_like(6), all_rules(), _WeightBound(), SearchConfig(budget=3, alpha=1.5))
+    _, report = search(_rnn_like(6), all_rules(), _WeightBound(), SearchConfig(budget=3, alpha=1.5, groups=False))
     assert report.expanded == 3 and report.stop_reason is StopReason.BUDGET
 
 
 def test_search_respects_its_time_limit():
     started = time.perf_counter()
-    _, report = search(_rnn_like(8), all_rules(), _WeightBound(), SearchConfig(budget=10**6, time_limit=0.5, alpha=1.5))
+    _, report = search(_rnn_like(8), all_rules(), _WeightBound(), SearchConfig(budget=10**6, time_limit=0.5, alpha=1.5, groups=False))
     assert report.stop_reason is StopReason.TIME_LIMIT
     assert time.perf_counter() - started < 5.0
 
@@ -98,7 +105,7 @@ class _SlowToMeasure(_WeightBound):
 def test_a_cold_cost_cache_does_not_overrun_the_time_limit():
     # Measuring happens while one expansion prices its options: the limit must hold there too.
     model = _SlowToMeasure()
-    search(_rnn_like(8), all_rules(), model, SearchConfig(budget=10**6, time_limit=0.2, alpha=1.5))
+    search(_rnn_like(8), all_rules(), model, SearchConfig(budget=10**6, time_limit=0.2, alpha=1.5, groups=False))
     assert model.slow <= 2  # one rule's rewrite (a concat and a split), then the deadline stops the pricing
 
 
@@ -122,7 +129,7 @@ def test_the_report_has_statistics_per_expansion_on_a_zoo_model():
 
 def test_seconds_costing_counts_the_time_inside_the_cost_model():
     model = _SlowToMeasure()  # 0.3 s per new concat or split it prices
-    _, report = search(_rnn_like(4), all_rules(), model, SearchConfig(budget=3, alpha=1.5))
+    _, report = search(_rnn_like(4), all_rules(), model, SearchConfig(budget=3, alpha=1.5, groups=False))
     assert model.slow >= 1 and report.seconds_costing >= 0.3 * model.slow
     assert report.seconds_rewriting < report.seconds_costing
 
