@@ -26,6 +26,10 @@ on its result. Each step is an instance of an equality the project has proved, r
   ``add-zeros-Nd``, ``add-trailing-Nd-K``, ``mul-ones-Nd``, ``mul-trailing-Nd-K``;
 * ``whole-slice`` / ``zero-pad``: a slice that keeps every element, a pad of nothing (by
   the operators' definitions; the specs model neither operator);
+* ``gathered-slices``: the concatenation of every slice ``gather(x, i, axis=a)``, i = 0..n-1
+  in order, is a transpose and reshape of ``x`` (by the definitions of gather, concat,
+  transpose and reshape; the specs model no gather). Merging the input products of an
+  unrolled cell concatenates its per-step inputs: one transpose instead of n gathers;
 * ``dead-code``: nodes and weights no output depends on (counted together).
 
 Constant subgraphs (weights transposed, split or scaled by the exporter) need no clean-up:
@@ -44,7 +48,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .ir import Graph, Node, Params
+from .ir import Graph, Node, Params, TensorType
+from .ops import get as get_op
 
 __all__ = ["Cleanup", "CLEANUPS", "CleanupReport", "clean_up", "may_clean_up"]
 
@@ -74,6 +79,8 @@ CLEANUPS: tuple[Cleanup, ...] = (
             "spec axioms add-zeros-<rank>d, add-trailing-<rank>d-<k>, mul-ones-<rank>d, mul-trailing-<rank>d-<k> (with add-comm, mul-comm)"),
     Cleanup("whole-slice", "slice(x, 0:dim:1 on every axis it names)  ->  x", "the operator's definition (checked against ONNX Runtime in tests)"),
     Cleanup("zero-pad", "pad(x, pads all 0)  ->  x", "the operator's definition (checked against ONNX Runtime in tests)"),
+    Cleanup("gathered-slices", "concat(gather(x, 0, axis=a), ..., gather(x, n-1, axis=a), axis=c)  ->  reshape(transpose(x, a before c))",
+            "the definitions of gather, concat, transpose and reshape (checked against ONNX Runtime in tests)"),
     Cleanup("dead-code", "a node no output reads  ->  nothing", "the outputs do not depend on it"),
 )
 _IDENTITY_STEP = {"add": "neutral-operand", "mul": "neutral-operand", "slice": "whole-slice", "pad": "zero-pad"}
@@ -141,10 +148,19 @@ def clean_up(graph: Graph) -> tuple[Graph, CleanupReport]:
     nodes: list[Node] = []
     producer: dict[str, Node] = {}
     seen: dict[tuple, Node] = {}
+    new_types: dict[str, TensorType] = {}  # of the values clean-up creates
     for node in graph.topological_order():
         inputs = tuple(alias.get(v, v) for v in node.inputs)
         node = node if inputs == node.inputs else replace(node, inputs=inputs)
         node = _shortened(node, producer, steps)
+        whole = _gathered_whole(node, producer, graph)
+        if whole is not None:
+            for n in whole[:-1]:
+                new_types.update(zip(n.outputs, n.op.infer([graph.type(v) for v in n.inputs], n.params)))
+            nodes.extend(whole)
+            producer.update((o, n) for n in whole for o in n.outputs)
+            steps["gathered-slices"] += 1
+            continue
         same = _identity_of(node, graph)
         if same is not None:
             alias[node.outputs[0]] = same
@@ -160,7 +176,7 @@ def clean_up(graph: Graph) -> tuple[Graph, CleanupReport]:
             seen[key] = node
         nodes.append(node)
         producer.update((o, node) for o in node.outputs)
-    result = _rebuilt(graph, nodes, alias) if steps else graph.pruned()
+    result = _rebuilt(graph, nodes, alias, new_types) if steps else graph.pruned()
     dead = (len(nodes) - len(result)) + (len(graph.weights) - steps["tied-weights"] - len(result.weights))  # nodes and weights
     if dead:
         steps["dead-code"] += dead
@@ -176,6 +192,8 @@ def may_clean_up(graph: Graph, nodes: Iterable[Node]) -> bool:
         if node.op.name in _NOT_MERGED or not node.inputs:
             continue
         if _identity_of(node, graph) is not None:
+            return True
+        if node.op.name == "concat" and _gathered_whole(node, {v: graph.producer(v) for v in node.inputs}, graph) is not None:
             return True
         chained = node.op.name in ("transpose", "reshape")
         producer = graph.producer(node.inputs[0])
@@ -246,6 +264,38 @@ def _shortened(node: Node, producer: Mapping[str, Node], steps: Counter) -> Node
     return replace(node, params=params, inputs=inner.inputs)
 
 
+def _gathered_whole(node: Node, producer: Mapping[str, Node | None], graph: Graph) -> tuple[Node, ...] | None:
+    """For ``concat(gather(x, 0, axis=a), ..., gather(x, n-1, axis=a), axis=c)`` with n = x's size along a (scalar
+    constant indices, in order): the transpose that moves axis a before the concatenation's axis and the reshape that
+    merges the two, writing the concatenation's output; None for any other node."""
+    if node.op.name != "concat" or len(node.inputs) < 2:
+        return None
+    gathers = [producer.get(v) for v in node.inputs]
+    first = gathers[0]
+    if first is None or first.op.name != "gather":
+        return None
+    x, axis = first.inputs[0], first.params["axis"]
+    shape = graph.type(x).shape
+    if len(gathers) != shape[axis] or type(shape[axis]) is not int:
+        return None
+    for i, g in enumerate(gathers):
+        if g is None or g.op is not first.op or g.inputs[0] != x or g.params["axis"] != axis:
+            return None
+        index = graph.weights.get(g.inputs[1])
+        if index is None or index.ndim != 0 or index.dtype.kind not in "iu" or int(index) != i:
+            return None
+    joined = node.params["axis"]
+    kept = [k for k in range(len(shape)) if k != axis]  # x's axes in a slice's order
+    perm = kept[:joined] + [axis] + kept[joined:]
+    out = node.outputs[0]
+    target = tuple(graph.type(out).shape)
+    if perm == list(range(len(shape))):
+        return (Node(get_op("reshape"), Params({"shape": target}), (x,), (out,), node.name),)
+    moved = f"{out}/transposed"
+    return (Node(get_op("transpose"), Params({"perm": tuple(perm)}), (x,), (moved,), f"{node.name}/transpose"),
+            Node(get_op("reshape"), Params({"shape": target}), (moved,), (out,), node.name))
+
+
 def _identity_of(node: Node, graph: Graph) -> str | None:
     """The value a node returns unchanged: a transpose by the identity, a reshape to the input's own shape,
     an addition of zeros or a product with ones."""
@@ -284,7 +334,7 @@ def _neutral_operand(node: Node, graph: Graph) -> str | None:
     return None
 
 
-def _rebuilt(graph: Graph, nodes: list[Node], alias: Mapping[str, str]) -> Graph:
+def _rebuilt(graph: Graph, nodes: list[Node], alias: Mapping[str, str], new_types: Mapping[str, TensorType]) -> Graph:
     """The graph over the kept nodes, its outputs (and the values its symbols are read from) renamed through ``alias``."""
 
     def resolved(value: str) -> str:
@@ -296,6 +346,6 @@ def _rebuilt(graph: Graph, nodes: list[Node], alias: Mapping[str, str]) -> Graph
     meta = graph.meta
     if meta.symbol_sources:
         meta = replace(meta, symbol_sources=tuple((s, resolved(v), axis) for s, v, axis in meta.symbol_sources))
-    types = dict(graph.types)
+    types = {**graph.types, **new_types}
     weights = {k: v for k, v in graph.weights.items() if k not in alias}
     return Graph(graph.inputs, weights, nodes, outputs, types, meta).pruned()

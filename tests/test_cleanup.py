@@ -388,3 +388,37 @@ def test_a_pytorch_transformer_decoder_projects_its_memory_once_and_keeps_its_sy
     for batch in (1, 3):
         feeds = {"tgt": rng.standard_normal((batch, 8, 32)).astype(np.float32), "memory": rng.standard_normal((batch, 12, 32)).astype(np.float32)}
         np.testing.assert_allclose(run_ort(out, feeds)[0], run_ort(model, feeds)[0], rtol=1e-5, atol=1e-5)
+
+
+def _gathers_model(gather_axis: int, concat_axis: int, indices=(0, 1, 2), scalar: bool = True) -> onnx.ModelProto:
+    """concat(gather(x, i, axis=gather_axis) for i in indices, axis=concat_axis) over x of shape [batch, 3, 3]."""
+    shape = "" if scalar else "[1]"
+    consts = "\n".join(f"i{k} = Constant <value: tensor = int64{shape} {{{i}}}> ()" for k, i in enumerate(indices))
+    gathers = "\n".join(f"g{k} = Gather <axis: int = {gather_axis}> (x, i{k})" for k in range(len(indices)))
+    parts = ", ".join(f"g{k}" for k in range(len(indices)))
+    return model_from_text(f"""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, 3, 3] x) => (float[?, ?] y) {{
+            {consts}
+            {gathers}
+            c = Concat <axis: int = {concat_axis}> ({parts})
+            y = Relu(c)
+        }}""")
+
+
+@pytest.mark.parametrize("gather_axis", [1, 2])
+@pytest.mark.parametrize("concat_axis", [0, 1])
+def test_a_concatenation_of_every_slice_is_a_transpose_and_reshape_at_every_batch(gather_axis, concat_axis):
+    model = _gathers_model(gather_axis, concat_axis)
+    _, cleaned, report, out = _cleaned(model)
+    assert report.steps["gathered-slices"] == 1 and "gather" not in cleaned.op_histogram() and "concat" not in cleaned.op_histogram()
+    for batch in (1, 2, 5):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 3)).astype(np.float32)
+        np.testing.assert_array_equal(run_ort(out, {"x": x})[0], run_ort(model, {"x": x})[0])
+
+
+@pytest.mark.parametrize("indices, scalar", [((1, 0, 2), True), ((0, 1), True), ((0, 1, 2), False)],
+                         ids=["out-of-order", "not-every-slice", "rank-1-indices"])
+def test_slices_that_are_not_the_whole_in_order_are_left_alone(indices, scalar):
+    _, cleaned, report, _ = _cleaned(_gathers_model(1, 0, indices, scalar))
+    assert "gathered-slices" not in report.steps and "concat" in cleaned.op_histogram()
