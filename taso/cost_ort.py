@@ -77,7 +77,8 @@ def cpu_name() -> str:
 
 def fingerprint(threads: int = 1) -> str:
     """The cache table of this machine, ONNX Runtime build and thread count."""
-    return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}|ENABLE_ALL|profiled"
+    spinning = "|no-spinning" if threads > 1 else ""  # see taso.timing.session_options
+    return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}{spinning}|ENABLE_ALL|profiled"
 
 
 class OrtCpuCost(CostModel):

@@ -50,13 +50,21 @@ class TimingError(TasoError):
 
 
 def session_options(threads: int, optimize: bool = True) -> ort.SessionOptions:
-    """The deployment's options: ``threads`` intra-op threads, one inter-op thread, sequential, ENABLE_ALL (or none)."""
+    """The deployment's options: ``threads`` intra-op threads, one inter-op thread, sequential, ENABLE_ALL (or none).
+
+    With more than one thread, the workers do not spin between operators. Spinning workers keep
+    their cores busy after a run: timed side by side, one model measured against itself on a
+    2-core machine ranged 0.44x-2.24x (median 0.57x) with spinning and 0.86x-1.28x without
+    (``benchmarks/bench_spinning.py``), and a decision between two graphs needs the second.
+    """
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3
+    if threads > 1:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options
 
 

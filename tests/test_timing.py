@@ -130,3 +130,14 @@ def test_a_candidate_that_may_pay_gets_every_round():
     noisy = _series([[1.0] * 7, [0.97, 1.0, 0.97, 1.0, 0.97, 1.0, 0.97]])  # ratios 1.03 and 1.00 around 1.02
     assert [len(s) for s in interleaved_samples(noisy, 7, nothing_pays(1.02))] == [7, 7]
     assert [len(s) for s in interleaved_samples(_series([[1.0] * 7, [1.5] * 7]), 7)] == [7, 7], "no rule: every round"
+
+
+def test_sessions_with_several_threads_do_not_spin_and_their_costs_are_cached_apart():
+    """Spinning workers of one session land in the next interleaved measurement (benchmarks/bench_spinning.py)."""
+    from taso.cost_ort import fingerprint
+    from taso.timing import session_options
+
+    assert session_options(2).get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    with pytest.raises(RuntimeError, match="does not have configuration"):
+        session_options(1).get_session_config_entry("session.intra_op.allow_spinning")  # one thread: ONNX Runtime's default
+    assert "|no-spinning|" in fingerprint(2) and "spinning" not in fingerprint(1)
