@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import os
+from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
@@ -44,18 +45,19 @@ class Site:
 
 
 @dataclass(frozen=True)
-class Family:
+class Family(ABC):
     """A k-ary rule schema and the linear-time finder of its groups."""
 
     name: str
     doc: str
 
+    @abstractmethod
     def rule(self, k: int) -> Rule:
-        raise NotImplementedError
+        """The family's rule at arity k: per-site names suffixed with the site's number (x0, x1, ...)."""
 
+    @abstractmethod
     def groups(self, graph: Graph) -> Iterator[tuple[dict[str, str], list[Site]]]:
-        """(shared bindings, sites) per candidate group, sites in topological order (not yet checked independent)."""
-        raise NotImplementedError
+        """(shared bindings, sites) per candidate group (not yet ordered, nor checked independent)."""
 
 
 @dataclass(frozen=True)

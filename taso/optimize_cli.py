@@ -39,6 +39,8 @@ def add_parser(sub) -> None:
     p.add_argument("--static", action="store_true", help="freeze every symbolic dim at its measurement size: the output runs at that size only")
     p.add_argument("--inputs", metavar="FILE.npz", help="also check the optimized model on these inputs")
     p.add_argument("--report", metavar="FILE.json", help="write the search report as JSON")
+    p.add_argument("--no-groups", action="store_true",
+                   help="no group merges (k products sharing a weight merged in one proved step; taso info lists them): the library's rules only")
     p.add_argument("--no-confirm", action="store_true",
                    help="keep the search's result even if the whole model is not measurably faster on ONNX Runtime (measured ort-cpu and ort-cpu-region costs only)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"taso: {len(source.graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
         if source.graph.meta.sizes:
             say(f"taso: symbolic dims kept; costs measured at {', '.join(f'{k}={v}' for k, v in source.graph.meta.sizes)}")
-        outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit), args.threads,
+        outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit, groups=not args.no_groups), args.threads,
                                  confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress.search_progress, clock=clock)
     for note in outcome.notes:  # even with --quiet: they say why a candidate was not kept
         print(f"taso: note: {note}", file=sys.stderr)

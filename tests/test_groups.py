@@ -167,3 +167,10 @@ def test_taso_info_lists_each_group_family_with_its_proved_arities(capsys):
     for family in FAMILIES:
         assert f"  {family.name}: {family.doc}  [Z3, k = {MIN_GROUP}..{MAX_GROUP}]" in text
     assert "k=64: " in text and "matmul-concat-rows-64" in text
+
+
+def test_no_groups_leaves_a_cell_loop_to_the_library_rules(tmp_path):
+    out, report = tmp_path / "out.onnx", tmp_path / "report.json"
+    path = os.path.join(DATA, "lstm_cell_loop.torchscript.onnx")
+    assert main(["optimize", path, "-o", str(out), "--cost", "analytic", "--time-limit", "3", "--quiet", "--no-groups", "--report", str(report)]) == 0
+    assert not any(name.startswith("shared-weight-rows") for name in json.loads(report.read_text())["applied"])
