@@ -340,15 +340,30 @@ def _all_options(graph: Graph, compiled: Sequence[CompiledRule], pricer: _Pricer
     return options
 
 
-def _group_options(graph: Graph, groups: Groups, options: list[_Option], pricer: _Pricer) -> list[_Option]:
-    """The group merges that ``options`` (inherited from the parent) does not hold yet, priced."""
+def _group_options(graph: Graph, groups: Groups, options: list[_Option], pricer: _Pricer, clean: bool) -> list[_Option]:
+    """The group merges that ``options`` (inherited from the parent) does not hold yet, priced.
+
+    With ``clean``, a merge is priced as it will be built: cleaned up (a merged cell's per-step inputs, gathered
+    and concatenated, become one transpose). Priced raw, the 64 gathers it removes after the fact were still
+    counted, and on small cells the merge looked like no gain and was never expanded. Group merges are a few
+    per graph, so building each one costs little.
+    """
     seen = {(o.label, o.removed_ids) for o, _ in options}
     found = []
     for group in groups.merges:
         plan = plan_match(graph, group.match)
-        if plan is not None and (plan.label, plan.removed_ids) not in seen:
-            seen.add((plan.label, plan.removed_ids))
-            found.append((plan, pricer.delta(graph, plan)))
+        if plan is None or (plan.label, plan.removed_ids) in seen:
+            continue
+        seen.add((plan.label, plan.removed_ids))
+        if clean:
+            built = plan.materialize()
+            if built is None:
+                continue
+            if may_clean_up(built, plan.added):
+                cleaned = clean_up(built)[0]
+                if cleaned is not built:
+                    plan = _with_clean_up(plan, cleaned, plan.label)
+        found.append((plan, pricer.delta(graph, plan)))
     return found
 
 
@@ -356,7 +371,7 @@ def _touches(plan: Plan, values: set[str]) -> bool:
     return any(v in values for n in plan.removed for v in (*n.inputs, *n.outputs))
 
 
-def _with_clean_up(plan: Plan, cleaned: Graph) -> Plan:
+def _with_clean_up(plan: Plan, cleaned: Graph, label: str = CLEAN_UP) -> Plan:
     """The plan and the clean-up after it as one rewrite of the plan's parent, so that the cleaned graph
     inherits its parent's rewrites as any child does (rematching only through the nodes they changed)."""
     kept = {id(n) for n in cleaned.nodes}
@@ -364,7 +379,7 @@ def _with_clean_up(plan: Plan, cleaned: Graph) -> Plan:
     removed = tuple(n for n in plan.parent.nodes if id(n) not in kept)
     added = tuple(n for n in cleaned.topological_order() if id(n) not in before)
     outputs = None if cleaned.outputs == plan.parent.outputs else cleaned.outputs
-    return Plan(plan.parent, removed, added, outputs, {o: cleaned.type(o) for n in added for o in n.outputs}, CLEAN_UP)
+    return Plan(plan.parent, removed, added, outputs, {o: cleaned.type(o) for n in added for o in n.outputs}, label)
 
 
 def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], seeds: _SeedIndex, compiled, pricer: _Pricer,
@@ -481,7 +496,7 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
         else:
             options = _inherited_options(current, entry, parent_options, rule_index.seeds, rule_index.compiled, pricer, start + config.time_limit,
                                          found.apart)
-        options += _group_options(current, found, options, pricer)
+        options += _group_options(current, found, options, pricer, config.clean_up)
         options_of[id(current)] = options
         rewriting = time.perf_counter() - started
         accepted = 0
