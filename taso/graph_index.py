@@ -57,6 +57,23 @@ class GraphIndex:
             index.setdefault(node.op.name, []).append(node)
         return index
 
+    @cached_property
+    def _fed_by(self) -> dict[tuple[str, int, str], frozenset[int]]:
+        """(op, input position, op of that input's producer) -> ids of the nodes of that op so fed."""
+        producer = {out: node.op.name for node in self._nodes for out in node.outputs}
+        index: dict[tuple[str, int, str], set[int]] = {}
+        for node in self._nodes:
+            for position, value in enumerate(node.inputs):
+                made_by = producer.get(value)
+                if made_by is not None:
+                    index.setdefault((node.op.name, position, made_by), set()).add(id(node))
+        return {key: frozenset(ids) for key, ids in index.items()}
+
+    def fed_by(self, op_name: str, position: int, producer_op: str) -> frozenset[int]:
+        """Ids of the nodes applying ``op_name`` whose input ``position`` a ``producer_op`` node computes: where a
+        pattern whose root reads such a node's output can anchor (one set lookup per node instead of a match attempt)."""
+        return self._fed_by.get((op_name, position, producer_op), frozenset())
+
     def nodes_of(self, op_name: str) -> list[Node]:
         """The nodes applying one operator (where the matcher anchors)."""
         return self._by_op.get(op_name, [])

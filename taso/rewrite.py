@@ -69,6 +69,9 @@ class CompiledRule:
         self.target_params = [_node_params(rn) for rn in rule.target]
         self.interior = {v for rn in rule.source for v in rn.outputs}
         self.anchor_op = self.nodes[self.order[0]].op_name
+        # Where the anchor reads a value another pattern node computes: (input position, that node's op).
+        anchor = self.nodes[self.order[0]]
+        self.anchor_feeds = tuple((i, self.producer[v].op_name) for i, v in enumerate(anchor.inputs) if v in self.producer)
         # What a graph must contain for a match to be possible: checked in O(pattern size).
         self.requirements = tuple({(n.op_name, n.literal) for n in nodes})
         self.connected = _walk(nodes, 0)[1]
@@ -168,6 +171,19 @@ def _candidates(graph: Graph, crule: CompiledRule, p: _PatternNode, values: dict
     return graph.index.nodes_of(p.op_name)
 
 
+def _anchors(graph: Graph, crule: CompiledRule, p: _PatternNode) -> list[Node]:
+    """The nodes the first pattern node may be: those of its op, narrowed, when it reads another pattern node's output,
+    to the nodes whose input there (either input of a commutative op) that op computes. Same order as the op index."""
+    nodes = graph.index.nodes_of(p.op_name)
+    if not crule.anchor_feeds:
+        return nodes
+    position, producer_op = crule.anchor_feeds[0]
+    fed = graph.index.fed_by(p.op_name, position, producer_op)
+    if len(_operand_orders(p)) > 1:
+        fed = fed | graph.index.fed_by(p.op_name, 1 - position, producer_op)
+    return [n for n in nodes if id(n) in fed]
+
+
 def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | None = None, structural: bool = False,
                  apart: Mapping[int, tuple[int, int]] | None = None) -> Iterator[Match]:
     """Every match of the rule's source in the graph (each set of nodes once per binding).
@@ -196,7 +212,10 @@ def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | Non
         p = crule.nodes[order[depth]]
         used = {id(n) for n in chosen.values()}
         seen = set()
-        candidates = [seed[1]] if depth == 0 and seed is not None else _candidates(graph, crule, p, values)
+        if depth == 0:
+            candidates = [seed[1]] if seed is not None else _anchors(graph, crule, p)
+        else:
+            candidates = _candidates(graph, crule, p, values)
         for node in candidates:
             if id(node) in used or id(node) in seen or node.op.name != p.op_name or len(node.inputs) != len(p.inputs):
                 continue

@@ -112,3 +112,30 @@ def test_a_shape_expression_that_does_not_fit_the_rank_declines_the_match():
     graph = Graph({"x": TensorType((3, 16))}, {"a": _w(16), "b": _w(16, seed=1)},
                   [_n("matmul", ["x", "a"], ["p"]), _n("matmul", ["x", "b"], ["q"]), _n("add", ["p", "q"], ["out"])], ["out"])
     assert list(rewrites(graph, CompiledRule(shared_input_merge_rule()))) == []
+
+
+def test_narrowing_the_anchor_by_its_inputs_producers_finds_exactly_the_same_matches():
+    """find_matches anchors only on nodes whose input the pattern says another pattern node computes
+    (GraphIndex.fed_by): a necessary condition, so every rule finds the same matches, in the same order, as
+    anchoring on every node of the op."""
+    import os
+
+    from taso.onnx import load_onnx
+    from taso.optimize import load_rules
+    from taso.search import _RuleIndex
+
+    for name in ("lstm_cell_loop.dynamo.onnx", "gru_cell_loop.torchscript.onnx"):
+        graph = load_onnx(os.path.join(os.path.dirname(__file__), "data", "symbolic", name))
+        index = _RuleIndex(load_rules(), connected_only=False)
+        index.admit(graph)
+        narrowed = 0
+        for crule in index.compiled:
+            found = [(tuple(id(n) for n in m.nodes), tuple(sorted(m.values.items()))) for m in find_matches(graph, crule)]
+            feeds, crule.anchor_feeds = crule.anchor_feeds, ()
+            try:
+                every = [(tuple(id(n) for n in m.nodes), tuple(sorted(m.values.items()))) for m in find_matches(graph, crule)]
+            finally:
+                crule.anchor_feeds = feeds
+            assert found == every, crule.label
+            narrowed += bool(feeds)
+        assert narrowed > 100, "most rules' roots read another pattern node"
