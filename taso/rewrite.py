@@ -47,6 +47,7 @@ class CompiledRule:
         self.variables = frozenset(i.name for i in rule.inputs)
         # The proof assumed each input's rank (and element kind): a match elsewhere is outside it.
         self.input_kinds = tuple((i.name, i.type.rank, _element_kind(i.type.dtype)) for i in rule.inputs)
+        self.kind_of = {name: (rank, kind) for name, rank, kind in self.input_kinds}
         shape_params: dict[int, set[str]] = {}
         for p in rule.params:
             if p["side"] == "source":
@@ -226,7 +227,7 @@ def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | Non
                 continue
             for operands in _operand_orders(p):
                 bound = _bind(values, operands, node.inputs)
-                if bound is None:
+                if bound is None or (not structural and not _kinds_fit(graph, crule, operands, node.inputs)):
                     continue
                 bound = _bind(bound, p.outputs, node.outputs)
                 if bound is None:
@@ -236,6 +237,18 @@ def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | Non
                 del chosen[p.index]
 
     yield from extend(0, {})
+
+
+def _kinds_fit(graph: Graph, crule: CompiledRule, names: Sequence[str], graph_values: Sequence[str]) -> bool:
+    """Every rule input among ``names`` binds a value of the rank and element kind its proof assumed: checked as each
+    is bound, so a partial match outside the proof is dropped at once (it would be declined once complete)."""
+    for name, value in zip(names, graph_values):
+        wanted = crule.kind_of.get(name)
+        if wanted is not None:
+            t = graph.type(value)
+            if t.rank != wanted[0] or _element_kind(t.dtype) != wanted[1]:
+                return False
+    return True
 
 
 def _bind(values: dict, names: Sequence[str], graph_values: Sequence[str]) -> dict | None:

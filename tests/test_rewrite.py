@@ -139,3 +139,24 @@ def test_narrowing_the_anchor_by_its_inputs_producers_finds_exactly_the_same_mat
             assert found == every, crule.label
             narrowed += bool(feeds)
         assert narrowed > 100, "most rules' roots read another pattern node"
+
+
+def test_dropping_partial_matches_outside_the_proof_keeps_exactly_the_matches_not_declined():
+    """A rule input bound to a value of another rank or element kind ends the partial match at once; the matches
+    left are exactly the complete ones decline_reason accepts."""
+    import os
+
+    from taso.onnx import load_onnx
+    from taso.optimize import load_rules
+    from taso.rewrite import decline_reason
+    from taso.search import _RuleIndex
+
+    for name in ("lstm_cell_loop.dynamo.onnx", "gru_cell_loop.torchscript.onnx"):
+        graph = load_onnx(os.path.join(os.path.dirname(__file__), "data", "symbolic", name))
+        index = _RuleIndex(load_rules(), connected_only=False)
+        index.admit(graph)
+        for crule in index.compiled:
+            kept = [(tuple(id(n) for n in m.nodes), tuple(sorted(m.values.items()))) for m in find_matches(graph, crule)]
+            accepted = [(tuple(id(n) for n in m.nodes), tuple(sorted(m.values.items()))) for m in find_matches(graph, crule, structural=True)
+                        if decline_reason(graph, crule, m.nodes, m.values) is None]
+            assert kept == accepted, crule.label
