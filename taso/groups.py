@@ -125,6 +125,7 @@ FAMILIES: tuple[Family, ...] = (
     SharedWeightRows("shared-weight-rows", "k products sharing a weight -> one product over their concatenated rows, split back"),
     SharedWeightRows("shared-weight-rows-bias", "k products sharing a weight and a bias -> one product and bias over their concatenated rows, split back", bias=True),
 )
+_BY_NAME = {family.name: family for family in FAMILIES}  # a rule at arity k is named "<family>-<k>"
 
 
 class GroupLibrary:
@@ -148,18 +149,21 @@ class GroupLibrary:
     @staticmethod
     def describe(rule: Rule) -> str:
         """One line for reports: the family's doc at this arity (the rule itself is a page long)."""
-        family = next((f for f in FAMILIES if rule.name.startswith(f.name + "-") and rule.name[len(f.name) + 1:].isdigit()), None)
+        family = _BY_NAME.get(rule.name.rsplit("-", 1)[0])
         return f"{family.doc} (k={len(rule.outputs)}, proved from {len((rule.proof or {}).get('axioms', ()))} axioms)" if family else str(rule)
 
+    def proved(self, family: Family, k: int) -> Rule | None:
+        """The family's rule at arity k as the file proves it (with its proof), when the file proves exactly that rule."""
+        return self._proved.get(family.rule(k).id)
+
     def compiled(self, family: Family, k: int) -> CompiledRule | None:
-        """The family's rule at arity k, compiled, when the shipped file proves exactly that rule; else None."""
-        built = family.rule(k)
-        crule = self._compiled.get(built.id)
+        """:meth:`proved`, compiled for matching (once per rule)."""
+        rule = self.proved(family, k)
+        if rule is None:
+            return None
+        crule = self._compiled.get(rule.id)
         if crule is None:
-            proved = self._proved.get(built.id)
-            if proved is None:
-                return None
-            crule = self._compiled[built.id] = CompiledRule(proved)
+            crule = self._compiled[rule.id] = CompiledRule(rule)
         return crule
 
 

@@ -65,10 +65,10 @@ def describe_groups() -> list[dict[str, Any]]:
     for family in FAMILIES:
         proved = []
         for k in range(MIN_GROUP, MAX_GROUP + 1):
-            crule = shipped.compiled(family, k)
-            if crule is not None:
-                proof = crule.rule.proof or {}
-                proved.append({"k": k, "id": crule.rule_id, "axioms": list(proof.get("axioms", ())), "seconds": proof.get("seconds")})
+            rule = shipped.proved(family, k)
+            if rule is not None:
+                proof = rule.proof or {}
+                proved.append({"k": k, "id": rule.id, "axioms": list(proof.get("axioms", ())), "seconds": proof.get("seconds")})
         families.append({"name": family.name, "doc": family.doc, "proved": proved})
     return families
 

@@ -242,13 +242,12 @@ def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | Non
 def _kinds_fit(graph: Graph, crule: CompiledRule, names: Sequence[str], graph_values: Sequence[str]) -> bool:
     """Every rule input among ``names`` binds a value of the rank and element kind its proof assumed: checked as each
     is bound, so a partial match outside the proof is dropped at once (it would be declined once complete)."""
-    for name, value in zip(names, graph_values):
-        wanted = crule.kind_of.get(name)
-        if wanted is not None:
-            t = graph.type(value)
-            if t.rank != wanted[0] or _element_kind(t.dtype) != wanted[1]:
-                return False
-    return True
+    return all(_assumed(graph.type(value), *crule.kind_of[name]) for name, value in zip(names, graph_values) if name in crule.kind_of)
+
+
+def _assumed(t: TensorType, rank: int, kind: str) -> bool:
+    """Whether a value of type ``t`` is within what a proof assumed of an input: its rank and element kind."""
+    return t.rank == rank and _element_kind(t.dtype) == kind
 
 
 def _bind(values: dict, names: Sequence[str], graph_values: Sequence[str]) -> dict | None:
@@ -273,7 +272,7 @@ def _outside_proof(graph: Graph, crule: CompiledRule, values: dict) -> str | Non
     """Why a binding lies outside what the rule's proof assumed (an input's rank or element kind), or None."""
     for name, rank, kind in crule.input_kinds:
         t = graph.type(values[name])
-        if t.rank != rank or _element_kind(t.dtype) != kind:
+        if not _assumed(t, rank, kind):
             return f"input {name} binds {values[name]!r} of type {t}, the proof assumed rank {rank} ({kind})"
     return None
 

@@ -348,13 +348,17 @@ def _group_options(graph: Graph, groups: Groups, options: list[_Option], pricer:
     counted, and on small cells the merge looked like no gain and was never expanded. Group merges are a few
     per graph, so building each one costs little.
     """
-    seen = {(o.label, o.removed_ids) for o, _ in options}
+    labels = {group.match.rule.label for group in groups.merges}
+    held: dict[str, list[frozenset[int]]] = {}  # a held merge was cleaned up: it removes its match's nodes and more
+    for o, _ in options:
+        if o.label in labels:
+            held.setdefault(o.label, []).append(o.removed_ids)
     found = []
     for group in groups.merges:
         plan = plan_match(graph, group.match)
-        if plan is None or (plan.label, plan.removed_ids) in seen:
+        if plan is None or any(plan.removed_ids <= ids for ids in held.get(plan.label, ())):
             continue
-        seen.add((plan.label, plan.removed_ids))
+        held.setdefault(plan.label, []).append(plan.removed_ids)
         if clean:
             built = plan.materialize()
             if built is None:
