@@ -34,7 +34,7 @@ import itertools
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
 import numpy as np
 
@@ -42,8 +42,9 @@ from .fingerprint import ExactEvaluator, graph_key, tensor_fingerprint
 from .opset import Variant, build_variants
 from .pool import InputPool
 from .settings import Settings
+from .steps import OrderCode, StepTable, prefix_masks
 
-__all__ = ["OpRef", "Visitor", "GraphSpec", "Context", "Enumerator"]
+__all__ = ["OpRef", "Visitor", "GraphSpec", "Leaves", "Context", "Enumerator"]
 
 # One operator of an enumerated graph: (variant index, split sizes or (), argument tensor
 # indices). Tensor indices count the pool first, then operator outputs in creation order.
@@ -67,6 +68,36 @@ class GraphSpec:
 
     ops: tuple[OpRef, ...]
     outputs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Leaves:
+    """The graphs of ``max_ops`` operators under one parent: the parent's operators plus one step each.
+
+    Attributes:
+        ops: the parent's operators (the enumerator's own list: copy what you keep).
+        table: the step table the steps come from.
+        rows: each graph's last operator, as a row of ``table``.
+        keys: each graph's key (:func:`~taso.generator.fingerprint.graph_key`).
+        outputs: each graph's output tensor indices, sorted by fingerprint.
+    """
+
+    ops: list
+    table: StepTable
+    rows: list[int]
+    keys: list[int]
+    outputs: list[list[int]]
+
+    def last(self) -> list[OpRef]:
+        """Each graph's last operator."""
+        ops = self.table.ops
+        return [ops[row] for row in self.rows]
+
+
+def _visit_each(visit: Visitor, leaves: Leaves) -> None:
+    """Hands each graph of a batch to a one-graph visitor."""
+    for key, last, outputs in zip(leaves.keys, leaves.last(), leaves.outputs):
+        visit(key, leaves.ops, last, outputs)
 
 
 @dataclass(frozen=True)
@@ -132,6 +163,14 @@ class Enumerator:
         self._used_stack: list[int] = []
         self._max_arity = max((v.arity for v in self.variants), default=0)
         self._gap_memo: dict[int, int] = {}
+        # Step tables (see :mod:`~taso.generator.steps`), one per kind of graph, and what filters them.
+        self._tables: dict[tuple, StepTable] = {}
+        largest_dim = max((max(c.shape, default=1) for c in self.pool.classes), default=1)
+        self._order_code = OrderCode(len(self.variants), n + 4 * settings.max_ops + 1, (settings.max_ops + 1) * largest_dim + 1,
+                                     self._max_arity)
+        self._class_starts = sum(1 << start for start, _ in self.pool.class_spans)
+        self._leaf_memo: dict[tuple, tuple[int, ...]] = {}
+        self._leaf_memo_limit = cache_limit
 
     @cached_property
     def context(self) -> Context:
@@ -173,7 +212,7 @@ class Enumerator:
             shapes = self._pool_shape_memo[rule] = frozenset(self.shapes[t] for t in range(len(self.pool)) if rule.accepts(self.roles[t], True))
         return shapes
 
-    def steps(self) -> Iterator[tuple[Variant, tuple, tuple, object, tuple]]:
+    def steps(self, prefilter: bool = True) -> Iterator[tuple[Variant, tuple, tuple, object, tuple]]:
         """Every operator application the policies allow on the current graph.
 
         Two cheap filters run before the exact checks of :meth:`admissible`: pool tensors
@@ -181,12 +220,16 @@ class Enumerator:
         skipped, and so are steps that cannot keep the canonical order by their variant
         alone (see :meth:`_must_read`).
 
+        Args:
+            prefilter: apply those two filters; without them the steps depend only on the
+                shapes and roles of the tensors present (what a :class:`StepTable` lists).
+
         Yields:
             (variant, split sizes, argument tensor indices, params, output shapes).
         """
         n_pool, roles, by_shape = len(self.pool), self.roles, self.by_shape
-        reachable = self._reachable_pool()
-        must_read = self._must_read()
+        reachable = self._reachable_pool() if prefilter else range(n_pool)
+        must_read = self._must_read() if prefilter else lambda vi: None
         lists: dict[tuple, list[int]] = {}
 
         def candidates(shape, rule) -> list[int]:
@@ -357,17 +400,22 @@ class Enumerator:
         assert used is not None and outs is not None, "not a root operator"
         self.push(v, sizes, args, outs, out_shapes, used)
 
-    def walk(self, root: OpRef, visit: Visitor) -> None:
+    def walk(self, root: OpRef, visit: Visitor, leaves: Callable[[Leaves], None] | None = None) -> None:
         """Enumerates every graph whose first operator is ``root``.
 
         Args:
             root: a first operator from :meth:`roots`.
             visit: called once per graph whose inputs form prefixes (see :data:`Visitor`).
+            leaves: when given, called instead of ``visit`` with the graphs of ``max_ops``
+                operators, a parent's at a time (nearly all graphs: one call per graph costs
+                more than finding it).
         """
+        if leaves is None:
+            leaves = partial(_visit_each, visit)
         self.push_root(root)
         try:
             self._record(visit)
-            self._grow(visit)
+            self._grow(visit, leaves)
         finally:
             self.pop()
 
@@ -378,41 +426,100 @@ class Enumerator:
         pairs = sorted((fps[t], t) for t in self.outputs)
         visit(graph_key([f for f, _ in pairs]), self.ops, None, [t for _, t in pairs])
 
-    def _grow(self, visit: Visitor) -> None:
+    def _grow(self, visit: Visitor, leaves: Callable[[Leaves], None]) -> None:
         if len(self.ops) >= self.settings.max_ops:  # a root alone already fills --max-ops 1
             return
         if len(self.ops) + 1 == self.settings.max_ops:
-            self._grow_last(visit)
+            self._grow_last(leaves)
             return
         # NOTE: materialised, because pushing a step changes the state the steps are drawn from.
         for v, sizes, args, _params, out_shapes, outs, used in list(self._admissible_steps()):
             self.push(v, sizes, args, outs, out_shapes, used)
             self._record(visit)
-            self._grow(visit)
+            self._grow(visit, leaves)
             self.pop()
 
-    def _grow_last(self, visit: Visitor) -> None:
-        """The last level, which holds nearly all graphs: each is visited without being pushed.
+    def _table(self) -> StepTable:
+        """The step table of the current kind of graph: its operator outputs' shapes and roles, and its concat boundaries.
+
+        The pool is the same in every graph, so these decide every step :meth:`steps` lists
+        without its prefilters, and in which order (for splits, the order ``by_shape`` first
+        saw the shapes, which never changes once seen).
+        """
+        n_pool = len(self.pool)
+        kind = (tuple(zip(self.shapes[n_pool:], self.roles[n_pool:])), tuple(sorted(set(self.boundaries))))
+        table = self._tables.get(kind)
+        if table is None:
+            table = self._tables[kind] = StepTable.build(list(self.steps(prefilter=False)), n_pool, self._max_arity, self._order_code)
+        return table
+
+    def _suffix_max(self) -> np.ndarray:
+        """``[j]``: the largest order code among operators j, j+1, ... (-1 past the last one)."""
+        codes = [self._order_code(op) for op in self.ops]
+        suffix = [-1] * (len(codes) + 1)
+        for j in range(len(codes) - 1, -1, -1):
+            suffix[j] = max(suffix[j + 1], codes[j])
+        return np.array(suffix, dtype=np.int64)
+
+    def _last_rows(self, table: StepTable) -> list[int]:
+        """The rows of ``table`` that :meth:`admissible` accepts as the last operator and that read every unread constant.
+
+        No gap budget is left at the last operator, so a step that reads a new pool tensor
+        must leave the tensors read forming prefixes of their classes.
+        """
+        n_pool = len(self.pool)
+        producer = np.array(self.producer + [-1], dtype=np.int64)
+        keep = table.in_order(producer, self._suffix_max())
+        used = table.pool_mask | self.used
+        # NOTE: as in admissible, a step that reads no new pool tensor is not held to the gaps its parent left.
+        keep &= (used == self.used) | prefix_masks(used, self._class_starts)
+        keep &= table.arity > 0
+        unread = sum(1 << (t - n_pool) for t in self.outputs if self.constant[t])
+        if unread:
+            keep &= table.output_mask & unread == unread
+        return np.flatnonzero(keep).tolist()
+
+    def _leaf_outputs(self, v: Variant, sizes: tuple, args: tuple, params) -> tuple[int, ...]:
+        """The fingerprints of a last operator's outputs, memoised without their arrays (a leaf is never grown)."""
+        fps = self.fps
+        memo_key = (v.index, sizes, *[fps[t] for t in args])
+        outs = self._leaf_memo.get(memo_key)
+        if outs is None:
+            outs = tuple(f for f, _ in self.evaluator.apply(v, sizes, params, [fps[t] for t in args], [self.arrays[t] for t in args]))
+            if len(self._leaf_memo) >= self._leaf_memo_limit:
+                self._leaf_memo.clear()
+            if self._leaf_memo_limit:
+                self._leaf_memo[memo_key] = outs
+        return outs
+
+    def _grow_last(self, leaves: Callable[[Leaves], None]) -> None:
+        """The last level, which holds nearly all graphs: each is found without being pushed, a parent's at once.
 
         No gap budget is left at this level, so every admissible step gives a recorded graph
         unless it leaves a constant unread (see :meth:`_record`).
         """
-        fps, outputs, n = self.fps, self.outputs, len(self.fps)
-        admissible, evaluate = self.admissible, self.evaluate
-        unread = [t for t in outputs if self.constant[t]]
-        for v, sizes, args, params, _out_shapes in self.steps():
-            if not args or any(t not in args for t in unread):
+        table = self._table()
+        fps, fpset, n = self.fps, self.fpset, len(self.fps)
+        n_pool = len(self.pool)
+        # The outputs left after a step reads some of them, by the bits of those it reads.
+        left: dict[int, list[tuple[int, int]]] = {}
+        rows, keys, outputs = [], [], []
+        for row in self._last_rows(table):
+            v, sizes, args, params, _ = table.steps[row]
+            outs = self._leaf_outputs(v, sizes, args, params)
+            if any(f in fpset for f in outs) or (len(outs) > 1 and len(set(outs)) < len(outs)):
                 continue
-            op = (v.index, sizes, args)
-            if admissible(op) is None:
-                continue
-            outs = evaluate(v, sizes, args, params)
-            if outs is None:
-                continue
-            pairs = [(fps[t], t) for t in outputs if t not in args]
-            pairs.extend((f, n + i) for i, (f, _) in enumerate(outs))
+            read = int(table.output_mask[row])
+            pairs = left.get(read)
+            if pairs is None:
+                pairs = left[read] = [(fps[t], t) for t in self.outputs if not read >> (t - n_pool) & 1]
+            pairs = pairs + [(f, n + i) for i, f in enumerate(outs)]
             pairs.sort()
-            visit(graph_key([f for f, _ in pairs]), self.ops, op, [t for _, t in pairs])
+            rows.append(row)
+            keys.append(hash(tuple([f for f, _ in pairs])))
+            outputs.append([t for _, t in pairs])
+        if rows:
+            leaves(Leaves(self.ops, table, rows, keys, outputs))
 
 
 def _shape_tuples(signature: tuple, per_position: list[tuple], commutative: bool) -> Iterator[tuple]:
