@@ -25,8 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .enumerate import Context, Enumerator, GraphSpec, OpRef
+from .enumerate import Context, Enumerator, GraphSpec, Leaves, OpRef
 from .settings import Settings
+from .steps import StepTable
 
 __all__ = ["KEEP_GRAPHS_MAX_OPS", "Packer", "KeyPass", "Workers", "shared_graphs", "current_context", "current_settings"]
 
@@ -55,6 +56,8 @@ class Packer:
         self.dtype = np.int8 if largest < 127 else np.int16
         self._struct = struct.Struct(f"<{self.width}{'b' if self.dtype == np.int8 else 'h'}")
         self._codes: dict[OpRef, tuple[int, ...]] = {}
+        self._tables: dict[StepTable, np.ndarray] = {}
+        self._little = np.dtype(self.dtype).newbyteorder("<")
         # Padding after a row of n values: up to the outputs, then to the end.
         ops_end = self.slot * max_ops
         self._pad = {n: (-1,) * ((ops_end if n <= ops_end else self.width) - n) for n in range(self.width + 1)}
@@ -75,6 +78,24 @@ class Packer:
         row.extend(outputs)
         row.extend(self._pad[len(row)])
         return self._struct.pack(*row)
+
+    def pack_leaves(self, leaves: Leaves) -> bytes:
+        """The rows of a batch of last-level graphs, as :meth:`pack` would write them one by one, built as one array."""
+        rows = np.full((len(leaves.rows), self.width), -1, dtype=self.dtype)
+        prefix = [x for op in leaves.ops for x in self._encode(op)]
+        ops_end = len(prefix) + self.slot
+        rows[:, : len(prefix)] = prefix
+        rows[:, len(prefix) : ops_end] = self._table_codes(leaves.table)[leaves.rows]
+        room = self.width - ops_end
+        rows[:, ops_end:] = [outputs + [-1] * (room - len(outputs)) for outputs in leaves.outputs]
+        return rows.astype(self._little, copy=False).tobytes()
+
+    def _table_codes(self, table: StepTable) -> np.ndarray:
+        """Every row's operator slot for a step table (tables are few and kept, so this is memoised)."""
+        codes = self._tables.get(table)
+        if codes is None:
+            codes = self._tables[table] = np.array([self._encode(op) for op in table.ops], dtype=self.dtype).reshape(len(table), self.slot)
+        return codes
 
     def unpack(self, row: np.ndarray) -> GraphSpec:
         values = [int(x) for x in row]
@@ -97,12 +118,14 @@ class KeyPass:
 
 
 _WORKER: Enumerator | None = None
+_PACKER: Packer | None = None  # the worker's packer, kept for its memo of step table codes
 _WANTED: tuple[str, frozenset[int]] = ("", frozenset())
 
 
 def _init_worker(settings: Settings) -> None:
-    global _WORKER
+    global _WORKER, _PACKER
     _WORKER = Enumerator(settings)
+    _PACKER = _packer(_WORKER)
 
 
 def current_context() -> Context:
@@ -128,7 +151,6 @@ def _keys_of_root(task: tuple[int, OpRef, bool]) -> tuple[int, array, bytes, lis
     keys = array("q")
     rows = bytearray()
     per_depth = [0] * (_WORKER.settings.max_ops + 1)
-    pack = _packer(_WORKER).pack
 
     def visit(key, ops, last, outputs):
         keys.append(key)
@@ -136,7 +158,15 @@ def _keys_of_root(task: tuple[int, OpRef, bool]) -> tuple[int, array, bytes, lis
         if keep:
             rows.extend(pack(ops, last, outputs))
 
-    _WORKER.walk(root, visit)
+    def leaves(batch: Leaves):
+        keys.extend(batch.keys)
+        per_depth[len(batch.ops) + 1] += len(batch.keys)
+        if keep:
+            rows.extend(packer.pack_leaves(batch))
+
+    packer = _PACKER
+    pack = packer.pack
+    _WORKER.walk(root, visit, leaves)
     return index, keys, bytes(rows), per_depth
 
 
