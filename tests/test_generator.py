@@ -234,7 +234,7 @@ def test_class_order_pruning_loses_no_candidate(monkeypatch):
             return len(key_pass.keys), {k.form for k in dedupe_renamings(pair_graphs(graphs, workers.context))}
 
     pruned_graphs, pruned = forms()
-    monkeypatch.setattr(enumeration.Enumerator, "_gaps", lambda self, used: 0)
+    monkeypatch.setattr(enumeration.Enumerator, "inputs_in_class_order", False)
     all_graphs, everything = forms()
     assert pruned_graphs < all_graphs and pruned == everything
 
@@ -354,4 +354,4 @@ def test_enumerating_only_the_possible_shapes_visits_the_same_graphs():
         for root in enumerator.roots()[::40]:
             enumerator.walk(root, lambda key, ops, last, outputs: visited.append((key, tuple(ops), last)))
         keys[prefilter] = visited
-    assert keys[True] == keys[False] and len(keys[True]) > 1000
+    assert keys[True] == keys[False] and len(keys[True]) > 500
