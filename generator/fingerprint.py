@@ -56,6 +56,7 @@ class ExactEvaluator:
     def __init__(self, limit: int = 200_000):
         self._cache: dict[tuple, list[tuple[int, np.ndarray]]] = {}
         self._limit = limit
+        self._linear: dict[Params, Params] = {}
         self.evaluations = 0
 
     def apply(self, variant, sizes: tuple[int, ...], params: Params, fingerprints: Sequence[int],
@@ -71,6 +72,13 @@ class ExactEvaluator:
         """
         return self._apply(variant.op, params, tuple(fingerprints), arrays)
 
+    def _linear_params(self, params: Params) -> Params:
+        """``params`` without the fused activation, memoised: building a Params costs more than the lookup it serves."""
+        linear = self._linear.get(params)
+        if linear is None:
+            linear = self._linear[params] = params.replace(activation="none")
+        return linear
+
     def _apply(self, op, params: Params, fingerprints: tuple, arrays) -> list[tuple[int, np.ndarray]]:
         key = (op.name, params, fingerprints)
         hit = self._cache.get(key)
@@ -80,7 +88,7 @@ class ExactEvaluator:
                 self.evaluations += 1
                 outs = op.evaluate_exact(list(arrays), params)
             else:
-                (_, linear), = self._apply(op, params.replace(activation="none"), fingerprints, arrays)
+                (_, linear), = self._apply(op, self._linear_params(params), fingerprints, arrays)
                 outs = registry.get(activation).evaluate_exact([linear], _NO_PARAMS)
             hit = [(tensor_fingerprint(o), o) for o in outs]
             if len(self._cache) >= self._limit:
