@@ -42,9 +42,10 @@ from .fingerprint import ExactEvaluator, graph_key, tensor_fingerprint
 from .opset import Variant, build_variants
 from .pool import InputPool
 from .settings import Settings
+from .leaves import LeafEvaluations, Leaves, Parent
 from .steps import OrderCode, StepTable, prefix_masks
 
-__all__ = ["OpRef", "Visitor", "GraphSpec", "Leaves", "Context", "Enumerator"]
+__all__ = ["OpRef", "Visitor", "GraphSpec", "Leaves", "Context", "Enumerator"]  # Leaves: from .leaves
 
 # One operator of an enumerated graph: (variant index, split sizes or (), argument tensor
 # indices). Tensor indices count the pool first, then operator outputs in creation order.
@@ -68,36 +69,6 @@ class GraphSpec:
 
     ops: tuple[OpRef, ...]
     outputs: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Leaves:
-    """The graphs of ``max_ops`` operators under one parent: the parent's operators plus one step each.
-
-    Attributes:
-        ops: the parent's operators (the enumerator's own list: copy what you keep).
-        table: the step table the steps come from.
-        rows: each graph's last operator, as a row of ``table``.
-        keys: each graph's key (:func:`~taso.generator.fingerprint.graph_key`).
-        outputs: each graph's output tensor indices, sorted by fingerprint.
-    """
-
-    ops: list
-    table: StepTable
-    rows: list[int]
-    keys: list[int]
-    outputs: list[list[int]]
-
-    def last(self) -> list[OpRef]:
-        """Each graph's last operator."""
-        ops = self.table.ops
-        return [ops[row] for row in self.rows]
-
-
-def _visit_each(visit: Visitor, leaves: Leaves) -> None:
-    """Hands each graph of a batch to a one-graph visitor."""
-    for key, last, outputs in zip(leaves.keys, leaves.last(), leaves.outputs):
-        visit(key, leaves.ops, last, outputs)
 
 
 @dataclass(frozen=True)
@@ -158,6 +129,7 @@ class Enumerator:
         for t, shape in enumerate(self.shapes):
             self.by_shape.setdefault(shape, []).append(t)
         self.fpset: set[int] = set(self.fps)
+        self._pool_fps = frozenset(self.fps)
         # Per-operator state.
         self.ops: list[OpRef] = []
         self.boundaries: list[tuple[int, int]] = []
@@ -437,6 +409,9 @@ class Enumerator:
         if len(self.ops) + 1 == self.settings.max_ops:
             self._grow_last(leaves)
             return
+        if len(self.ops) + 2 == self.settings.max_ops:
+            self._grow_parents(visit, leaves)
+            return
         # NOTE: materialised, because pushing a step changes the state the steps are drawn from.
         for v, sizes, args, _params, out_shapes, outs, used in list(self._admissible_steps()):
             self.push(v, sizes, args, outs, out_shapes, used)
@@ -484,43 +459,56 @@ class Enumerator:
             keep &= table.output_mask & unread == unread
         return np.flatnonzero(keep).tolist()
 
-    def _leaf_outputs(self, v: Variant, sizes: tuple, args: tuple, params) -> tuple[int, ...]:
-        """The fingerprints of a last operator's outputs, memoised without their arrays (a leaf is never grown)."""
-        fps = self.fps
-        memo_key = (v.index, sizes, *[fps[t] for t in args])
-        outs = self._leaf_memo.get(memo_key)
-        if outs is None:
-            outs = tuple(f for f, _ in self.evaluator.apply(v, sizes, params, [fps[t] for t in args], [self.arrays[t] for t in args]))
-            if len(self._leaf_memo) >= self._leaf_memo_limit:
-                self._leaf_memo.clear()
-            if self._leaf_memo_limit:
-                self._leaf_memo[memo_key] = outs
-        return outs
+    def _parent(self, evaluations: LeafEvaluations) -> Parent:
+        """The current graph as a parent of leaves, its steps' evaluations requested."""
+        table, fps, arrays = self._table(), self.fps, self.arrays
+        rows = self._last_rows(table)
+        requests = []
+        for row in rows:
+            v, sizes, args, params, _ = table.steps[row]
+            requests.append(evaluations.request(v, sizes, params, [fps[t] for t in args], [arrays[t] for t in args]))
+        n_pool = len(self.pool)
+        return Parent(list(self.ops), table, rows, requests, [(fps[t], t) for t in self.outputs], frozenset(fps[n_pool:]), len(fps), n_pool)
+
+    def _evaluations(self) -> LeafEvaluations:
+        return LeafEvaluations(self.evaluator, self._leaf_memo, self._leaf_memo_limit)
 
     def _grow_last(self, leaves: Callable[[Leaves], None]) -> None:
-        """The last level, which holds nearly all graphs: each is found without being pushed, a parent's at once."""
-        table = self._table()
-        fps, fpset, n = self.fps, self.fpset, len(self.fps)
-        n_pool = len(self.pool)
-        # The outputs left after a step reads some of them, by the bits of those it reads.
-        left: dict[int, list[tuple[int, int]]] = {}
-        rows, keys, outputs = [], [], []
-        for row in self._last_rows(table):
-            v, sizes, args, params, _ = table.steps[row]
-            outs = self._leaf_outputs(v, sizes, args, params)
-            if any(f in fpset for f in outs) or (len(outs) > 1 and len(set(outs)) < len(outs)):
-                continue
-            read = int(table.output_mask[row])
-            pairs = left.get(read)
-            if pairs is None:
-                pairs = left[read] = [(fps[t], t) for t in self.outputs if not read >> (t - n_pool) & 1]
-            pairs = pairs + [(f, n + i) for i, f in enumerate(outs)]
-            pairs.sort()
-            rows.append(row)
-            keys.append(hash(tuple([f for f, _ in pairs])))
-            outputs.append([t for _, t in pairs])
-        if rows:
-            leaves(Leaves(self.ops, table, rows, keys, outputs))
+        """The last level under one parent (see :mod:`~taso.generator.leaves`)."""
+        evaluations = self._evaluations()
+        parent = self._parent(evaluations)
+        evaluations.run()
+        found = parent.leaves(evaluations.results, self._pool_fps)
+        if found is not None:
+            leaves(found)
+
+    def _grow_parents(self, visit: Visitor, leaves: Callable[[Leaves], None]) -> None:
+        """The last two levels: each parent is recorded and its leaves found, the leaves' steps evaluated for all parents at once.
+
+        Visits come in the order of the one-by-one enumeration: each parent, then its leaves.
+        """
+        evaluations = self._evaluations()
+        found: list[tuple[list, Parent]] = []
+        # NOTE: materialised, because pushing a step changes the state the steps are drawn from.
+        for v, sizes, args, _params, out_shapes, outs, used in list(self._admissible_steps()):
+            self.push(v, sizes, args, outs, out_shapes, used)
+            records: list[tuple] = []
+            self._record(lambda key, ops, last, outputs: records.append((key, list(ops), last, list(outputs))))
+            found.append((records, self._parent(evaluations)))
+            self.pop()
+        evaluations.run()
+        for records, parent in found:
+            for record in records:
+                visit(*record)
+            batch = parent.leaves(evaluations.results, self._pool_fps)
+            if batch is not None:
+                leaves(batch)
+
+
+def _visit_each(visit: Visitor, leaves: Leaves) -> None:
+    """Hands each graph of a batch to a one-graph visitor."""
+    for key, last, outputs in zip(leaves.keys, leaves.last(), leaves.outputs):
+        visit(key, leaves.ops, last, outputs)
 
 
 def _shape_tuples(signature: tuple, per_position: list[tuple], commutative: bool) -> Iterator[tuple]:

@@ -85,6 +85,10 @@ class Variant:
         splits: the variant takes its sizes from a concat boundary of the graph.
         ranks: per argument, the ranks the policy accepts (None: any), declared beside the policy;
             the enumeration binds no shape tuple outside them (a test checks every policy refuses them).
+        batched: argument positions whose first axis the variant maps independently: evaluated
+            on these arguments of several steps concatenated along axis 0 (the others the same),
+            its outputs are theirs concatenated along axis 0. The enumeration evaluates such
+            steps together (:mod:`~taso.generator.leaves`); a test checks every declaration.
     """
 
     index: int
@@ -96,6 +100,7 @@ class Variant:
     policy: ShapePolicy
     splits: bool = False
     ranks: tuple[frozenset[int] | None, ...] | None = None  # per argument, the ranks the policy can accept (None: any)
+    batched: tuple[int, ...] = ()  # argument positions whose first axis is a batch axis (see the docstring)
 
     @property
     def arity(self) -> int:
@@ -197,6 +202,7 @@ class _Spec:
     policy: ShapePolicy
     splits: bool = False
     ranks: tuple[frozenset[int] | None, ...] | None = None
+    batched: tuple[int, ...] = ()
 
 
 def _activation_suffix(act: str) -> str:
@@ -217,7 +223,8 @@ def _size(kernel: Shape) -> str:
 
 
 def _matmul(pool, acts):
-    return [_Spec(f"matmul{_activation_suffix(a)}", "matmul", {"activation": a}, (ANY, ANY), _ranks(2, 2), ranks=_RANK_2x2) for a in acts]
+    return [_Spec(f"matmul{_activation_suffix(a)}", "matmul", {"activation": a}, (ANY, ANY), _ranks(2, 2), ranks=_RANK_2x2, batched=(0,))
+            for a in acts]
 
 
 def _conv2d(pool, acts):
@@ -230,7 +237,8 @@ def _conv2d(pool, acts):
             args = (DATA, WEIGHT, WEIGHT) if bias else (DATA, WEIGHT)
             for a in acts:
                 specs.append(_Spec(f"conv2d[{_size(kernel)}{',bias' if bias else ''}]{_activation_suffix(a)}", "conv2d",
-                                   {"pads": pads, "activation": a}, args, _conv(kernel), ranks=_RANK_CONV_BIAS if bias else _RANK_CONV))
+                                   {"pads": pads, "activation": a}, args, _conv(kernel), ranks=_RANK_CONV_BIAS if bias else _RANK_CONV,
+                                   batched=(0,)))
     return specs
 
 
@@ -242,20 +250,21 @@ def _enlarge_specs(pool, acts):
 
 def _pool2d(name: str, extra: dict):
     def specs(pool, acts):
-        return [_Spec(f"{name}[3x3]", name, {"kernel": (3, 3), "pads": (1, 1, 1, 1), **extra}, (DATA,), _ranks(4), ranks=_RANK_4)]
+        return [_Spec(f"{name}[3x3]", name, {"kernel": (3, 3), "pads": (1, 1, 1, 1), **extra}, (DATA,), _ranks(4), ranks=_RANK_4,
+                      batched=(0,))]
 
     return specs
 
 
 def _unary_activation(name: str):
-    return lambda pool, acts: [_Spec(name, name, {}, (DATA,), lambda shapes, sizes: {})]
+    return lambda pool, acts: [_Spec(name, name, {}, (DATA,), lambda shapes, sizes: {}, batched=(0,))]
 
 
 def _binary_elementwise(name: str):
     def specs(pool, acts):
         out = [_Spec(name, name, {}, (ANY, ANY), _elementwise)]
         if any(c.role == "chan" for c in pool.classes):
-            out.append(_Spec(f"{name}[channel]", name, {}, (DATA, CHAN), _channelwise, ranks=_RANK_CHANNEL))
+            out.append(_Spec(f"{name}[channel]", name, {}, (DATA, CHAN), _channelwise, ranks=_RANK_CHANNEL, batched=(0,)))
         return out
 
     return specs
@@ -270,7 +279,8 @@ def _split_specs(pool, acts):
 
 
 def _batch_norm_specs(pool, acts):
-    return [_Spec("batch_norm", "batch_norm", {}, (DATA, BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR), _batch_norm, ranks=_RANK_BATCH_NORM)]
+    return [_Spec("batch_norm", "batch_norm", {}, (DATA, BN_SCALE, BN_BIAS, BN_MEAN, BN_VAR), _batch_norm, ranks=_RANK_BATCH_NORM,
+                  batched=(0,))]
 
 
 def _bn_kernel_specs(pool, acts):
@@ -314,7 +324,7 @@ _BUILDERS: dict[str, Callable[[InputPool, Sequence[str]], list[_Spec]]] = {
     "conv2d": _conv2d,
     "add": _binary_elementwise("add"),
     "mul": _binary_elementwise("mul"),
-    "scalar_mul": lambda pool, acts: [_Spec("scalar_mul", "scalar_mul", {}, (ANY, POOL_SCALAR), lambda shapes, sizes: {})],
+    "scalar_mul": lambda pool, acts: [_Spec("scalar_mul", "scalar_mul", {}, (ANY, POOL_SCALAR), lambda shapes, sizes: {}, batched=(0,))],
     "transpose": lambda pool, acts: [_Spec("transpose", "transpose", {"perm": (1, 0)}, (ANY,), _ranks(2), ranks=(frozenset({2}),))],
     "enlarge": _enlarge_specs,
     "relu": _unary_activation("relu"),
@@ -387,5 +397,5 @@ def build_variants(op_names: Sequence[str], pool: InputPool) -> tuple[Variant, .
             raise TasoError(f"{name} has no exact (modular) semantics, so the generator cannot fingerprint it")
         for spec in _BUILDERS[name](pool, acts):
             variants.append(Variant(len(variants), spec.label, op, op.make_params(**spec.params), spec.args,
-                                    "commutative" in op.groups, spec.policy, spec.splits, spec.ranks))
+                                    "commutative" in op.groups, spec.policy, spec.splits, spec.ranks, spec.batched))
     return tuple(variants)
