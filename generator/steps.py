@@ -58,6 +58,14 @@ class OrderCode:
         if variants * self._sizes_radix * self._args_radix >= 2**62:
             raise ValueError("operator order codes do not fit in 63 bits: too many tensors or too large split sizes")
 
+    def of_table(self, variants: list[int], sizes: list[tuple], args: np.ndarray) -> np.ndarray:
+        """The codes of many operators at once: their variant indices, sizes, and arguments padded with -1."""
+        sizes_code = np.array([1 + s[0] * self._size + s[1] if s else 0 for s in sizes], dtype=np.int64)
+        args_code = np.zeros(len(args), dtype=np.int64)
+        for column in args.T:  # Horner's rule over each row's arguments; the padding adds nothing
+            args_code = np.where(column >= 0, args_code * self._tensors + column, args_code)
+        return (np.array(variants, dtype=np.int64) * self._sizes_radix + sizes_code) * self._args_radix + args_code
+
     def __call__(self, op: tuple) -> int:
         vi, sizes, args = op
         sizes_code = 1 + sizes[0] * self._size + sizes[1] if sizes else 0
@@ -96,24 +104,19 @@ class StepTable:
     def build(cls, steps: list[Step], pool_size: int, max_arity: int, code: OrderCode) -> StepTable:
         """The table of these steps (listed by the enumerator, in its order)."""
         ops = [(v.index, sizes, args) for v, sizes, args, _, _ in steps]
-        args = np.full((len(steps), max(1, max_arity)), -1, dtype=np.int64)
-        pool_mask = np.zeros(len(steps), dtype=np.int64)
-        output_mask = np.zeros(len(steps), dtype=np.int64)
-        for row, (_, _, step_args) in enumerate(ops):
-            args[row, : len(step_args)] = step_args
-            for t in step_args:
-                if t < pool_size:
-                    pool_mask[row] |= 1 << t
-                else:
-                    output_mask[row] |= 1 << (t - pool_size)
+        width = max(1, max_arity)
+        args = np.array([op[2] + (-1,) * (width - len(op[2])) for op in ops], dtype=np.int64).reshape(len(ops), width)
+        present = args >= 0
+        from_pool = present & (args < pool_size)
+        bits = np.left_shift(1, np.where(from_pool, args, np.where(present, args - pool_size, 0)))
         return cls(
             steps=steps,
             ops=ops,
-            codes=np.array([code(op) for op in ops], dtype=np.int64),
+            codes=code.of_table([op[0] for op in ops], [op[1] for op in ops], args),
             args=args,
-            arity=np.array([len(op[2]) for op in ops], dtype=np.int64),
-            pool_mask=pool_mask,
-            output_mask=output_mask,
+            arity=present.sum(axis=1),
+            pool_mask=np.bitwise_or.reduce(np.where(from_pool, bits, 0), axis=1),
+            output_mask=np.bitwise_or.reduce(np.where(present & ~from_pool, bits, 0), axis=1),
         )
 
     def __len__(self) -> int:

@@ -118,3 +118,16 @@ def test_packing_a_parents_leaves_at_once_writes_the_rows_of_packing_them_one_by
     for batch in batches:
         one_by_one = b"".join(packer.pack(batch.ops, last, outputs) for last, outputs in zip(batch.last(), batch.outputs))
         assert packer.pack_leaves(batch) == one_by_one
+
+
+def test_order_codes_of_a_table_are_the_codes_of_its_operators(enumerator):
+    enumerator.push_root(enumerator.roots()[3])
+    try:
+        table = enumerator._table()
+    finally:
+        enumerator.pop()
+    assert len(table) > 100 and table.codes.tolist() == [enumerator._order_code(op) for op in table.ops]
+    assert table.arity.tolist() == [len(op[2]) for op in table.ops]
+    n_pool = len(enumerator.pool)
+    assert table.pool_mask.tolist() == [sum(1 << t for t in op[2] if t < n_pool) for op in table.ops]
+    assert table.output_mask.tolist() == [sum(1 << (t - n_pool) for t in op[2] if t >= n_pool) for op in table.ops]
