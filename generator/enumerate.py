@@ -47,6 +47,10 @@ from .steps import OrderCode, StepTable, prefix_masks
 
 __all__ = ["OpRef", "Visitor", "GraphSpec", "Leaves", "Context", "Enumerator"]  # Leaves: from .leaves
 
+# The step tables kept (their rows, all tables together) before they are dropped and built again as needed: about 300
+# bytes a row, so a worker keeps at most a few hundred MB of them.
+TABLE_ROWS_LIMIT = 1_000_000
+
 # One operator of an enumerated graph: (variant index, split sizes or (), argument tensor
 # indices). Tensor indices count the pool first, then operator outputs in creation order.
 OpRef = tuple[int, tuple[int, ...], tuple[int, ...]]
@@ -140,6 +144,7 @@ class Enumerator:
         self._gap_memo: dict[int, int] = {}
         # Step tables (see :mod:`~taso.generator.steps`), one per kind of graph, and what filters them.
         self._tables: dict[tuple, StepTable] = {}
+        self._table_rows = 0
         largest_dim = max((max(c.shape, default=1) for c in self.pool.classes), default=1)
         self._order_code = OrderCode(len(self.variants), n + 4 * settings.max_ops + 1, (settings.max_ops + 1) * largest_dim + 1,
                                      self._max_arity)
@@ -420,17 +425,23 @@ class Enumerator:
             self.pop()
 
     def _table(self) -> StepTable:
-        """The step table of the current kind of graph: its operator outputs' shapes and roles, and its concat boundaries.
+        """The step table of the current kind of graph: its operator outputs' shapes, roles and producers, and its concat boundaries.
 
-        The pool is the same in every graph, so these decide every step :meth:`steps` lists
-        without its prefilters, and in which order (for splits, the order ``by_shape`` first
-        saw the shapes, which never changes once seen).
+        The pool is the same in every graph, so shapes, roles and boundaries decide every step
+        :meth:`steps` lists without its prefilters, and in which order (for splits, the order
+        ``by_shape`` first saw the shapes, which never changes once seen); the producers decide
+        each step's last dependency.
         """
         n_pool = len(self.pool)
-        kind = (tuple(zip(self.shapes[n_pool:], self.roles[n_pool:])), tuple(sorted(set(self.boundaries))))
+        kind = (tuple(zip(self.shapes[n_pool:], self.roles[n_pool:], self.producer[n_pool:])), tuple(sorted(set(self.boundaries))))
         table = self._tables.get(kind)
         if table is None:
-            table = self._tables[kind] = StepTable.build(list(self.steps(prefilter=False)), n_pool, self._max_arity, self._order_code)
+            if self._table_rows >= TABLE_ROWS_LIMIT:
+                self._tables.clear()
+                self._table_rows = 0
+            table = self._tables[kind] = StepTable.build(list(self.steps(prefilter=False)), self.producer, n_pool, self._max_arity,
+                                                         self._order_code, self._class_starts)
+            self._table_rows += len(table)
         return table
 
     def _suffix_max(self) -> np.ndarray:
@@ -448,12 +459,11 @@ class Enumerator:
         of their classes. (Before issue 27 a last step that read no new pool tensor kept the
         gaps its parent left, and two graphs in three at depth 3 were such renamings.)
         """
-        n_pool = len(self.pool)
-        producer = np.array(self.producer + [-1], dtype=np.int64)
-        keep = table.in_order(producer, self._suffix_max())
         if self.inputs_in_class_order:
-            keep &= prefix_masks(table.pool_mask | self.used, self._class_starts)
-        keep &= table.arity > 0
+            keep = table.last_candidates(self.used) & table.in_order(self._suffix_max())
+        else:
+            keep = (table.arity > 0) & table.in_order(self._suffix_max())
+        n_pool = len(self.pool)
         unread = sum(1 << (t - n_pool) for t in self.outputs if self.constant[t])
         if unread:
             keep &= table.output_mask & unread == unread

@@ -19,6 +19,7 @@ import multiprocessing
 import os
 import struct
 import tempfile
+import weakref
 from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,7 +57,7 @@ class Packer:
         self.dtype = np.int8 if largest < 127 else np.int16
         self._struct = struct.Struct(f"<{self.width}{'b' if self.dtype == np.int8 else 'h'}")
         self._codes: dict[OpRef, tuple[int, ...]] = {}
-        self._tables: dict[StepTable, np.ndarray] = {}
+        self._tables: weakref.WeakKeyDictionary[StepTable, np.ndarray] = weakref.WeakKeyDictionary()  # dropped with the table
         self._little = np.dtype(self.dtype).newbyteorder("<")
         # Padding after a row of n values: up to the outputs, then to the end.
         ops_end = self.slot * max_ops

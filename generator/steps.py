@@ -24,7 +24,7 @@ same order; only then are the survivors evaluated.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -85,24 +85,36 @@ class StepTable:
         steps: (variant, sizes, args, params, output shapes) per row.
         ops: the operator tuple ``(variant index, sizes, args)`` per row.
         codes: the order code of each row's operator (:class:`OrderCode`).
-        args: the arguments per row, padded with -1 to the largest arity (index -1 is a
-            sentinel slot in the per-graph arrays indexed by it).
+        last_dependency: the last operator each row reads an output of (-1: the pool only).
         arity: the number of arguments per row.
         pool_mask: the pool tensors each row reads, as bits.
         output_mask: the operator outputs each row reads, as bits (bit ``t - pool size``).
+        class_starts: the bits of the first tensor of every pool class.
     """
 
     steps: list[Step]
     ops: list[tuple]
     codes: np.ndarray
-    args: np.ndarray
+    last_dependency: np.ndarray
     arity: np.ndarray
     pool_mask: np.ndarray
     output_mask: np.ndarray
+    class_starts: int
+    _by_used: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, steps: list[Step], pool_size: int, max_arity: int, code: OrderCode) -> StepTable:
-        """The table of these steps (listed by the enumerator, in its order)."""
+    def build(cls, steps: list[Step], producer: list[int], pool_size: int, max_arity: int, code: OrderCode,
+              class_starts: int) -> StepTable:
+        """The table of these steps (listed by the enumerator, in its order).
+
+        Args:
+            steps: the steps.
+            producer: each tensor's producing operator (-1 for the pool).
+            pool_size: how many tensors the pool holds.
+            max_arity: the most arguments of a variant.
+            code: the order code of operators.
+            class_starts: the bits of the first tensor of every pool class (see :func:`prefix_masks`).
+        """
         ops = [(v.index, sizes, args) for v, sizes, args, _, _ in steps]
         width = max(1, max_arity)
         args = np.array([op[2] + (-1,) * (width - len(op[2])) for op in ops], dtype=np.int64).reshape(len(ops), width)
@@ -113,25 +125,32 @@ class StepTable:
             steps=steps,
             ops=ops,
             codes=code.of_table([op[0] for op in ops], [op[1] for op in ops], args),
-            args=args,
+            last_dependency=np.array(producer + [-1], dtype=np.int64)[args].max(axis=1),
             arity=present.sum(axis=1),
             pool_mask=np.bitwise_or.reduce(np.where(from_pool, bits, 0), axis=1),
             output_mask=np.bitwise_or.reduce(np.where(present & ~from_pool, bits, 0), axis=1),
+            class_starts=class_starts,
         )
+
+    def last_candidates(self, used: int) -> np.ndarray:
+        """Which rows could be a graph's last operator on a graph that reads the pool tensors ``used``: they read some
+        tensor, and the pool tensors read then form prefixes of their classes. Memoised: a table meets few masks."""
+        keep = self._by_used.get(used)
+        if keep is None:
+            keep = self._by_used[used] = (self.arity > 0) & prefix_masks(self.pool_mask | used, self.class_starts)
+        return keep
 
     def __len__(self) -> int:
         return len(self.steps)
 
-    def in_order(self, producer: np.ndarray, suffix_max: np.ndarray) -> np.ndarray:
+    def in_order(self, suffix_max: np.ndarray) -> np.ndarray:
         """Which rows keep the canonical operator order on a graph.
 
         Args:
-            producer: each tensor's producing operator (-1 for the pool), with a -1 sentinel last.
-            suffix_max: ``suffix_max[j]``: the largest order code among operators j, j+1, ...
-                (-1 past the last one).
+            suffix_max: ``suffix_max[j]``: the largest order code among the graph's operators j,
+                j+1, ... (-1 past the last one).
         """
-        last_dependency = producer[self.args].max(axis=1)
-        return self.codes > suffix_max[last_dependency + 1]
+        return self.codes > suffix_max[self.last_dependency + 1]
 
 
 def prefix_masks(masks: np.ndarray, class_starts: int) -> np.ndarray:
