@@ -473,10 +473,8 @@ class Enumerator:
         """The current graph as a parent of leaves, its steps' evaluations requested."""
         table, fps, arrays = self._table(), self.fps, self.arrays
         rows = self._last_rows(table)
-        requests = []
-        for row in rows:
-            v, sizes, args, params, _ = table.steps[row]
-            requests.append(evaluations.request(v, sizes, params, [fps[t] for t in args], [arrays[t] for t in args]))
+        steps, request = table.steps, evaluations.request
+        requests = [request(steps[row], fps, arrays) for row in rows]
         n_pool = len(self.pool)
         return Parent(list(self.ops), table, rows, requests, [(fps[t], t) for t in self.outputs], frozenset(fps[n_pool:]), len(fps), n_pool)
 

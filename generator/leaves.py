@@ -67,23 +67,26 @@ class LeafEvaluations:
         self._waiting: dict[tuple, int] = {}  # memo key -> its result's index, while waiting for run()
         self._groups: dict[tuple, list] = {}  # alike steps -> [(result index, memo key, variant, params, arrays)]
 
-    def request(self, v, sizes: tuple, params, fps: list[int], arrays: list) -> int:
+    def request(self, step: tuple, fps: list[int], arrays: list) -> int:
         """Asks for a step's output fingerprints; returns the index of ``results`` they will be at after :meth:`run`.
 
         Args:
-            v: the variant applied; ``sizes``, ``params``: its split sizes and parameters.
-            fps: the arguments' fingerprints; ``arrays``: their residues.
+            step: (variant, sizes, argument tensors, params, output shapes), as a step table lists it.
+            fps: the graph's tensors' fingerprints; ``arrays``: their residues.
         """
-        memo_key = (v.index, sizes, *fps)
+        v, sizes, args, params, _ = step
+        memo_key = (v.index, sizes, *[fps[t] for t in args])
+        hit = self._memo.get(memo_key)
+        if hit is not None:
+            self.results.append(hit)
+            return len(self.results) - 1
         index = self._waiting.get(memo_key)
         if index is not None:
             return index
         index = len(self.results)
-        hit = self._memo.get(memo_key)
-        if hit is not None or not v.batched or any(arrays[k].ndim == 0 for k in v.batched):
-            if hit is None:
-                hit = self._remember(memo_key, tuple(f for f, _ in self._evaluator.apply(v, sizes, params, fps, arrays)))
-            self.results.append(hit)
+        fps, arrays = list(memo_key[2:]), [arrays[t] for t in args]
+        if not v.batched or any(arrays[k].ndim == 0 for k in v.batched):
+            self.results.append(self._remember(memo_key, tuple(f for f, _ in self._evaluator.apply(v, sizes, params, fps, arrays))))
             return index
         self.results.append(None)
         self._waiting[memo_key] = index
@@ -145,15 +148,15 @@ class Parent:
             results: :attr:`LeafEvaluations.results` after its run.
             pool_fps: the pool's fingerprints.
         """
-        n, n_pool, taken = self.tensors, self.pool_size, self.output_fps
-        output_mask = self.table.output_mask
+        n, n_pool, taken = self.tensors, self.pool_size, self.output_fps | pool_fps
+        output_mask = self.table.output_masks
         left: dict[int, list[tuple[int, int]]] = {}  # the outputs left after a step, by the bits of those it reads
         rows, keys, outputs = [], [], []
         for row, request in zip(self.rows, self.requests):
             outs = results[request]
-            if any(f in taken or f in pool_fps for f in outs) or (len(outs) > 1 and len(set(outs)) < len(outs)):
+            if any(f in taken for f in outs) or (len(outs) > 1 and len(set(outs)) < len(outs)):
                 continue
-            read = int(output_mask[row])
+            read = output_mask[row]
             pairs = left.get(read)
             if pairs is None:
                 pairs = left[read] = [(f, t) for f, t in self.outputs if not read >> (t - n_pool) & 1]

@@ -25,6 +25,7 @@ same order; only then are the survivors evaluated.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -131,6 +132,11 @@ class StepTable:
             output_mask=np.bitwise_or.reduce(np.where(present & ~from_pool, bits, 0), axis=1),
             class_starts=class_starts,
         )
+
+    @cached_property
+    def output_masks(self) -> list[int]:
+        """``output_mask`` as Python ints, for loops over rows."""
+        return self.output_mask.tolist()
 
     def last_candidates(self, used: int) -> np.ndarray:
         """Which rows could be a graph's last operator on a graph that reads the pool tensors ``used``: they read some
