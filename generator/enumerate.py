@@ -473,8 +473,9 @@ class Enumerator:
         """The current graph as a parent of leaves, its steps' evaluations requested."""
         table, fps, arrays = self._table(), self.fps, self.arrays
         rows = self._last_rows(table)
-        steps, request = table.steps, evaluations.request
-        requests = [request(steps[row], fps, arrays) for row in rows]
+        steps, request, shared = table.steps, evaluations.request, evaluations.request_shared
+        newest, last_dependency = len(self.ops) - 1, table.last_dependencies
+        requests = [request(steps[row], fps, arrays) if last_dependency[row] == newest else shared(table, row, fps, arrays) for row in rows]
         n_pool = len(self.pool)
         return Parent(list(self.ops), table, rows, requests, [(fps[t], t) for t in self.outputs], frozenset(fps[n_pool:]), len(fps), n_pool)
 

@@ -54,6 +54,8 @@ class Leaves:
 class LeafEvaluations:
     """The output fingerprints of last steps requested for a batch of parents: memo hits at once, the rest run in groups.
 
+    One object serves one batch of siblings (see :meth:`request_shared`).
+
     Args:
         evaluator: evaluates a step (one at a time, or a group with ``apply_batched``).
         memo: fingerprints of steps seen before, by (variant index, sizes, argument
@@ -66,6 +68,7 @@ class LeafEvaluations:
         self.results: list[tuple[int, ...] | None] = []
         self._waiting: dict[tuple, int] = {}  # memo key -> its result's index, while waiting for run()
         self._groups: dict[tuple, list] = {}  # alike steps -> [(result index, memo key, variant, params, arrays)]
+        self._shared: dict[tuple[StepTable, int], int] = {}  # see request_shared
 
     def request(self, step: tuple, fps: list[int], arrays: list) -> int:
         """Asks for a step's output fingerprints; returns the index of ``results`` they will be at after :meth:`run`.
@@ -92,6 +95,17 @@ class LeafEvaluations:
         self._waiting[memo_key] = index
         alike = (v.index, sizes, *(arrays[k].shape if k in v.batched else fps[k] for k in range(len(fps))))
         self._groups.setdefault(alike, []).append((index, memo_key, v, params, arrays))
+        return index
+
+    def request_shared(self, table: StepTable, row: int, fps: list[int], arrays: list) -> int:
+        """:meth:`request` for a step that reads none of the newest operator's outputs: siblings share it.
+
+        Siblings differ only in their newest operator, so such a row of one table is the same
+        step, on the same tensors, in every sibling: it is looked up once per batch.
+        """
+        index = self._shared.get((table, row))
+        if index is None:
+            index = self._shared[(table, row)] = self.request(table.steps[row], fps, arrays)
         return index
 
     def run(self) -> None:

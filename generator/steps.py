@@ -134,6 +134,11 @@ class StepTable:
         )
 
     @cached_property
+    def last_dependencies(self) -> list[int]:
+        """``last_dependency`` as Python ints, for loops over rows."""
+        return self.last_dependency.tolist()
+
+    @cached_property
     def output_masks(self) -> list[int]:
         """``output_mask`` as Python ints, for loops over rows."""
         return self.output_mask.tolist()
