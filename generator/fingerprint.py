@@ -72,7 +72,8 @@ class ExactEvaluator:
         """
         return self._apply(variant.op, params, tuple(fingerprints), arrays)
 
-    def apply_batched(self, variant, params: Params, items: Sequence[Sequence[np.ndarray]]) -> list[tuple[int, ...]]:
+    def apply_batched(self, variant, params: Params, items: Sequence[Sequence[np.ndarray]], keys: Sequence[tuple] | None = None,
+                      linear: dict | None = None) -> list[tuple[int, ...]]:
         """The output fingerprints of ``variant`` on each item's arguments, from one evaluation of the op.
 
         The items' arguments at the variant's ``batched`` positions are concatenated along axis
@@ -86,15 +87,25 @@ class ExactEvaluator:
             variant: the :class:`~taso.generator.opset.Variant` applied (with ``batched`` positions).
             params: its parameters bound to the items' argument shapes (the same for all).
             items: per item, its argument arrays.
+            keys: per item, its arguments' fingerprints (with ``linear``).
+            linear: when given, the linear parts of fused activations computed before, kept
+                here by op, params and ``keys``: the variants of an op that differ only in
+                their activation share one evaluation of the linear part.
 
         Returns:
             Per item, the fingerprints of its outputs, in output order.
         """
         op = variant.op
         activation = params["activation"] if "has_activation" in op.groups else "none"
-        arrays = [np.concatenate([item[k] for item in items]) if k in variant.batched else items[0][k] for k in range(len(items[0]))]
-        self.evaluations += 1
-        outs = op.evaluate_exact(arrays, params if activation == "none" else self._linear_params(params))
+        linear_params = params if activation == "none" else self._linear_params(params)
+        linear_key = (op.name, linear_params, tuple(keys)) if linear is not None and keys is not None else None
+        outs = linear.get(linear_key) if linear_key is not None else None
+        if outs is None:
+            arrays = [np.concatenate([item[k] for item in items]) if k in variant.batched else items[0][k] for k in range(len(items[0]))]
+            self.evaluations += 1
+            outs = op.evaluate_exact(arrays, linear_params)
+            if linear_key is not None and activation != "none":
+                linear[linear_key] = outs
         if activation != "none":
             outs = registry.get(activation).evaluate_exact(outs, _NO_PARAMS)
         if any(out.ndim == 0 or out.shape[0] % len(items) for out in outs):

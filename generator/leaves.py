@@ -111,6 +111,7 @@ class LeafEvaluations:
     def run(self) -> None:
         """Evaluates every waiting step, a group of alike steps at a time."""
         evaluator = self._evaluator
+        linear: dict = {}  # conv2d and conv2d+relu on the same images: one convolution (see apply_batched)
         for group in self._groups.values():
             for start in range(0, len(group), GROUP_LIMIT):
                 part = group[start : start + GROUP_LIMIT]
@@ -118,7 +119,8 @@ class LeafEvaluations:
                 if len(part) == 1:
                     outs = [tuple(f for f, _ in evaluator.apply(v, memo_key[1], params, memo_key[2:], arrays))]
                 else:
-                    outs = evaluator.apply_batched(v, params, [arrays for *_, arrays in part])
+                    keys = [memo_key[2:] for _, memo_key, *_ in part]
+                    outs = evaluator.apply_batched(v, params, [arrays for *_, arrays in part], keys, linear)
                 for (index, memo_key, *_), fps in zip(part, outs):
                     self.results[index] = self._remember(memo_key, fps)
         self._groups.clear()
