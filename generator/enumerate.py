@@ -452,7 +452,7 @@ class Enumerator:
             suffix[j] = max(suffix[j + 1], codes[j])
         return np.array(suffix, dtype=np.int64)
 
-    def _last_rows(self, table: StepTable) -> list[int]:
+    def _last_rows(self, table: StepTable) -> np.ndarray:
         """The rows of ``table`` that :meth:`admissible` accepts as the last operator and that read every unread constant.
 
         No gap budget is left at the last operator: the pool tensors read must form prefixes
@@ -467,17 +467,16 @@ class Enumerator:
         unread = sum(1 << (t - n_pool) for t in self.outputs if self.constant[t])
         if unread:
             keep &= table.output_mask & unread == unread
-        return np.flatnonzero(keep).tolist()
+        return np.flatnonzero(keep)
 
     def _parent(self, evaluations: LeafEvaluations) -> Parent:
         """The current graph as a parent of leaves, its steps' evaluations requested."""
         table, fps, arrays = self._table(), self.fps, self.arrays
         rows = self._last_rows(table)
-        steps, request, shared = table.steps, evaluations.request, evaluations.request_shared
-        newest, last_dependency = len(self.ops) - 1, table.last_dependencies
-        requests = [request(steps[row], fps, arrays) if last_dependency[row] == newest else shared(table, row, fps, arrays) for row in rows]
+        requests = evaluations.request_rows(table, rows, table.last_dependency[rows] == len(self.ops) - 1, fps, arrays)
         n_pool = len(self.pool)
-        return Parent(list(self.ops), table, rows, requests, [(fps[t], t) for t in self.outputs], frozenset(fps[n_pool:]), len(fps), n_pool)
+        return Parent(list(self.ops), table, rows.tolist(), requests.tolist(), [(fps[t], t) for t in self.outputs], frozenset(fps[n_pool:]),
+                      len(fps), n_pool)
 
     def _evaluations(self) -> LeafEvaluations:
         return LeafEvaluations(self.evaluator, self._leaf_memo, self._leaf_memo_limit)

@@ -72,12 +72,13 @@ class ExactEvaluator:
         """
         return self._apply(variant.op, params, tuple(fingerprints), arrays)
 
-    def apply_batched(self, variant, params: Params, items: Sequence[Sequence[np.ndarray]], keys: Sequence[tuple] | None = None,
-                      linear: dict | None = None) -> list[tuple[int, ...]]:
+    def apply_batched(self, variant, params: Params, items: Sequence[Sequence[np.ndarray]], positions: Sequence[int],
+                      keys: Sequence[tuple] | None = None, linear: dict | None = None) -> list[tuple[int, ...]]:
         """The output fingerprints of ``variant`` on each item's arguments, from one evaluation of the op.
 
-        The items' arguments at the variant's ``batched`` positions are concatenated along axis
-        0 (every other argument must be the same array in every item) and each output is cut
+        The items' arguments at ``positions`` (the variant's batch positions for these shapes,
+        :meth:`~taso.generator.opset.Variant.batch_positions`) are concatenated along axis 0
+        (every other argument must be the same array in every item) and each output is cut
         back into the items' parts, as :attr:`~taso.generator.opset.Variant.batched` declares
         exact. One NumPy call on k stacked images costs little more than on one: the small
         arrays of the enumeration leave most of an op's time in per-call overhead. Nothing is
@@ -87,6 +88,7 @@ class ExactEvaluator:
             variant: the :class:`~taso.generator.opset.Variant` applied (with ``batched`` positions).
             params: its parameters bound to the items' argument shapes (the same for all).
             items: per item, its argument arrays.
+            positions: the argument positions concatenated.
             keys: per item, its arguments' fingerprints (with ``linear``).
             linear: when given, the linear parts of fused activations computed before, kept
                 here by op, params and ``keys``: the variants of an op that differ only in
@@ -98,10 +100,10 @@ class ExactEvaluator:
         op = variant.op
         activation = params["activation"] if "has_activation" in op.groups else "none"
         linear_params = params if activation == "none" else self._linear_params(params)
-        linear_key = (op.name, linear_params, tuple(keys)) if linear is not None and keys is not None else None
+        linear_key = (op.name, linear_params, tuple(positions), tuple(keys)) if linear is not None and keys is not None else None
         outs = linear.get(linear_key) if linear_key is not None else None
         if outs is None:
-            arrays = [np.concatenate([item[k] for item in items]) if k in variant.batched else items[0][k] for k in range(len(items[0]))]
+            arrays = [np.concatenate([item[k] for item in items]) if k in positions else items[0][k] for k in range(len(items[0]))]
             self.evaluations += 1
             outs = op.evaluate_exact(arrays, linear_params)
             if linear_key is not None and activation != "none":

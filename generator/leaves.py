@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .fingerprint import ExactEvaluator
 from .steps import StepTable
 
@@ -54,7 +56,7 @@ class Leaves:
 class LeafEvaluations:
     """The output fingerprints of last steps requested for a batch of parents: memo hits at once, the rest run in groups.
 
-    One object serves one batch of siblings (see :meth:`request_shared`).
+    One object serves one batch of siblings (see :meth:`request_rows`).
 
     Args:
         evaluator: evaluates a step (one at a time, or a group with ``apply_batched``).
@@ -67,8 +69,8 @@ class LeafEvaluations:
         self._evaluator, self._memo, self._limit = evaluator, memo, limit
         self.results: list[tuple[int, ...] | None] = []
         self._waiting: dict[tuple, int] = {}  # memo key -> its result's index, while waiting for run()
-        self._groups: dict[tuple, list] = {}  # alike steps -> [(result index, memo key, variant, params, arrays)]
-        self._shared: dict[tuple[StepTable, int], int] = {}  # see request_shared
+        self._groups: dict[tuple, list] = {}  # alike steps -> [(result index, memo key, variant, params, batch positions, arrays)]
+        self._shared: dict[StepTable, np.ndarray] = {}  # per table, each row's result index once requested (see request_rows)
 
     def request(self, step: tuple, fps: list[int], arrays: list) -> int:
         """Asks for a step's output fingerprints; returns the index of ``results`` they will be at after :meth:`run`.
@@ -77,7 +79,7 @@ class LeafEvaluations:
             step: (variant, sizes, argument tensors, params, output shapes), as a step table lists it.
             fps: the graph's tensors' fingerprints; ``arrays``: their residues.
         """
-        v, sizes, args, params, _ = step
+        v, sizes, args, params, out_shapes = step
         memo_key = (v.index, sizes, *[fps[t] for t in args])
         hit = self._memo.get(memo_key)
         if hit is not None:
@@ -88,25 +90,41 @@ class LeafEvaluations:
             return index
         index = len(self.results)
         fps, arrays = list(memo_key[2:]), [arrays[t] for t in args]
-        if not v.batched or any(arrays[k].ndim == 0 for k in v.batched):
+        positions = v.batch_positions(tuple(a.ndim for a in arrays), len(out_shapes[0])) if v.batched and out_shapes else ()
+        if not positions:
             self.results.append(self._remember(memo_key, tuple(f for f, _ in self._evaluator.apply(v, sizes, params, fps, arrays))))
             return index
         self.results.append(None)
         self._waiting[memo_key] = index
-        alike = (v.index, sizes, *(arrays[k].shape if k in v.batched else fps[k] for k in range(len(fps))))
-        self._groups.setdefault(alike, []).append((index, memo_key, v, params, arrays))
+        alike = (v.index, sizes, positions, *(arrays[k].shape if k in positions else fps[k] for k in range(len(fps))))
+        self._groups.setdefault(alike, []).append((index, memo_key, v, params, positions, arrays))
         return index
 
-    def request_shared(self, table: StepTable, row: int, fps: list[int], arrays: list) -> int:
-        """:meth:`request` for a step that reads none of the newest operator's outputs: siblings share it.
+    def request_rows(self, table: StepTable, rows: np.ndarray, fresh: np.ndarray, fps: list[int], arrays: list) -> np.ndarray:
+        """:meth:`request` for rows of a graph's step table; returns the indices of their ``results``.
 
-        Siblings differ only in their newest operator, so such a row of one table is the same
-        step, on the same tensors, in every sibling: it is looked up once per batch.
+        Siblings differ only in their newest operator, so a row that reads none of its outputs
+        (not ``fresh``) is the same step, on the same tensors, in every sibling with this
+        table: it is requested by the first and looked up, as an array, by the others.
+
+        Args:
+            table: the graph's step table; ``rows``: the rows asked for.
+            fresh: per row, whether it reads an output of the graph's newest operator.
+            fps: the graph's tensors' fingerprints; ``arrays``: their residues.
         """
-        index = self._shared.get((table, row))
-        if index is None:
-            index = self._shared[(table, row)] = self.request(table.steps[row], fps, arrays)
-        return index
+        steps, request = table.steps, self.request
+        shared = self._shared.get(table)
+        if shared is None:
+            shared = self._shared[table] = np.full(len(table), -1, dtype=np.int64)
+        indices = np.empty(len(rows), dtype=np.int64)
+        indices[fresh] = [request(steps[row], fps, arrays) for row in rows[fresh].tolist()]
+        kept = rows[~fresh]
+        found = shared[kept]
+        for i in np.flatnonzero(found < 0).tolist():
+            row = int(kept[i])
+            found[i] = shared[row] = request(steps[row], fps, arrays)
+        indices[~fresh] = found
+        return indices
 
     def run(self) -> None:
         """Evaluates every waiting step, a group of alike steps at a time."""
@@ -115,12 +133,12 @@ class LeafEvaluations:
         for group in self._groups.values():
             for start in range(0, len(group), GROUP_LIMIT):
                 part = group[start : start + GROUP_LIMIT]
-                _, memo_key, v, params, arrays = part[0]
+                _, memo_key, v, params, positions, arrays = part[0]
                 if len(part) == 1:
                     outs = [tuple(f for f, _ in evaluator.apply(v, memo_key[1], params, memo_key[2:], arrays))]
                 else:
                     keys = [memo_key[2:] for _, memo_key, *_ in part]
-                    outs = evaluator.apply_batched(v, params, [arrays for *_, arrays in part], keys, linear)
+                    outs = evaluator.apply_batched(v, params, [arrays for *_, arrays in part], positions, keys, linear)
                 for (index, memo_key, *_), fps in zip(part, outs):
                     self.results[index] = self._remember(memo_key, fps)
         self._groups.clear()

@@ -87,8 +87,10 @@ class Variant:
             the enumeration binds no shape tuple outside them (a test checks every policy refuses them).
         batched: argument positions whose first axis the variant maps independently: evaluated
             on these arguments of several steps concatenated along axis 0 (the others the same),
-            its outputs are theirs concatenated along axis 0. The enumeration evaluates such
-            steps together (:mod:`~taso.generator.leaves`); a test checks every declaration.
+            its outputs are theirs concatenated along axis 0. Only an argument of the output's
+            rank has that axis; one of lower rank broadcasts (a bias) and stays the same (see
+            :meth:`batch_positions`). The enumeration evaluates such steps together
+            (:mod:`~taso.generator.leaves`); a test checks every declaration on every binding.
     """
 
     index: int
@@ -105,6 +107,10 @@ class Variant:
     @property
     def arity(self) -> int:
         return len(self.args)
+
+    def batch_positions(self, ranks: tuple[int, ...], out_rank: int) -> tuple[int, ...]:
+        """The ``batched`` positions that hold a batch axis for arguments of these ranks: those of the output's rank (>= 1)."""
+        return tuple(k for k in self.batched if ranks[k] == out_rank >= 1)
 
     def bind(self, shapes: tuple[Shape, ...], sizes: tuple[int, ...] = ()) -> tuple[Params, tuple[Shape, ...]] | None:
         """Parameters and output shapes of this variant on arguments of these shapes, or None.
@@ -262,7 +268,7 @@ def _unary_activation(name: str):
 
 def _binary_elementwise(name: str):
     def specs(pool, acts):
-        out = [_Spec(name, name, {}, (ANY, ANY), _elementwise)]
+        out = [_Spec(name, name, {}, (ANY, ANY), _elementwise, batched=(0, 1))]
         if any(c.role == "chan" for c in pool.classes):
             out.append(_Spec(f"{name}[channel]", name, {}, (DATA, CHAN), _channelwise, ranks=_RANK_CHANNEL, batched=(0,)))
         return out
@@ -271,7 +277,9 @@ def _binary_elementwise(name: str):
 
 
 def _concat(pool, acts):
-    return [_Spec(f"concat[axis={a}]", "concat", {"axis": a}, (ANY, ANY), lambda shapes, sizes: {}) for a in (0, 1)]
+    # concatenating along axis 1 keeps axis 0 a batch axis; along axis 0 it does not
+    return [_Spec(f"concat[axis={a}]", "concat", {"axis": a}, (ANY, ANY), lambda shapes, sizes: {}, batched=(0, 1) if a else ())
+            for a in (0, 1)]
 
 
 def _split_specs(pool, acts):

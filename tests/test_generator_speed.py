@@ -65,12 +65,14 @@ def test_the_step_table_lists_every_step_in_the_order_steps_does(enumerator):
 
 
 def _bindings(enumerator, variant):
-    """Every tuple of pool shapes the variant binds with a rank >= 1 at its batched positions, with its params."""
+    """Every tuple of pool shapes the variant binds with some batch position, with its params and those positions."""
     shapes = sorted({t.shape for t in enumerator.pool.types})
     for combo in itertools.product(shapes, repeat=variant.arity):
         bound = variant.bind(combo)
-        if bound is not None and all(len(combo[k]) for k in variant.batched):
-            yield combo, bound[0]
+        if bound is not None:
+            positions = variant.batch_positions(tuple(len(s) for s in combo), len(bound[1][0]))
+            if positions:
+                yield combo, bound[0], positions
 
 
 def _batched_agrees(enumerator, variant, rng) -> bool:
@@ -80,14 +82,14 @@ def _batched_agrees(enumerator, variant, rng) -> bool:
     """
     bindings = list(_bindings(enumerator, variant))
     assert bindings, variant.label
-    for shapes, params in bindings:
+    for shapes, params, positions in bindings:
         shared = [rng.integers(0, 1 << 20, size=s, dtype=np.int64) for s in shapes]
-        items = [[rng.integers(0, 1 << 20, size=s, dtype=np.int64) if k in variant.batched else shared[k] for k, s in enumerate(shapes)]
+        items = [[rng.integers(0, 1 << 20, size=s, dtype=np.int64) if k in positions else shared[k] for k, s in enumerate(shapes)]
                  for _ in range(3)]
         # ExactEvaluator(0) caches nothing, so the fingerprints it is given (its cache key) do not matter
         one_by_one = [tuple(f for f, _ in ExactEvaluator(0).apply(variant, (), params, [0] * len(item), item)) for item in items]
         try:
-            if ExactEvaluator(0).apply_batched(variant, params, items) != one_by_one:
+            if ExactEvaluator(0).apply_batched(variant, params, items, positions) != one_by_one:
                 return False
         except ValueError:
             return False
@@ -97,16 +99,17 @@ def _batched_agrees(enumerator, variant, rng) -> bool:
 def test_every_batch_axis_a_variant_declares_gives_the_fingerprints_of_one_by_one_evaluation(enumerator):
     rng = np.random.default_rng(1)
     declared = [v for v in enumerator.variants if v.batched]
-    assert {v.op.name for v in declared} >= {"conv2d", "matmul", "relu", "avg_pool2d", "max_pool2d", "batch_norm"}
+    assert {v.op.name for v in declared} >= {"conv2d", "matmul", "relu", "avg_pool2d", "max_pool2d", "batch_norm", "add", "concat"}
     for v in declared:
         assert _batched_agrees(enumerator, v, rng), v.label
 
 
-def test_a_wrong_batch_axis_declaration_is_caught(enumerator):
-    """Transposing a stack of matrices is not the stack of their transposes: the check above would see it."""
-    transpose = next(v for v in enumerator.variants if v.op.name == "transpose")
-    assert not transpose.batched
-    assert not _batched_agrees(enumerator, replace(transpose, batched=(0,)), np.random.default_rng(2))
+@pytest.mark.parametrize("label", ["transpose", "concat[axis=0]"])
+def test_a_wrong_batch_axis_declaration_is_caught(enumerator, label):
+    """Transposing a stack of matrices is not the stack of their transposes, nor is concatenating along the stacking axis."""
+    variant = next(v for v in enumerator.variants if v.label == label)
+    assert not variant.batched
+    assert not _batched_agrees(enumerator, replace(variant, batched=tuple(range(variant.arity))), np.random.default_rng(2))
 
 
 def test_packing_a_parents_leaves_at_once_writes_the_rows_of_packing_them_one_by_one(enumerator):
