@@ -439,10 +439,35 @@ class Enumerator:
             if self._table_rows >= TABLE_ROWS_LIMIT:
                 self._tables.clear()
                 self._table_rows = 0
-            table = self._tables[kind] = StepTable.build(list(self.steps(prefilter=False)), self.producer, n_pool, self._max_arity,
+            table = self._tables[kind] = StepTable.build(self._step_blocks(), self.producer, n_pool, self._max_arity,
                                                          self._order_code, self._class_starts)
             self._table_rows += len(table)
         return table
+
+    def _step_blocks(self) -> list[tuple[tuple, list[tuple[int, ...]]]]:
+        """The steps of :meth:`steps` without its prefilters, in its order, as the argument tuples of each
+        (variant, sizes, params, output shapes): what a :class:`StepTable` is built from."""
+        n_pool, roles, by_shape = len(self.pool), self.roles, self.by_shape
+        lists: dict[tuple, list[int]] = {}
+
+        def candidates(shape, rule) -> list[int]:
+            got = lists.get((shape, rule))
+            if got is None:
+                got = lists[(shape, rule)] = [t for t in by_shape.get(shape, ()) if rule.accepts(roles[t], t < n_pool)]
+            return got
+
+        blocks = []
+        for v, shapes, params, out_shapes in self._combos():
+            args = list(_arg_tuples([candidates(shape, rule) for shape, rule in zip(shapes, v.args)], v.commutative and shapes[0] == shapes[1], None))
+            if args:
+                blocks.append(((v, (), params, out_shapes), args))
+        for sizes in sorted(set(self.boundaries)):
+            for v in self._split_variants:
+                for shape in list(by_shape):
+                    bound = self.context.bind(v, (shape,), sizes)
+                    if bound is not None and candidates(shape, v.args[0]):
+                        blocks.append(((v, sizes, *bound), [(t,) for t in candidates(shape, v.args[0])]))
+        return blocks
 
     def _suffix_max(self) -> np.ndarray:
         """``[j]``: the largest order code among operators j, j+1, ... (-1 past the last one)."""

@@ -49,8 +49,8 @@ class Leaves:
 
     def last(self) -> list[tuple]:
         """Each graph's last operator."""
-        ops = self.table.ops
-        return [ops[row] for row in self.rows]
+        op = self.table.op
+        return [op(row) for row in self.rows]
 
 
 class LeafEvaluations:
@@ -112,17 +112,17 @@ class LeafEvaluations:
             fresh: per row, whether it reads an output of the graph's newest operator.
             fps: the graph's tensors' fingerprints; ``arrays``: their residues.
         """
-        steps, request = table.steps, self.request
+        step, request = table.step, self.request
         shared = self._shared.get(table)
         if shared is None:
             shared = self._shared[table] = np.full(len(table), -1, dtype=np.int64)
         indices = np.empty(len(rows), dtype=np.int64)
-        indices[fresh] = [request(steps[row], fps, arrays) for row in rows[fresh].tolist()]
+        indices[fresh] = [request(step(row), fps, arrays) for row in rows[fresh].tolist()]
         kept = rows[~fresh]
         found = shared[kept]
         for i in np.flatnonzero(found < 0).tolist():
             row = int(kept[i])
-            found[i] = shared[row] = request(steps[row], fps, arrays)
+            found[i] = shared[row] = request(step(row), fps, arrays)
         indices[~fresh] = found
         return indices
 

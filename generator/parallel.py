@@ -95,7 +95,7 @@ class Packer:
         """Every row's operator slot for a step table (tables are few and kept, so this is memoised)."""
         codes = self._tables.get(table)
         if codes is None:
-            codes = self._tables[table] = np.array([self._encode(op) for op in table.ops], dtype=self.dtype).reshape(len(table), self.slot)
+            codes = self._tables[table] = table.slots(self.slot).astype(self.dtype)
         return codes
 
     def unpack(self, row: np.ndarray) -> GraphSpec:

@@ -59,17 +59,20 @@ class OrderCode:
         if variants * self._sizes_radix * self._args_radix >= 2**62:
             raise ValueError("operator order codes do not fit in 63 bits: too many tensors or too large split sizes")
 
-    def of_table(self, variants: list[int], sizes: list[tuple], args: np.ndarray) -> np.ndarray:
-        """The codes of many operators at once: their variant indices, sizes, and arguments padded with -1."""
-        sizes_code = np.array([1 + s[0] * self._size + s[1] if s else 0 for s in sizes], dtype=np.int64)
+    def sizes_code(self, sizes: tuple) -> int:
+        """The digit of split sizes (0: none)."""
+        return 1 + sizes[0] * self._size + sizes[1] if sizes else 0
+
+    def of_arrays(self, variants: np.ndarray, sizes_codes: np.ndarray, args: np.ndarray) -> np.ndarray:
+        """The codes of many operators at once: their variant indices, sizes digits, and arguments padded with -1."""
         args_code = np.zeros(len(args), dtype=np.int64)
         for column in args.T:  # Horner's rule over each row's arguments; the padding adds nothing
             args_code = np.where(column >= 0, args_code * self._tensors + column, args_code)
-        return (np.array(variants, dtype=np.int64) * self._sizes_radix + sizes_code) * self._args_radix + args_code
+        return (variants * self._sizes_radix + sizes_codes) * self._args_radix + args_code
 
     def __call__(self, op: tuple) -> int:
         vi, sizes, args = op
-        sizes_code = 1 + sizes[0] * self._size + sizes[1] if sizes else 0
+        sizes_code = self.sizes_code(sizes)
         args_code = 0
         for t in args:
             args_code = args_code * self._tensors + t
@@ -80,11 +83,15 @@ class OrderCode:
 class StepTable:
     """Every candidate step on one kind of graph, in enumeration order, with the arrays that filter it.
 
-    Compared by identity: a table is built once per kind of graph and kept.
+    Rows come in blocks, one per *combo* (a variant with its split sizes, params and output
+    shapes for some argument shapes), so a table is built from one argument array per combo
+    and a row's step tuple is made only when asked for (:meth:`step`). Compared by identity: a
+    table is built once per kind of graph and kept.
 
     Attributes:
-        steps: (variant, sizes, args, params, output shapes) per row.
-        ops: the operator tuple ``(variant index, sizes, args)`` per row.
+        combos: (variant, sizes, params, output shapes) of each combo.
+        combo: each row's combo.
+        args: the arguments per row, padded with -1 to the largest arity.
         codes: the order code of each row's operator (:class:`OrderCode`).
         last_dependency: the last operator each row reads an output of (-1: the pool only).
         arity: the number of arguments per row.
@@ -93,8 +100,9 @@ class StepTable:
         class_starts: the bits of the first tensor of every pool class.
     """
 
-    steps: list[Step]
-    ops: list[tuple]
+    combos: list[tuple]
+    combo: np.ndarray
+    args: np.ndarray
     codes: np.ndarray
     last_dependency: np.ndarray
     arity: np.ndarray
@@ -102,36 +110,77 @@ class StepTable:
     output_mask: np.ndarray
     class_starts: int
     _by_used: dict = field(default_factory=dict, repr=False)
+    _steps: dict = field(default_factory=dict, repr=False)
 
     @classmethod
-    def build(cls, steps: list[Step], producer: list[int], pool_size: int, max_arity: int, code: OrderCode,
-              class_starts: int) -> StepTable:
-        """The table of these steps (listed by the enumerator, in its order).
+    def build(cls, blocks: list[tuple[tuple, list[tuple[int, ...]]]], producer: list[int], pool_size: int, max_arity: int,
+              code: OrderCode, class_starts: int) -> StepTable:
+        """The table of these blocks of steps (listed by the enumerator, in its order).
 
         Args:
-            steps: the steps.
+            blocks: per combo, (variant, sizes, params, output shapes) and its argument tuples.
             producer: each tensor's producing operator (-1 for the pool).
             pool_size: how many tensors the pool holds.
             max_arity: the most arguments of a variant.
             code: the order code of operators.
             class_starts: the bits of the first tensor of every pool class (see :func:`prefix_masks`).
         """
-        ops = [(v.index, sizes, args) for v, sizes, args, _, _ in steps]
+        combos = [combo for combo, _ in blocks]
+        combo = np.repeat(np.arange(len(blocks), dtype=np.int64), [len(block) for _, block in blocks])
         width = max(1, max_arity)
-        args = np.array([op[2] + (-1,) * (width - len(op[2])) for op in ops], dtype=np.int64).reshape(len(ops), width)
+        padding = [(-1,) * (width - n) for n in range(width + 1)]
+        args = np.array([t + padding[len(t)] for _, block in blocks for t in block], dtype=np.int64).reshape(len(combo), width)
         present = args >= 0
         from_pool = present & (args < pool_size)
         bits = np.left_shift(1, np.where(from_pool, args, np.where(present, args - pool_size, 0)))
+        variants = np.array([v.index for v, *_ in combos], dtype=np.int64)
+        sizes_codes = np.array([code.sizes_code(sizes) for _, sizes, *_ in combos], dtype=np.int64)
         return cls(
-            steps=steps,
-            ops=ops,
-            codes=code.of_table([op[0] for op in ops], [op[1] for op in ops], args),
+            combos=combos,
+            combo=combo,
+            args=args,
+            codes=code.of_arrays(variants[combo], sizes_codes[combo], args),
             last_dependency=np.array(producer + [-1], dtype=np.int64)[args].max(axis=1),
             arity=present.sum(axis=1),
             pool_mask=np.bitwise_or.reduce(np.where(from_pool, bits, 0), axis=1),
             output_mask=np.bitwise_or.reduce(np.where(present & ~from_pool, bits, 0), axis=1),
             class_starts=class_starts,
         )
+
+    def step(self, row: int) -> Step:
+        """Row ``row`` as (variant, sizes, argument tensors, params, output shapes), memoised."""
+        step = self._steps.get(row)
+        if step is None:
+            v, sizes, params, out_shapes = self.combos[self._combo_list[row]]
+            step = self._steps[row] = (v, sizes, tuple(self._args_list[row][: v.arity]), params, out_shapes)
+        return step
+
+    def op(self, row: int) -> tuple:
+        """Row ``row`` as an operator tuple ``(variant index, sizes, args)``."""
+        v, sizes, args, _, _ = self.step(row)
+        return (v.index, sizes, args)
+
+    @property
+    def ops(self) -> list[tuple]:
+        """Every row as an operator tuple."""
+        return [self.op(row) for row in range(len(self))]
+
+    def slots(self, width: int) -> np.ndarray:
+        """Every row's operator as ``width`` ints: variant index, the two split sizes (-1 without), arguments, -1 padding."""
+        sizes = np.array([sizes or (-1, -1) for _, sizes, *_ in self.combos], dtype=np.int64).reshape(len(self.combos), 2)
+        slots = np.full((len(self), width), -1, dtype=np.int64)
+        slots[:, 0] = np.array([v.index for v, *_ in self.combos], dtype=np.int64)[self.combo]
+        slots[:, 1:3] = sizes[self.combo]
+        slots[:, 3 : 3 + self.args.shape[1]] = self.args
+        return slots
+
+    @cached_property
+    def _combo_list(self) -> list[int]:
+        return self.combo.tolist()
+
+    @cached_property
+    def _args_list(self) -> list[list[int]]:
+        return self.args.tolist()
 
     @cached_property
     def last_dependencies(self) -> list[int]:
@@ -152,7 +201,7 @@ class StepTable:
         return keep
 
     def __len__(self) -> int:
-        return len(self.steps)
+        return len(self.combo)
 
     def in_order(self, suffix_max: np.ndarray) -> np.ndarray:
         """Which rows keep the canonical operator order on a graph.
