@@ -18,7 +18,7 @@ EXIT_MISMATCH = OutputMismatchError.exit_code
 
 def add_parser(sub) -> None:
     from .cost import COST_MODELS
-    from .search import SearchConfig
+    from .search import ENGINES, SearchConfig
 
     p = sub.add_parser("optimize", help="optimize an ONNX model with the verified rule library",
                        description="Rewrites a model with proved substitutions chosen by measured cost and checks the result "
@@ -39,6 +39,9 @@ def add_parser(sub) -> None:
     p.add_argument("--static", action="store_true", help="freeze every symbolic dim at its measurement size: the output runs at that size only")
     p.add_argument("--inputs", metavar="FILE.npz", help="also check the optimized model on these inputs")
     p.add_argument("--report", metavar="FILE.json", help="write the search report as JSON")
+    p.add_argument("--search", choices=ENGINES, default=SearchConfig.engine, dest="engine",
+                   help="search engine (default %(default)s): backtracking is TASO's; eqsat saturates an e-graph with the same rules "
+                        "and extracts the cheapest graph in it exactly (Tensat); docs/eqsat.md says where each wins")
     p.add_argument("--no-groups", action="store_true",
                    help="no group merges (k products sharing a weight merged in one proved step; taso info lists them): the library's rules only")
     p.add_argument("--no-confirm", action="store_true",
@@ -101,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
         say(f"taso: {len(source.graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
         if source.graph.meta.sizes:
             say(f"taso: symbolic dims kept; costs measured at {', '.join(f'{k}={v}' for k, v in source.graph.meta.sizes)}")
-        outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit, groups=not args.no_groups), args.threads,
+        outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit, groups=not args.no_groups, engine=args.engine), args.threads,
                                  confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress.search_progress, clock=clock)
     for note in outcome.notes:  # even with --quiet: they say why a candidate was not kept
         print(f"taso: note: {note}", file=sys.stderr)
@@ -209,6 +212,18 @@ def _cleanup_lines(outcome, plan) -> list[str]:
     return lines
 
 
+def _search_line(report) -> str:
+    """What the search did, in the engine's own terms."""
+    if report.engine == "eqsat":
+        e = report.eqsat
+        return (f"  search   {report.seconds:.1f} s eqsat: {e['iterations']} rounds, {e['enodes']} e-nodes, {e['applied']} of {e['matches']} matches "
+                f"added, saturation stopped: {e['stop_reason']} ({e['seconds_saturating']:.1f} s); extraction: {e['extraction']} "
+                f"({e['seconds_extracting']:.1f} s)")
+    return (f"  search   {report.seconds:.1f} s ({report.seconds_rewriting:.1f} s rewriting, {report.seconds_costing:.1f} s costing), "
+            f"{report.expanded} graphs expanded ({report.cleaned} cleaned up), {report.generated} rewrites tried, {report.accepted} queued, "
+            f"stopped: {report.stop_reason.value}")
+
+
 def _format_report(args, before, outcome, folding) -> str:
     from .search import StopReason
     from .validate import describe_sizes
@@ -224,9 +239,7 @@ def _format_report(args, before, outcome, folding) -> str:
     lines += [
         f"  nodes    {len(before)} -> {len(after)}",
         *_cleanup_lines(outcome, folding),
-        f"  search   {report.seconds:.1f} s ({report.seconds_rewriting:.1f} s rewriting, {report.seconds_costing:.1f} s costing), "
-        f"{report.expanded} graphs expanded ({report.cleaned} cleaned up), {report.generated} rewrites tried, {report.accepted} queued, "
-        f"stopped: {report.stop_reason.value}"
+        _search_line(report)
         + (f" (a longer --time-limit than {args.time_limit:g} s may find more)" if report.stop_reason is StopReason.TIME_LIMIT else ""),
     ]
     lines.append(f"  stages   {outcome.clock.describe()}")

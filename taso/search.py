@@ -22,12 +22,13 @@ from typing import overload
 
 from .cleanup import clean_up, may_clean_up
 from .cost import CostModel
+from .errors import TasoError
 from .groups import GroupLibrary, Groups, find_groups
 from .ir import Graph
 from .rewrite import CompiledRule, Plan, find_matches, plan_match
 from .rules import Rule, operator_variant, side_variants
 
-__all__ = ["SearchConfig", "SearchReport", "StopReason", "Step", "Expansion", "search", "RuleSlot", "LazyRules"]
+__all__ = ["ENGINES", "SearchConfig", "SearchReport", "StopReason", "Step", "Expansion", "search", "RuleSlot", "LazyRules"]
 
 
 class StopReason(Enum):
@@ -63,6 +64,10 @@ class SearchConfig:
             pipeline's answer to an optimized model that failed its output check).
         groups: also offer group merges (:mod:`taso.groups`): k sites of one kind rewritten in one
             proved step, found in one pass over the graph.
+        engine: "backtracking" (this module) or "eqsat" (:mod:`taso.eqsat`: equality saturation
+            over the same rules, with exact extraction).
+        eqsat_nodes, eqsat_iterations: eqsat's limits on e-nodes and rounds of matching.
+        eqsat_share: the part of the time limit eqsat saturates for (the rest extracts).
     """
 
     alpha: float = 1.05
@@ -75,8 +80,13 @@ class SearchConfig:
     connected_only: bool = True
     excluded: frozenset[str] = frozenset()
     groups: bool = True
+    engine: str = "backtracking"
+    eqsat_nodes: int = 20_000
+    eqsat_iterations: int = 10
+    eqsat_share: float = 0.6
 
 
+ENGINES = ("backtracking", "eqsat")
 CLEAN_UP = "clean-up"  # the trace's label of a graph clean-up changed (not a rule)
 
 
@@ -131,6 +141,8 @@ class SearchReport:
     fired: Counter = field(default_factory=Counter)
     expansions: list[Expansion] = field(default_factory=list)  # one per expanded graph, in order
     cleaned: int = 0  # expanded graphs that clean-up changed (a "clean-up" step in their trace)
+    engine: str = "backtracking"
+    eqsat: dict = field(default_factory=dict)  # equality saturation's own figures (:func:`taso.eqsat.eqsat_search`)
 
     @property
     def predicted_speedup(self) -> float:
@@ -148,7 +160,8 @@ class SearchReport:
             "accepted": self.accepted, "seconds": self.seconds, "seconds_rewriting": self.seconds_rewriting,
             "seconds_costing": self.seconds_costing, "applied": dict(self.applied), "cleaned": self.cleaned,
             "trace": [{"rule": s.rule, "cost_s": s.cost} for s in self.trace], "rule_texts": dict(self.rule_texts),
-            "expansions": [e.to_json() for e in self.expansions],
+            "expansions": [e.to_json() for e in self.expansions], "engine": self.engine,
+            **({"eqsat": dict(self.eqsat)} if self.eqsat else {}),
         }
 
 
@@ -448,6 +461,12 @@ def search(
     # Pricing counts against the time limit: past it, a measured cost model estimates the nodes it has not measured.
     cost_model.deadline = time.perf_counter() + config.time_limit
     try:
+        if config.engine == "eqsat":
+            try:
+                from .eqsat import eqsat_search
+            except ImportError as e:
+                raise TasoError(f"the eqsat search needs egglog and highspy ({e}): pip install 'taso[eqsat]'") from None
+            return eqsat_search(graph, rules, cost_model, config)
         return _search(graph, rules, cost_model, config, progress)
     finally:
         cost_model.deadline = float("inf")

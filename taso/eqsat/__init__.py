@@ -1,0 +1,61 @@
+"""A second search engine: equality saturation over the proved rules, with exact extraction (Tensat, MLSys'21).
+
+The backtracking search (:mod:`taso.search`) holds one graph at a time and throws most of
+what it saw away; here an e-graph (egglog) holds every rewrite of the graph at once, and the
+cheapest graph in it is extracted by an integer program (HiGHS). Same rules, same guards,
+same cost model, same output check and export as the backtracking search: only the way the
+space is explored differs.
+
+* :mod:`.terms`: graphs as egglog terms, and the table of what the strings stand for;
+* :mod:`.patterns`: a rule as an egglog query, and the guards each match passes in Python;
+* :mod:`.saturate`: the rounds of matching and adding, within limits;
+* :mod:`.extract`: the cheapest acyclic choice, as a graph.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from ..cost import CostModel
+from ..ir import Graph
+from ..rewrite import CompiledRule
+from ..rules import Rule
+from .extract import Extraction, extract
+from .saturate import EGraph, Limits, Saturation, saturate
+
+__all__ = ["eqsat_search", "Limits", "Saturation", "Extraction"]
+
+
+def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: CostModel, config) -> tuple[Graph, object]:
+    """The cheapest graph equality saturation finds within ``config``'s limits, and a :class:`~taso.search.SearchReport`.
+
+    ``config`` is the search's :class:`~taso.search.SearchConfig`: its time limit is shared,
+    ``eqsat_share`` of it for saturation and the rest for extraction.
+    """
+    from ..search import SearchReport, Step, StopReason
+
+    started = time.perf_counter()
+    initial = cost_model.graph_cost(graph)
+    egraph = EGraph(graph)
+    limits = Limits(nodes=config.eqsat_nodes, iterations=config.eqsat_iterations, seconds=config.time_limit * config.eqsat_share)
+    seeds = []
+    if config.groups:
+        from ..groups import GroupLibrary, find_groups
+
+        seeds = [merge.match for merge in find_groups(graph, GroupLibrary.shipped(), excluded=config.excluded).merges]
+    saturation = saturate(egraph, rules, limits, config.connected_only, config.excluded, seeds)
+    remaining = max(config.time_limit - (time.perf_counter() - started), 1.0)
+    extraction = extract(egraph, cost_model, remaining)
+    best, best_cost = graph, initial
+    candidate_cost = cost_model.graph_cost(extraction.graph)
+    if candidate_cost < initial:
+        best, best_cost = extraction.graph, candidate_cost
+    stop = {"saturated": StopReason.SATURATED, "time limit": StopReason.TIME_LIMIT}.get(saturation.stop_reason, StopReason.BUDGET)
+    trace = [] if best is graph else [Step(label, best_cost) for label in extraction.labels.values() if label]
+    report = SearchReport(stop, initial, best_cost, expanded=saturation.iterations, generated=saturation.matches, accepted=saturation.applied,
+                          seconds=time.perf_counter() - started, trace=trace, engine="eqsat")
+    report.eqsat = {"stop_reason": saturation.stop_reason, "iterations": saturation.iterations, "enodes": saturation.terms,
+                    "matches": saturation.matches, "applied": saturation.applied, "seconds_saturating": saturation.seconds,
+                    "extraction": extraction.method, "seconds_extracting": extraction.seconds, "extracted_cost_s": candidate_cost}
+    return best, report

@@ -1,0 +1,426 @@
+"""Extraction: the cheapest acyclic choice of one e-node per needed e-class, as a taso graph.
+
+The cost of a choice is the sum of its chosen e-nodes' costs, each counted once however many
+e-nodes read it: a shared subgraph is paid for once, which is what running the graph costs
+(Tensat's extraction). The exact choice is an integer program (HiGHS, via highspy):
+
+* x_n in {0, 1} per e-node; each output's class has a chosen e-node;
+* a chosen e-node's every child class has a chosen e-node;
+* an order t_c per class with t_c >= t_d + 1 whenever a chosen e-node of c reads d, so the
+  choice has no cycle (a rule like ``x = split(concat(x, y))[0]`` puts cycles in the e-graph).
+
+Costs come from the same cost model as the backtracking search: one node at a time, zero
+for a node computed from weights alone (folded at export). When the solver finds no
+solution in its time, the greedy choice (each class's cheapest e-node by tree cost,
+egg's extractor) is used instead.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..cost import CostModel
+from ..ir import Graph, Node, TensorType, folds_when_constant
+from .saturate import EGraph
+from .terms import LEAF
+
+__all__ = ["ENode", "EClasses", "Extraction", "extract"]
+
+
+@dataclass(frozen=True)
+class ENode:
+    """One e-node: an application (``key`` names op and parameters), a tuple's output, or a graph input/weight."""
+
+    cls: int
+    kind: str  # "app", "out" or "leaf"
+    key: str  # the op key of an application, the leaf key of a leaf
+    children: tuple[int, ...]
+    index: int = 0  # which output of the tuple, for "out"
+
+
+class EClasses:
+    """The e-graph as Python reads it once saturation is over: e-nodes by class, each class's handle and type."""
+
+    def __init__(self, egraph: EGraph):
+        frozen = egraph.freeze()
+        value = egraph.egraph
+        self.egraph = egraph
+        self.handle = egraph.classes(frozen)  # class -> smallest handle
+        self.nodes: dict[int, list[ENode]] = {}
+        for name, fn in frozen.functions.items():
+            if name == "Out":
+                for row in fn.rows:
+                    self._add(ENode(hash(row.output), "out", "", (hash(row.inputs[0]),), value.value_to_i64(row.inputs[1])))
+            elif name[:2] == "Op" and name[2:].isdigit():
+                for row in fn.rows:
+                    op, key = value.value_to_string(row.inputs[0]), value.value_to_string(row.inputs[1])
+                    kind = "leaf" if op == LEAF else "app"
+                    self._add(ENode(hash(row.output), kind, key, tuple(hash(v) for v in row.inputs[2:])))
+        self.class_of_handle = {}
+        for row in frozen.functions["Id"].rows:
+            self.class_of_handle[value.value_to_i64(row.inputs[0])] = hash(row.output)
+
+    def _add(self, node: ENode) -> None:
+        self.nodes.setdefault(node.cls, []).append(node)
+
+    def type(self, cls: int) -> TensorType | tuple[TensorType, ...]:
+        return self.egraph.table.types[self.handle[cls]]
+
+    def reachable(self, roots) -> list[int]:
+        """The classes some e-node of the roots' classes reads, transitively (in discovery order)."""
+        seen, order, stack = set(roots), list(roots), list(roots)
+        while stack:
+            for node in self.nodes.get(stack.pop(), ()):
+                for child in node.children:
+                    if child not in seen:
+                        seen.add(child)
+                        order.append(child)
+                        stack.append(child)
+        return order
+
+
+@dataclass
+class Extraction:
+    """The extracted graph and how it was chosen."""
+
+    graph: Graph
+    cost: float  # the sum of the chosen e-nodes' costs
+    method: str  # "ilp", "ilp (time limit)" or "greedy"
+    seconds: float
+    enodes: int  # e-nodes the choice was made among
+    labels: dict[str, str]  # node name -> the rule whose target added it ("" for the input's own)
+
+
+class _Pricing:
+    """What a cost model reads of a graph, for values named after e-classes."""
+
+    def __init__(self, types: dict[str, TensorType], graph: Graph, consts: set[str]):
+        self.types, self.weights, self.meta, self._consts = types, graph.weights, graph.meta, frozenset(consts)
+
+    def type(self, value: str) -> TensorType:
+        return self.types[value]
+
+    def constant_values(self) -> frozenset[str]:
+        return self._consts
+
+
+class _Choice:
+    """Names, types and costs of the e-classes an extraction chooses among."""
+
+    def __init__(self, classes: EClasses, cost_model: CostModel, graph: Graph, roots: list[int]):
+        self.classes, self.cost_model, self.graph = classes, cost_model, graph
+        table = classes.egraph.table
+        self.order = [c for c in classes.reachable(roots) if c in classes.nodes]
+        original: dict[int, str] = {}
+        for name, handle in classes.egraph.handles.items():
+            original.setdefault(classes.class_of_handle[handle], name)
+        self.names: dict[int, str] = {}
+        taken = set(graph.types)
+        for c in self.order:
+            name = original.get(c)
+            if name is None:
+                name = f"eq{classes.handle[c]}"
+                while name in taken:
+                    name += "_"
+                taken.add(name)
+            self.names[c] = name
+        self.types: dict[str, TensorType] = {}
+        for c in self.order:
+            t = classes.type(c)
+            if isinstance(t, tuple):
+                for j, tj in enumerate(t):
+                    self.types[self.output_name(c, j)] = tj
+            else:
+                self.types[self.names[c]] = t
+        self.consts = self._constant_classes(table)
+        self.pricing = _Pricing(self.types, graph, {self.names[c] for c in self.consts if not isinstance(classes.type(c), tuple)})
+
+    def output_name(self, c: int, j: int) -> str:
+        return f"{self.names[c]}.{j}"
+
+    def _constant_classes(self, table) -> set[int]:
+        """Classes computable from weights alone: a weight leaf, or an application of foldable ops on constant classes."""
+        weights = set(self.graph.weights)
+        const: set[int] = set()
+        changed = True
+        while changed:
+            changed = False
+            for c in self.order:
+                if c in const:
+                    continue
+                for n in self.classes.nodes[c]:
+                    if (n.kind == "leaf" and table.leaves[n.key] in weights) or (n.kind == "out" and n.children[0] in const) or (
+                            n.kind == "app" and all(d in const for d in n.children) and self._folds(n)):
+                        const.add(c)
+                        changed = True
+                        break
+        return const
+
+    def _folds(self, n: ENode) -> bool:
+        node = self.node(n, "")
+        return folds_when_constant(node, self.types.__getitem__)
+
+    def node(self, n: ENode, label: str) -> Node:
+        """The graph node of an application e-node, reading and defining its classes' names."""
+        entry = self.classes.egraph.table.keys[n.key]
+        outputs = ((self.names[n.cls],) if entry.outputs == 1 else tuple(self.output_name(n.cls, j) for j in range(entry.outputs)))
+        inputs = tuple(self._value(d) for d in n.children)
+        return Node(entry.op, entry.params, inputs, outputs, label)
+
+    def _value(self, c: int) -> str:
+        return self.names[c]
+
+    def cost(self, n: ENode) -> float:
+        if n.kind != "app" or n.cls in self.consts:
+            return 0.0
+        if any(d not in self.names for d in n.children) or any(isinstance(self.classes.type(d), tuple) for d in n.children):
+            return math.inf
+        node = self.node(n, "")
+        return self.cost_model.node_cost(node, self.pricing, self.pricing.constant_values())
+
+
+def extract(egraph: EGraph, cost_model: CostModel, seconds: float) -> Extraction:
+    """The cheapest acyclic graph in the e-graph computing the original graph's outputs."""
+    started = time.perf_counter()
+    classes = EClasses(egraph)
+    graph = egraph.graph
+    roots = list(dict.fromkeys(classes.class_of_handle[egraph.handles[o]] for o in graph.outputs))
+    choice = _Choice(classes, cost_model, graph, roots)
+    enodes = [n for c in choice.order for n in classes.nodes[c]]
+    costs = [choice.cost(n) for n in enodes]
+    greedy = _greedy(choice, enodes, costs)
+    chosen, method = _ilp(choice, enodes, costs, roots, greedy, max(seconds - (time.perf_counter() - started), 0.5))
+    if chosen is None:
+        chosen, method = greedy, "greedy"
+    built, labels, used = _build(choice, chosen, roots)
+    total = sum(costs[chosen[c]] for c in used)
+    return Extraction(built, total, method, time.perf_counter() - started, len(enodes), labels)
+
+
+def _greedy(choice: _Choice, enodes: list[ENode], costs: list[float]) -> dict[int, int]:
+    """Each class's e-node of least tree cost (children's best costs added), to a fixed point: egg's extractor."""
+    best: dict[int, float] = {}
+    pick: dict[int, int] = {}
+    changed = True
+    while changed:
+        changed = False
+        for i, n in enumerate(enodes):
+            if math.isinf(costs[i]) or any(d not in best for d in n.children):
+                continue
+            total = costs[i] + sum(best[d] for d in n.children)
+            if total < best.get(n.cls, math.inf):
+                best[n.cls], pick[n.cls] = total, i
+                changed = True
+    return pick
+
+
+def _ilp(choice: _Choice, enodes: list[ENode], costs: list[float], roots: list[int], start: dict[int, int],
+         seconds: float) -> tuple[dict[int, int] | None, str]:
+    """The exact choice by HiGHS (class -> e-node index), or None when it found none in ``seconds``.
+
+    Order variables and constraints are made only for the edges inside a cycle of the class
+    graph (its strongly connected components): elsewhere no choice can close a cycle, and the
+    big-M rows they would add make the relaxation weak (8,870 e-nodes: no solution in 20 s).
+    The greedy choice is passed as the starting solution, so the solver always holds one.
+    """
+    import highspy
+
+    usable = [i for i, c in enumerate(costs) if not math.isinf(c) and enodes[i].cls not in enodes[i].children]
+    x = {i: k for k, i in enumerate(usable)}
+    by_class: dict[int, list[int]] = {}
+    for i in usable:
+        by_class.setdefault(enodes[i].cls, []).append(i)
+    cyclic = _cyclic_classes(enodes, usable)
+    ordered = sorted({enodes[i].cls for i in usable if enodes[i].cls in cyclic} | {d for i in usable for d in enodes[i].children if d in cyclic})
+    position = {c: len(usable) + k for k, c in enumerate(ordered)}
+    big = len(choice.order) + 1  # more than any class's height
+    matrix = _Rows()
+    inf = highspy.kHighsInf
+    for r in roots:
+        matrix.add([(x[i], 1.0) for i in by_class.get(r, [])], 1.0, inf)
+    for i in usable:
+        n = enodes[i]
+        for d in dict.fromkeys(n.children):
+            matrix.add([(x[m], 1.0) for m in by_class.get(d, [])] + [(x[i], -1.0)], 0.0, inf)
+            if cyclic.get(n.cls) is not None and cyclic.get(n.cls) == cyclic.get(d):
+                # t_c - t_d - big * x_n >= 1 - big: the order holds where n is chosen
+                matrix.add([(position[n.cls], 1.0), (position[d], -1.0), (x[i], -float(big))], 1.0 - big, inf)
+    n_cols = len(usable) + len(ordered)
+    h = _quiet_highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("time_limit", float(seconds))
+    h.setOptionValue("threads", 1)
+    lp = highspy.HighsLp()
+    lp.num_col_ = n_cols
+    lp.num_row_ = len(matrix.lower)
+    lp.col_cost_ = np.array([costs[i] for i in usable] + [0.0] * len(ordered), dtype=np.float64)
+    lp.col_lower_ = np.zeros(n_cols)
+    lp.col_upper_ = np.array([1.0] * len(usable) + [float(big - 1)] * len(ordered))
+    lp.row_lower_ = np.array(matrix.lower, dtype=np.float64)
+    lp.row_upper_ = np.array(matrix.upper, dtype=np.float64)
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.array(matrix.start, dtype=np.int32)
+    lp.a_matrix_.index_ = np.array(matrix.index, dtype=np.int32)
+    lp.a_matrix_.value_ = np.array(matrix.value, dtype=np.float64)
+    lp.integrality_ = [highspy.HighsVarType.kInteger] * len(usable) + [highspy.HighsVarType.kContinuous] * len(ordered)
+    h.passModel(lp)
+    warm = _warm_start(enodes, start, roots, x, position, n_cols)
+    if warm is not None:
+        solution = highspy.HighsSolution()
+        solution.col_value = warm
+        solution.value_valid = True
+        h.setSolution(solution)
+    h.run()
+    solution = h.getSolution()
+    if not solution.value_valid:
+        return None, "greedy"
+    values = solution.col_value
+    chosen: dict[int, int] = {}
+    for c, members in by_class.items():
+        picked = [i for i in members if values[x[i]] > 0.5]
+        if picked:
+            chosen[c] = min(picked, key=lambda i: costs[i])
+    exact = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+    return chosen, "ilp" if exact else "ilp (time limit)"
+
+
+class _Rows:
+    """A sparse matrix built row by row (HiGHS's row-wise format), with each row's bounds."""
+
+    def __init__(self):
+        self.start, self.index, self.value, self.lower, self.upper = [0], [], [], [], []
+
+    def add(self, entries, lower: float, upper: float) -> None:
+        for col, val in entries:
+            self.index.append(col)
+            self.value.append(val)
+        self.start.append(len(self.index))
+        self.lower.append(lower)
+        self.upper.append(upper)
+
+
+def _cyclic_classes(enodes: list[ENode], usable: list[int]) -> dict[int, int]:
+    """Class -> the number of its strongly connected component, for the classes on a cycle of the class graph."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    g.add_edges_from((enodes[i].cls, d) for i in usable for d in enodes[i].children)
+    found: dict[int, int] = {}
+    for k, component in enumerate(nx.strongly_connected_components(g)):
+        if len(component) > 1:
+            for c in component:
+                found[c] = k
+    return found
+
+
+def _warm_start(enodes: list[ENode], pick: dict[int, int], roots: list[int], x: dict[int, int], position: dict[int, int],
+                n_cols: int) -> list[float] | None:
+    """The greedy choice as a solution of the integer program: its e-nodes chosen, each class ordered by its height."""
+    values = [0.0] * n_cols
+    height: dict[int, int] = {}
+
+    def visit(c: int, path: set[int]) -> int:
+        if c in height:
+            return height[c]
+        if c in path or c not in pick or pick[c] not in x:
+            raise ValueError("no acyclic greedy choice")
+        path.add(c)
+        n = enodes[pick[c]]
+        h = 1 + max((visit(d, path) for d in n.children), default=-1)
+        path.discard(c)
+        height[c] = h
+        values[x[pick[c]]] = 1.0
+        if c in position:
+            values[position[c]] = float(h)
+        return h
+
+    try:
+        for r in roots:
+            visit(r, set())
+    except (ValueError, RecursionError):
+        return None
+    return values
+
+
+def _quiet_highs():
+    """A HiGHS instance; the banner the library prints on first use goes to /dev/null, not to taso's output."""
+    import highspy
+
+    if not _BANNER_SHOWN:
+        import os
+        import sys
+
+        sys.stdout.flush()
+        saved = os.dup(1)
+        try:
+            with open(os.devnull, "w") as null:
+                os.dup2(null.fileno(), 1)
+                h = highspy.Highs()
+        finally:
+            os.dup2(saved, 1)
+            os.close(saved)
+        _BANNER_SHOWN.append(True)
+        return h
+    return highspy.Highs()
+
+
+_BANNER_SHOWN: list[bool] = []
+
+
+def _origins(choice: _Choice) -> dict[tuple[str, tuple[int, ...]], str]:
+    """(op key, input classes) -> the rule whose target added that e-node; "" for the original graph's own."""
+    classes, egraph = choice.classes, choice.classes.egraph
+    of = classes.class_of_handle
+    found: dict[tuple[str, tuple[int, ...]], str] = {}
+    for node in choice.graph.nodes:
+        key = egraph.table.key(node.op, node.params, len(node.outputs))
+        found[(key, tuple(of[egraph.handles[v]] for v in node.inputs))] = ""
+    for key, inputs, rule in egraph.table.origins:
+        found.setdefault((key, tuple(of[h] for h in inputs)), rule)
+    return found
+
+
+def _build(choice: _Choice, chosen: dict[int, int], roots: list[int]) -> tuple[Graph, dict[str, str], set[int]]:
+    """The graph of the chosen e-nodes that the outputs need, with the original's inputs, weights and interface."""
+    classes, graph = choice.classes, choice.graph
+    origin = _origins(choice)
+    all_nodes = [n for c in choice.order for n in classes.nodes[c]]
+    nodes: list[Node] = []
+    labels: dict[str, str] = {}
+    emitted: set[int] = set()
+    name_of = dict(choice.names)
+
+    def visit(c: int, path: set[int]) -> None:
+        if c in emitted:
+            return
+        if c in path:
+            raise RuntimeError("the extracted choice has a cycle")
+        n = all_nodes[chosen[c]]
+        path.add(c)
+        for d in n.children:
+            visit(d, path)
+        path.discard(c)
+        emitted.add(c)
+        if n.kind == "leaf":
+            name_of[c] = classes.egraph.table.leaves[n.key]
+        elif n.kind == "out":
+            name_of[c] = choice.output_name(n.children[0], n.index)
+        else:
+            node = choice.node(n, "")
+            node = Node(node.op, node.params, tuple(name_of[d] for d in n.children), node.outputs, f"eqsat/{len(nodes)}")
+            nodes.append(node)
+            labels[node.name] = origin.get((n.key, n.children), "")
+
+    for r in roots:
+        visit(r, set())
+    outputs = tuple(name_of[classes.class_of_handle[classes.egraph.handles[o]]] for o in graph.outputs)
+    types = {**{v: graph.type(v) for v in (*graph.inputs, *graph.weights)}}
+    for node in nodes:
+        for o in node.outputs:
+            types[o] = choice.types[o]
+    built = Graph(graph.inputs, graph.weights, nodes, outputs, types, graph.meta).pruned()
+    return built, labels, emitted

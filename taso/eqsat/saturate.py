@@ -1,0 +1,222 @@
+"""Equality saturation: grow an egglog e-graph of a graph with the proved rules, within limits.
+
+Each iteration runs every admitted rule's query once (egglog's e-matching, congruence and
+union-find), reads the new matches, and adds the targets of those the guards accept
+(:mod:`taso.eqsat.patterns`). Rules are admitted as in the backtracking search: once every
+operator of a rule's source occurs in the e-graph. The loop stops when an iteration adds
+nothing (saturated), or at the node, iteration or time limit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import egglog.bindings as egglog
+
+from ..ir import Graph
+from ..rewrite import CompiledRule, Match
+from ..rules import Rule, operator_variant
+from .patterns import RulePattern
+from .terms import INSERT, PRELUDE, TermTable, encode_graph, join
+
+__all__ = ["Limits", "Saturation", "saturate", "EGraph", "enode_count"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How far saturation may grow the e-graph.
+
+    Attributes:
+        nodes: the most e-nodes (each application, tuple output and leaf counts one).
+        iterations: the most rounds of matching.
+        seconds: wall-clock seconds for saturation.
+        multi_iterations: the rounds that run rules whose source has several outputs (Tensat's k_multi).
+        matches_per_rule: the most matches of one rule added per round (egg's match limit): an associativity
+            rule's matches grow with every round, and the rest would wait behind them.
+    """
+
+    nodes: int = 20_000
+    iterations: int = 10
+    seconds: float = 5.0
+    multi_iterations: int = 1
+    matches_per_rule: int = 1_000
+
+
+@dataclass
+class Saturation:
+    """What saturation did: why it stopped, and the counts per round."""
+
+    stop_reason: str = "saturated"
+    iterations: int = 0
+    matches: int = 0  # matches read from the e-graph
+    applied: int = 0  # matches whose target was added
+    terms: int = 0  # e-nodes at the end
+    seconds: float = 0.0
+    fired: dict[str, int] = field(default_factory=dict)  # rule label -> targets added
+
+
+class EGraph:
+    """An egglog e-graph holding a taso graph, with the term table beside it."""
+
+    def __init__(self, graph: Graph):
+        self.egraph = egglog.EGraph()
+        self.table = TermTable()
+        self.run(PRELUDE)
+        text, self.handles = encode_graph(graph, self.table)
+        self.run(text)
+        self.graph = graph
+
+    def run(self, program: str) -> None:
+        """Runs egglog commands, a few kilobytes of text at a time.
+
+        NOTE: egglog's parser keeps the source text with every span it makes, so memory grows with the square of one
+        program's length (80 rules in one program: 0.7 GB; 450: out of memory). Chunks of whole lines stay small.
+        """
+        chunk: list[str] = []
+        size = 0
+        for line in program.splitlines(keepends=True):
+            if size + len(line) > _CHUNK and _balanced(chunk):
+                self._run("".join(chunk))
+                chunk, size = [], 0
+            chunk.append(line)
+            size += len(line)
+        self._run("".join(chunk))
+
+    def _run(self, text: str) -> None:
+        if text.strip():
+            self.egraph.run_program(*self.egraph.parse_program(text))
+
+    def freeze(self):
+        return self.egraph.freeze()
+
+    def classes(self, frozen) -> dict[int, int]:
+        """E-class (egglog's value, hashed) -> the smallest handle in it."""
+        found: dict[int, int] = {}
+        for row in frozen.functions["Id"].rows:
+            cls, handle = hash(row.output), self.egraph.value_to_i64(row.inputs[0])
+            if handle < found.get(cls, handle + 1):
+                found[cls] = handle
+        return found
+
+    def variants(self) -> set[str]:
+        """The operator variants present, as rules are indexed by them."""
+        return {operator_variant(entry.op.name, entry.params) for entry in self.table.keys.values()}
+
+
+def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limits, connected_only: bool = True,
+             excluded: frozenset[str] = frozenset(), seeds: Iterable[Match] = ()) -> Saturation:
+    """Grows ``egraph`` with the rules; returns what it did.
+
+    ``seeds``: matches found on the input graph by other means (the group merges of :mod:`taso.groups`, whose k-ary
+    rules no e-matching finds), added before the first round.
+    """
+    from ..search import _RuleIndex
+
+    started = time.perf_counter()
+    report = Saturation()
+    index = _RuleIndex(rules, connected_only, excluded)
+    patterns: dict[str, RulePattern] = {}  # rule id -> its pattern
+    numbered: list[RulePattern] = []  # by the number its matches are tagged with
+    seen: set[tuple] = set()
+    _add_seeds(egraph, seeds, report)
+    while True:
+        if report.iterations >= limits.iterations:
+            report.stop_reason = "iteration limit"
+            break
+        index.admit_variants(egraph.variants())
+        program = []
+        for crule in index.compiled:
+            if crule.rule_id not in patterns:
+                pattern = patterns[crule.rule_id] = RulePattern(crule, len(numbered))
+                numbered.append(pattern)
+                program.append(pattern.program(egraph.table))
+        egraph.run("\n".join(program))
+        egraph.run("(run match 1)" + ("(run multi 1)" if report.iterations < limits.multi_iterations else ""))
+        report.iterations += 1
+        frozen = egraph.freeze()
+        classes = egraph.classes(frozen)
+        size = enode_count(frozen)
+        handles_before = len(egraph.table.types)
+        commands: list[str] = []
+        per_rule: dict[int, int] = {}
+        for pattern, key, row in _new_matches(egraph, frozen, numbered, classes, seen):
+            if per_rule.get(pattern.number, 0) >= limits.matches_per_rule:
+                continue  # read again next round
+            per_rule[pattern.number] = per_rule.get(pattern.number, 0) + 1
+            seen.add(key)
+            report.matches += 1
+            applied = pattern.apply(egraph.table, *row)
+            if applied is None:
+                continue
+            commands.extend(applied.commands)
+            commands.extend(join(a, b) for a, b in applied.unions)
+            report.applied += 1
+            report.fired[pattern.crule.label] = report.fired.get(pattern.crule.label, 0) + 1
+            if size + len(egraph.table.types) - handles_before >= limits.nodes:
+                report.stop_reason = "node limit"
+                break
+            if report.applied % 256 == 0 and time.perf_counter() - started > limits.seconds:
+                report.stop_reason = "time limit"
+                break
+        if not commands:
+            break
+        egraph.run("\n".join(commands) + "\n" + INSERT)
+        if report.stop_reason != "saturated":
+            break
+        if time.perf_counter() - started > limits.seconds:
+            report.stop_reason = "time limit"
+            break
+    report.terms = enode_count(egraph.freeze())
+    report.seconds = time.perf_counter() - started
+    return report
+
+
+def _add_seeds(egraph: EGraph, seeds: Iterable[Match], report: Saturation) -> None:
+    """Adds the targets of matches found on the input graph, under the same guards as e-matched ones."""
+    commands: list[str] = []
+    for match in seeds:
+        pattern = RulePattern(match.rule, -1)
+        handles = [egraph.handles[match.values[v]] for v in (*pattern.columns.variables, *pattern.columns.outputs)]
+        keys = [egraph.table.key(match.nodes[i].op, match.nodes[i].params, len(match.nodes[i].outputs)) for i in pattern.columns.params]
+        applied = pattern.apply(egraph.table, handles, keys)
+        report.matches += 1
+        if applied is None:
+            continue
+        commands += applied.commands + [join(a, b) for a, b in applied.unions]
+        report.applied += 1
+        report.fired[match.rule.label] = report.fired.get(match.rule.label, 0) + 1
+    egraph.run("\n".join(commands) + "\n" + INSERT)
+
+
+def _new_matches(egraph: EGraph, frozen, numbered: list[RulePattern], classes: dict[int, int], seen: set[tuple]):
+    """(pattern, key, (handles, parameter keys)) for each match not in ``seen``, by pattern number (rows in table order)."""
+    value = egraph.egraph
+    found: list[tuple[int, list[int], list[str]]] = []
+    for relation in sorted(egraph.table.relations):
+        for row in frozen.functions[relation].rows:
+            number = value.value_to_i64(row.inputs[0])
+            pattern = numbered[number]
+            handles = [classes[hash(v)] for v in row.inputs[1:1 + pattern.classes]]
+            keys = [value.value_to_string(v) for v in row.inputs[1 + pattern.classes:]]
+            key = (number, *handles, *keys)
+            if key not in seen:
+                found.append((key, handles, keys))
+    found.sort(key=lambda item: item[0][0])
+    for key, handles, keys in found:
+        yield numbered[key[0]], key, (handles, keys)
+
+
+_CHUNK = 4096  # characters of egglog text parsed at once
+
+
+def _balanced(lines: list[str]) -> bool:
+    """Whether these lines close every parenthesis they open (a command may span lines)."""
+    text = "".join(lines)
+    return text.count("(") == text.count(")")
+
+
+def enode_count(frozen) -> int:
+    """The e-nodes of a frozen e-graph that stand for tensors (applications and tuple outputs, not handles)."""
+    return sum(len(fn.rows) for name, fn in frozen.functions.items() if name == "Out" or (name[:2] == "Op" and name[2:].isdigit()))

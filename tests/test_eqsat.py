@@ -1,0 +1,176 @@
+"""Equality saturation (taso.eqsat): same rules and guards as the backtracking search, exact extraction, equal outputs."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+from helpers import assert_close, run_ort
+from hypothesis import HealthCheck, given, settings
+from test_search import _n, _random_graphs, _rnn_like, _WeightBound
+
+import taso
+from taso.cost import AnalyticCost
+from taso.dims import symbol
+from taso.ir import Graph, TensorType
+from taso.optimize import load_rules
+from taso.search import SearchConfig, StopReason, search
+
+saturation = importlib.import_module("taso.eqsat.saturate")
+extraction = importlib.import_module("taso.eqsat.extract")
+patterns = importlib.import_module("taso.eqsat.patterns")
+
+QUICK = SearchConfig(engine="eqsat", time_limit=4.0, eqsat_nodes=3000, eqsat_iterations=4)
+
+
+@pytest.fixture(scope="module")
+def rules():
+    return load_rules()
+
+
+def _same_on_ort(a: Graph, b: Graph, seed: int = 3) -> None:
+    feeds = {k: np.random.default_rng(seed).standard_normal(tuple(int(d) for d in t.shape)).astype(np.float32) for k, t in a.inputs.items()}
+    for got, want in zip(run_ort(taso.export_onnx(b), feeds), run_ort(taso.export_onnx(a), feeds)):
+        assert_close(got, want, 1e-4)
+
+
+def test_eqsat_finds_a_cheaper_equal_graph_and_names_the_rules_it_used(rules):
+    graph = _rnn_like()
+    best, report = search(graph, rules, _WeightBound(), QUICK)
+    assert report.engine == "eqsat" and report.best_cost < report.initial_cost
+    assert best.op_histogram()["matmul"] < graph.op_histogram()["matmul"]
+    assert report.applied, "the rules whose targets the extracted graph holds are reported"
+    assert report.eqsat["extraction"].startswith(("ilp", "greedy")) and report.eqsat["enodes"] > len(graph.nodes)
+    taso.check(best)
+    _same_on_ort(graph, best)
+
+
+def test_eqsat_never_returns_a_costlier_graph(rules):
+    class MergingNeverPays(AnalyticCost):
+        def measure(self, node, graph, key, consts):
+            return 1.0 if node.op.name in ("concat", "split", "transpose") else super().measure(node, graph, key, consts)
+
+    graph = _rnn_like(steps=2)
+    best, report = search(graph, rules, MergingNeverPays(), QUICK)
+    assert report.best_cost <= report.initial_cost
+    assert (best is graph) == (report.best_cost == report.initial_cost)
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=_random_graphs())
+def test_random_graphs_optimized_by_eqsat_stay_equal_on_ort(graph):
+    best, report = search(graph, load_rules(), _WeightBound(), SearchConfig(engine="eqsat", time_limit=2.0, eqsat_nodes=1500, eqsat_iterations=3))
+    taso.check(best)
+    assert report.best_cost <= report.initial_cost
+    _same_on_ort(graph, best)
+
+
+def test_extraction_shares_a_subgraph_that_greedy_counts_once_per_reader(rules):
+    """Four products sharing a weight, each read apart: merged, one product serves all four. Greedy extraction prices
+    each reader's tree alone (the merged product four times) and keeps them apart; the integer program counts it once."""
+    graph = _rnn_like(steps=4)
+    nodes = [n for n in graph.nodes if n.op.name == "matmul"] + [_n("tanh", [f"h{t}"], [f"y{t}"]) for t in range(4)]
+    graph = Graph(graph.inputs, graph.weights, nodes, [f"y{t}" for t in range(4)])
+    egraph = saturation.EGraph(graph)
+    from taso.groups import GroupLibrary, find_groups
+
+    seeds = [m.match for m in find_groups(graph, GroupLibrary.shipped()).merges]
+    assert seeds, "the four products form a group"
+    saturation.saturate(egraph, rules, saturation.Limits(nodes=2000, iterations=0, seconds=5), seeds=seeds)
+    cost = _WeightBound()
+    exact = extraction.extract(egraph, cost, 10.0)
+    assert exact.method == "ilp"
+    assert exact.graph.op_histogram()["matmul"] == 1
+    assert cost.graph_cost(exact.graph) < cost.graph_cost(graph)
+    _same_on_ort(graph, exact.graph)
+    # The greedy choice of the same e-graph keeps the four products.
+    classes = extraction.EClasses(egraph)
+    roots = [classes.class_of_handle[egraph.handles[o]] for o in graph.outputs]
+    choice = extraction._Choice(classes, cost, graph, roots)
+    enodes = [n for c in choice.order for n in classes.nodes[c]]
+    greedy, _, _ = extraction._build(choice, extraction._greedy(choice, enodes, [choice.cost(n) for n in enodes]), roots)
+    assert greedy.op_histogram()["matmul"] == 4 and cost.graph_cost(greedy) > cost.graph_cost(exact.graph)
+
+
+def test_a_rule_that_puts_a_cycle_in_the_egraph_is_extracted_without_one(rules):
+    """Rules that undo a concatenation (split(concat(x, y))[0] = x) make a class read itself; extraction stays acyclic."""
+    inputs = {"x": TensorType((2, 4)), "y": TensorType((2, 4))}
+    nodes = [_n("concat", ["x", "y"], ["c"], axis=1), _n("split", ["c"], ["a", "b"], axis=1, sizes=(4, 4)),
+             _n("relu", ["a"], ["r"]), _n("tanh", ["b"], ["t"])]
+    graph = Graph(inputs, {}, nodes, ["r", "t"])
+    egraph = saturation.EGraph(graph)
+    saturation.saturate(egraph, rules, saturation.Limits(nodes=2000, iterations=3, seconds=5))
+    classes = extraction.EClasses(egraph)
+    enodes = [n for members in classes.nodes.values() for n in members]
+    cyclic = extraction._cyclic_classes(enodes, list(range(len(enodes))))
+    assert cyclic, "the e-graph holds a cycle"
+    result = extraction.extract(egraph, AnalyticCost(), 5.0)
+    taso.check(result.graph)  # raises on a cycle
+    _same_on_ort(graph, result.graph)
+
+
+def test_a_match_outside_the_proof_is_declined(rules):
+    """A rule proved for rank-2 inputs is not applied to rank-3 values, exactly as the backtracking matcher declines it."""
+    from taso.rewrite import CompiledRule
+
+    graph = _rnn_like()
+    egraph = saturation.EGraph(graph)
+    # [x1 @ w, x2 @ w] => split(concat(x1, x2) @ w): two products sharing their right operand.
+    crule = next(CompiledRule(r) for r in rules if len(r.source) == 2 and all(n.op == "matmul" for n in r.source) and len(r.outputs) == 2
+                 and r.source[0].inputs[1] == r.source[1].inputs[1] and r.source[0].inputs[0] != r.source[1].inputs[0]
+                 and not r.source[0].params.get("activation", "none") != "none")
+    pattern = patterns.RulePattern(crule, 0)
+    first, second = (n.inputs[0] for n in crule.rule.source)
+    bound = {first: "x0", second: "x1", crule.rule.source[0].inputs[1]: "w"}
+    outputs = [egraph.handles["h0"] if s == crule.rule.source[0].outputs[0] else egraph.handles["h1"] for s in pattern.columns.outputs]
+    fits = [egraph.handles[bound[v]] for v in pattern.columns.variables]
+    assert pattern.apply(egraph.table, fits + outputs, []) is not None
+    wrong = egraph.table.handle(TensorType((1, 1, 64)))
+    assert pattern.apply(egraph.table, [wrong if bound[v] == "x1" else h for v, h in zip(pattern.columns.variables, fits)] + outputs, []) is None
+
+
+def test_symbolic_batch_is_kept_and_the_result_runs_at_other_sizes(rules):
+    batch = symbol("batch", 2)
+    rng = np.random.default_rng(0)
+    inputs = {f"x{t}": TensorType((batch, 16)) for t in range(3)}
+    nodes = [_n("matmul", [f"x{t}", "w"], [f"h{t}"]) for t in range(3)] + [_n("add", ["h0", "h1"], ["s"]), _n("add", ["s", "h2"], ["out"])]
+    graph = Graph(inputs, {"w": rng.standard_normal((16, 16)).astype(np.float32)}, nodes, ["out"])
+    best, report = search(graph, rules, _WeightBound(), QUICK)
+    assert report.best_cost < report.initial_cost
+    for rows in (1, 5):
+        feeds = {k: rng.standard_normal((rows, 16)).astype(np.float32) for k in inputs}
+        for got, want in zip(run_ort(taso.export_onnx(best), feeds), run_ort(taso.export_onnx(graph), feeds)):
+            assert_close(got, want, 1e-4)
+
+
+def test_limits_stop_saturation(rules):
+    graph = _rnn_like()
+    egraph = saturation.EGraph(graph)
+    report = saturation.saturate(egraph, rules, saturation.Limits(nodes=200, iterations=10, seconds=30))
+    assert report.stop_reason == "node limit"
+    assert report.terms < 200 + 400  # the round that crossed the limit stops adding
+    egraph = saturation.EGraph(graph)
+    assert saturation.saturate(egraph, rules, saturation.Limits(nodes=10**6, iterations=1, seconds=30)).stop_reason == "iteration limit"
+
+
+def test_a_saturated_egraph_says_so():
+    graph = Graph({"x": TensorType((2, 3))}, {}, [_n("sigmoid", ["x"], ["y"])], ["y"])
+    best, report = search(graph, [], AnalyticCost(), QUICK)
+    assert report.eqsat["stop_reason"] == "saturated" and report.stop_reason is StopReason.SATURATED
+    assert best is graph
+
+
+def test_optimize_cli_runs_eqsat_and_rejects_an_unknown_engine(tmp_path, capsys):
+    from taso.cli import main
+
+    path = tmp_path / "rnn.onnx"
+    taso.save_onnx(_rnn_like(steps=3, hidden=32), path)
+    out = tmp_path / "out.onnx"
+    assert main(["optimize", str(path), "-o", str(out), "--search", "eqsat", "--cost", "analytic", "--time-limit", "3", "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "eqsat:" in text and out.exists()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["optimize", str(path), "-o", str(out), "--search", "annealing"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'annealing'" in capsys.readouterr().err
