@@ -408,7 +408,9 @@ class Enumerator:
         pairs = sorted((fps[t], t) for t in self.outputs)
         visit(graph_key([f for f, _ in pairs]), self.ops, None, [t for _, t in pairs])
 
-    def _grow(self, visit: Visitor, leaves: Callable[[Leaves], None]) -> None:
+    def _grow(self, visit: Visitor, leaves: Callable[[Leaves], None] | None = None) -> None:
+        if leaves is None:
+            leaves = partial(_visit_each, visit)
         if len(self.ops) >= self.settings.max_ops:  # a root alone already fills --max-ops 1
             return
         if len(self.ops) + 1 == self.settings.max_ops:
