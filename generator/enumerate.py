@@ -120,7 +120,7 @@ class Enumerator:
         self._combo_cache: dict[tuple, list] = {}
         self._pool_shape_memo: dict = {}
         residues = self.pool.residues(settings.seed)
-        n = len(self.pool)
+        n = self.pool_size = len(self.pool)  # read on every step: InputPool.__len__ was 2 % of the time
         # Per-tensor state (the pool first, then operator outputs).
         self.fps: list[int] = [tensor_fingerprint(r) for r in residues]
         self.arrays: list[np.ndarray] = residues
@@ -189,7 +189,7 @@ class Enumerator:
     def _pool_shapes(self, rule) -> frozenset:
         shapes = self._pool_shape_memo.get(rule)
         if shapes is None:
-            shapes = self._pool_shape_memo[rule] = frozenset(self.shapes[t] for t in range(len(self.pool)) if rule.accepts(self.roles[t], True))
+            shapes = self._pool_shape_memo[rule] = frozenset(self.shapes[t] for t in range(self.pool_size) if rule.accepts(self.roles[t], True))
         return shapes
 
     def steps(self, prefilter: bool = True) -> Iterator[tuple[Variant, tuple, tuple, object, tuple]]:
@@ -207,7 +207,7 @@ class Enumerator:
         Yields:
             (variant, split sizes, argument tensor indices, params, output shapes).
         """
-        n_pool, roles, by_shape = len(self.pool), self.roles, self.by_shape
+        n_pool, roles, by_shape = self.pool_size, self.roles, self.by_shape
         reachable = self._reachable_pool() if prefilter else range(n_pool)
         must_read = self._must_read() if prefilter else lambda vi: None
         lists: dict[tuple, list[int]] = {}
@@ -261,7 +261,7 @@ class Enumerator:
             later_max[j] = max(later_max[j + 1], self.ops[j][0])
         if later_max[0] < 0:
             return lambda vi: None
-        outputs_from = [frozenset(t for t in range(len(self.pool), len(self.fps)) if self.producer[t] >= j) for j in range(len(self.ops))]
+        outputs_from = [frozenset(t for t in range(self.pool_size, len(self.fps)) if self.producer[t] >= j) for j in range(len(self.ops))]
         memo: dict[int, frozenset[int] | None] = {}
 
         def must_read(vi: int) -> frozenset[int] | None:
@@ -279,7 +279,7 @@ class Enumerator:
         The step's other arguments may fill up to ``arity - 1`` gaps themselves.
         """
         budget = self._gap_budget() + self._max_arity - 1
-        return frozenset(t for t in range(len(self.pool)) if self.used >> t & 1 or self._gaps(self.used | 1 << t) <= budget)
+        return frozenset(t for t in range(self.pool_size) if self.used >> t & 1 or self._gaps(self.used | 1 << t) <= budget)
 
     def admissible(self, key: OpRef) -> int | None:
         """The usage mask after adding this operator, or None when the step breaks canonical order or class order."""
@@ -292,7 +292,7 @@ class Enumerator:
         for j in range(last_dep + 1, len(ops)):
             if ops[j] >= key:
                 return None
-        used, n_pool = self.used, len(self.pool)
+        used, n_pool = self.used, self.pool_size
         for t in args:
             if t < n_pool:
                 used |= 1 << t
@@ -434,7 +434,7 @@ class Enumerator:
         ``by_shape`` first saw the shapes, which never changes once seen); the producers decide
         each step's last dependency.
         """
-        n_pool = len(self.pool)
+        n_pool = self.pool_size
         kind = (tuple(zip(self.shapes[n_pool:], self.roles[n_pool:], self.producer[n_pool:])), tuple(sorted(set(self.boundaries))))
         table = self._tables.get(kind)
         if table is None:
@@ -449,7 +449,7 @@ class Enumerator:
     def _step_blocks(self) -> list[tuple[tuple, list[tuple[int, ...]]]]:
         """The steps of :meth:`steps` without its prefilters, in its order, as the argument tuples of each
         (variant, sizes, params, output shapes): what a :class:`StepTable` is built from."""
-        n_pool, roles, by_shape = len(self.pool), self.roles, self.by_shape
+        n_pool, roles, by_shape = self.pool_size, self.roles, self.by_shape
         lists: dict[tuple, list[int]] = {}
 
         def candidates(shape, rule) -> list[int]:
@@ -490,7 +490,7 @@ class Enumerator:
             keep = table.last_candidates(self.used) & table.in_order(self._suffix_max())
         else:
             keep = (table.arity > 0) & table.in_order(self._suffix_max())
-        n_pool = len(self.pool)
+        n_pool = self.pool_size
         unread = sum(1 << (t - n_pool) for t in self.outputs if self.constant[t])
         if unread:
             keep &= table.output_mask & unread == unread
@@ -501,7 +501,7 @@ class Enumerator:
         table, fps, arrays = self._table(), self.fps, self.arrays
         rows = self._last_rows(table)
         requests = evaluations.request_rows(table, rows, table.last_dependency[rows] == len(self.ops) - 1, fps, arrays)
-        n_pool = len(self.pool)
+        n_pool = self.pool_size
         return Parent(list(self.ops), table, rows.tolist(), requests.tolist(), [(fps[t], t) for t in self.outputs], frozenset(fps[n_pool:]),
                       len(fps), n_pool)
 

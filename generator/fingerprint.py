@@ -10,6 +10,7 @@ whatever the order of their outputs.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Sequence
 
@@ -23,10 +24,17 @@ __all__ = ["tensor_fingerprint", "graph_key", "ExactEvaluator"]
 
 def tensor_fingerprint(array: np.ndarray) -> int:
     """A 64-bit digest of a residue array and its shape, stable across processes."""
-    h = hashlib.blake2b(digest_size=8)
-    h.update(np.asarray(array.shape, dtype=np.int64).tobytes())
-    h.update(np.ascontiguousarray(array, dtype=np.int64).tobytes())
+    h = _shape_hasher(array.shape).copy()
+    h.update(np.ascontiguousarray(array, dtype=np.int64))
     return int.from_bytes(h.digest(), "little")
+
+
+@functools.lru_cache(maxsize=256)
+def _shape_hasher(shape: tuple[int, ...]):
+    """A digest that has read the shape (each fingerprint copies it: the enumeration meets a few dozen shapes)."""
+    h = hashlib.blake2b(digest_size=8)
+    h.update(np.asarray(shape, dtype=np.int64).tobytes())
+    return h
 
 
 def graph_key(output_fingerprints: Iterable[int]) -> int:

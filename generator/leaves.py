@@ -188,7 +188,7 @@ class Parent:
         rows, keys, outputs = [], [], []
         for row, request in zip(self.rows, self.requests):
             outs = results[request]
-            if any(f in taken for f in outs) or (len(outs) > 1 and len(set(outs)) < len(outs)):
+            if not taken.isdisjoint(outs) or (len(outs) > 1 and len(set(outs)) < len(outs)):
                 continue
             read = output_mask[row]
             pairs = left.get(read)
