@@ -81,7 +81,7 @@ class SearchConfig:
     excluded: frozenset[str] = frozenset()
     groups: bool = True
     engine: str = "backtracking"
-    eqsat_nodes: int = 20_000
+    eqsat_nodes: int = 5_000
     eqsat_iterations: int = 10
     eqsat_share: float = 0.6
 

@@ -64,6 +64,7 @@ class RulePattern:
         # in the first rounds only (Tensat's multi-pattern rules), or the pairs of their variants swamp the e-graph.
         self.multi = len(self.columns.outputs) > 1
         self.ruleset = "multi" if self.multi else "match"
+        self.renames = any(t in crule.variables for _, t in rule.outputs)  # a source value equals one of the inputs
         self._vars = {name: f"v{i}" for i, name in enumerate(self.columns.variables)}
 
     def program(self, table: TermTable) -> str:

@@ -37,7 +37,7 @@ class Limits:
             rule's matches grow with every round, and the rest would wait behind them.
     """
 
-    nodes: int = 20_000
+    nodes: int = 5_000
     iterations: int = 10
     seconds: float = 5.0
     multi_iterations: int = 1
@@ -52,6 +52,7 @@ class Saturation:
     iterations: int = 0
     matches: int = 0  # matches read from the e-graph
     applied: int = 0  # matches whose target was added
+    cycles: int = 0  # matches not added because they would close a cycle
     terms: int = 0  # e-nodes at the end
     seconds: float = 0.0
     fired: dict[str, int] = field(default_factory=dict)  # rule label -> targets added
@@ -141,12 +142,16 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
         handles_before = len(egraph.table.types)
         commands: list[str] = []
         per_rule: dict[int, int] = {}
+        reach = _Reach(egraph, frozen, classes)
         for pattern, key, row in _new_matches(egraph, frozen, numbered, classes, seen):
             if per_rule.get(pattern.number, 0) >= limits.matches_per_rule:
                 continue  # read again next round
             per_rule[pattern.number] = per_rule.get(pattern.number, 0) + 1
             seen.add(key)
             report.matches += 1
+            if reach.closes_cycle(pattern, row[0]):
+                report.cycles += 1
+                continue
             applied = pattern.apply(egraph.table, *row)
             if applied is None:
                 continue
@@ -171,6 +176,58 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
     report.terms = enode_count(egraph.freeze())
     report.seconds = time.perf_counter() - started
     return report
+
+
+class _Reach:
+    """Which classes each class is computed from, in the e-graph as a round found it: Tensat's cycle filter.
+
+    A rewrite that would make a class read itself is not added:
+
+    * a target read from an input that is computed from the source's output (two products of
+      consecutive steps of a recurrent cell: the backtracking search rejects it too);
+    * a target that *is* one of the rule's inputs (``split(concat(x, y))[0] = x``, ``x`` from
+      ``transpose(transpose(x))``): the source is computed from that input, so the union closes a
+      cycle. Such cycles let the extraction's integer program compute a value from itself; ordering
+      every class of the large strongly connected components they make took minutes on NasRNN. The
+      clean-up after the search (:mod:`taso.cleanup`) removes what these rules would.
+
+    Kept as one bit set per class over the condensation of the class graph; unions made in the
+    same round are not seen, and extraction orders what cycles remain.
+    """
+
+    def __init__(self, egraph: EGraph, frozen, classes: dict[int, int]):
+        import networkx as nx
+
+        value = egraph.egraph
+        graph = nx.DiGraph()
+        graph.add_nodes_from(classes)
+        for name, fn in frozen.functions.items():
+            if name == "Out" or (name[:2] == "Op" and name[2:].isdigit()):
+                start = 0 if name == "Out" else 2
+                for row in fn.rows:
+                    parent = hash(row.output)
+                    for child in (row.inputs[:1] if name == "Out" else row.inputs[start:]):
+                        graph.add_edge(parent, hash(child))
+        condensed = nx.condensation(graph)
+        members = condensed.graph["mapping"]  # class -> component
+        below: dict[int, int] = {}
+        for component in reversed(list(nx.topological_sort(condensed))):
+            bits = 1 << component
+            for child in condensed.successors(component):
+                bits |= below[child]
+            below[component] = bits
+        self._component = {handle: members[cls] for cls, handle in classes.items() if cls in members}
+        self._below = below
+        del value
+
+    def depends(self, a: int, b: int) -> bool:
+        """Whether the class of handle ``a`` is computed from that of ``b`` (or is it)."""
+        ca, cb = self._component.get(a), self._component.get(b)
+        return ca is not None and cb is not None and bool(self._below[ca] >> cb & 1)
+
+    def closes_cycle(self, pattern: RulePattern, handles: list[int]) -> bool:
+        n = len(pattern.columns.variables)
+        return pattern.renames or any(self.depends(v, s) for v in handles[:n] for s in handles[n:pattern.classes])
 
 
 def _add_seeds(egraph: EGraph, seeds: Iterable[Match], report: Saturation) -> None:

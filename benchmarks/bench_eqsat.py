@@ -1,0 +1,190 @@
+"""The two search engines side by side: backtracking (TASO) and equality saturation (Tensat), issue 25.
+
+For each model — taso's zoo, the real-world corpus's recurrent and transformer exports
+(benchmarks/corpus.py; build it first) — it runs ``taso optimize`` through the CLI as a user
+would (measured ``ort-cpu`` costs, 1 thread):
+
+* ``--search backtracking`` at the default time limit, and again with ``--time-limit 60``
+  (the issue's bar: eqsat's cost within the default limit against backtracking's after 60 s);
+* ``--search eqsat`` at the default time limit.
+
+It reads each run's report (predicted cost, engine figures), the peak memory of the process
+(``ru_maxrss`` of the child), and times the input and the two default-limit outputs in one
+:func:`taso.timing.interleaved_times` call (ratios: input time / output time). An output that
+is the input's bytes is 1 by construction. Prints a Markdown table and geometric means, and
+writes JSON after every model.
+
+Run: python benchmarks/bench_eqsat.py [--model zoo/nasrnn --model torch-dynamo/lstm_cell_unrolled16 ...] [--rounds 7] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import onnx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import corpus  # noqa: E402 - sibling scripts, not a package
+from bench_corpus import read_report  # noqa: E402
+from bench_exports import resolve  # noqa: E402
+
+from taso.timing import TimingError, interleaved_times  # noqa: E402
+from taso.validate import random_input_sets  # noqa: E402
+
+DEFAULT_MODELS = ("zoo/nasrnn", "zoo/squeezenet", "zoo/resnet50", "zoo/inception_v3", "zoo/bert", "zoo/nasnet_a",
+                  "torch-dynamo/lstm_cell_unrolled16", "torch-script/lstm_cell_unrolled16", "torch-dynamo/gru_cell_unrolled32",
+                  "torch-dynamo/transformer_encoder", "torch-dynamo/transformer_decoder", "torch-script/lstm_2layer")
+RUNS = (("backtracking", "backtracking", None), ("backtracking-60s", "backtracking", 60.0), ("eqsat", "eqsat", None))
+
+
+@dataclass
+class Run:
+    """One ``taso optimize`` run: exit status, predicted costs, the engine's figures, seconds and peak memory."""
+
+    exit: int = 0
+    note: str = ""
+    initial_ms: float | None = None
+    best_ms: float | None = None
+    seconds: float = 0.0
+    peak_gb: float = 0.0
+    same_bytes: bool = False
+    eqsat: dict = field(default_factory=dict)
+    measured: float | None = None  # input time / output time
+
+
+@dataclass
+class Row:
+    model: str
+    nodes: int
+    file_mb: float
+    runs: dict[str, Run] = field(default_factory=dict)
+
+
+def optimize(path: Path, out: Path, report: Path, engine: str, time_limit: float | None, shape_args: list[str]) -> Run:
+    """``taso optimize`` in a child process; its peak resident memory read from the kernel's accounting of the child."""
+    command = [sys.executable, "-m", "taso", "optimize", str(path), "-o", str(out), "--cost", "ort-cpu", "--search", engine,
+               "--report", str(report), "--quiet", *shape_args] + (["--time-limit", str(time_limit)] if time_limit else [])
+    start = time.perf_counter()
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        err.seek(0)
+        message = err.read()
+    code = os.waitstatus_to_exitcode(status)
+    run = Run(exit=code, seconds=time.perf_counter() - start, peak_gb=usage.ru_maxrss / 2**20)  # Linux: ru_maxrss in kB
+    if code != 0:
+        run.note = (message.strip().splitlines() or ["(no message)"])[-1][:160]
+        return run
+    data = read_report(report)
+    run.initial_ms = _ms(data.get("initial_cost_s"))
+    run.best_ms = _ms(data.get("best_cost_s"))
+    run.eqsat = data.get("eqsat", {})
+    run.same_bytes = out.read_bytes() == path.read_bytes()
+    return run
+
+
+def _ms(seconds) -> float | None:
+    return None if seconds is None else seconds * 1e3
+
+
+def bench_model(entry: corpus.Entry, rounds: int, workdir: Path, log) -> Row:
+    model = onnx.load(str(entry.path()))
+    row = Row(entry.name, len(model.graph.node), round(entry.path().stat().st_size / 2**20, 1))
+    shape_args = corpus.input_shape_args(entry)
+    stem = workdir / entry.name.replace("/", "__")
+    outputs = {}
+    for label, engine, limit in RUNS:
+        out, report = stem.with_suffix(f".{label}.onnx"), stem.with_suffix(f".{label}.json")
+        run = row.runs[label] = optimize(entry.path(), out, report, engine, limit, shape_args)
+        log(f"  {label}: exit {run.exit}, cost {run.initial_ms} -> {run.best_ms} ms, {run.seconds:.1f} s, peak {run.peak_gb:.2f} GB {run.note}")
+        if run.exit == 0:
+            if run.same_bytes:
+                run.measured = 1.0
+            elif limit is None:
+                outputs[label] = out
+    if outputs:
+        static = corpus.with_static_inputs(model, entry.input_shapes)
+        feeds = random_input_sets(static, (0,))[0]
+        names = ["input", *outputs]
+        try:
+            seconds = interleaved_times([str(entry.path()), *map(str, outputs.values())], feeds, 1, rounds, labels=names)
+        except TimingError as e:
+            log(f"  timing: {e}")
+            return row
+        for label, s in zip(names[1:], seconds[1:]):
+            row.runs[label].measured = seconds[0] / s
+    return row
+
+
+def _geomean(values) -> float:
+    values = [v for v in values if v]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def _cost(run: Run | None) -> str:
+    return "—" if run is None or run.best_ms is None else f"{run.best_ms:.3f}"
+
+
+def markdown(rows: list[Row]) -> str:
+    lines = ["| model | nodes | input cost ms | backtracking cost (9 s) | backtracking cost (60 s) | eqsat cost (9 s) | "
+             "measured backtracking | measured eqsat | seconds bt / eqsat | peak GB bt / eqsat (file MB) | eqsat e-nodes, extraction |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        bt, bt60, eq = (r.runs.get(k) for k in ("backtracking", "backtracking-60s", "eqsat"))
+        initial = next((x.initial_ms for x in (bt, eq) if x and x.initial_ms), None)
+        e = eq.eqsat if eq else {}
+        lines.append(f"| {r.model} | {r.nodes} | {initial or 0:.3f} | {_cost(bt)} | {_cost(bt60)} | {_cost(eq)} | "
+                     f"{_x(bt)} | {_x(eq)} | {bt.seconds if bt else 0:.0f} / {eq.seconds if eq else 0:.0f} | "
+                     f"{bt.peak_gb if bt else 0:.2f} / {eq.peak_gb if eq else 0:.2f} ({r.file_mb}) | "
+                     f"{e.get('enodes', '—')}, {e.get('extraction', eq.note if eq else '—')} |")
+    costs_ok = sum(1 for r in rows if _le(r.runs.get("eqsat"), r.runs.get("backtracking-60s")))
+    lines += ["", f"eqsat's cost at most backtracking's after 60 s on {costs_ok} of {len(rows)} models; geometric mean measured speedup: "
+              f"backtracking {_geomean(r.runs['backtracking'].measured for r in rows if 'backtracking' in r.runs):.3f}x, "
+              f"eqsat {_geomean(r.runs['eqsat'].measured for r in rows if 'eqsat' in r.runs):.3f}x"]
+    return "\n".join(lines)
+
+
+def _le(a: Run | None, b: Run | None) -> bool:
+    return bool(a and b and a.best_ms is not None and b.best_ms is not None and a.best_ms <= b.best_ms * 1.0001)
+
+
+def _x(run: Run | None) -> str:
+    return "—" if run is None or run.measured is None else f"{run.measured:.3f}x"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", action="append", help="zoo/NAME or a corpus model; repeatable (default: %(default)s)")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--json", default="bench_eqsat.json")
+    args = parser.parse_args(argv)
+
+    def log(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    rows: list[Row] = []
+    with tempfile.TemporaryDirectory(prefix="taso-eqsat-") as tmp:
+        workdir = Path(tmp)
+        for name in args.model or DEFAULT_MODELS:
+            entry = resolve(name, workdir)
+            if isinstance(entry, str):
+                log(f"{name}: {entry}")
+                continue
+            log(name)
+            rows.append(bench_model(entry, args.rounds, workdir, log))
+            Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1))
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
