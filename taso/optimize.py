@@ -33,7 +33,7 @@ from .errors import TasoError, first_line
 from .ir import Graph
 from .onnx.files import EXTERNAL_DATA_BYTES, SPILL_BYTES, Scratch, SpilledModel, embedded_weight_bytes
 from .rules import LibraryFile, Rule, usable_reverse
-from .search import LazyRules, RuleSlot, SearchConfig, SearchReport, search
+from .search import ENGINES, LazyRules, RuleSlot, SearchConfig, SearchReport, search
 from .stages import StageClock
 from .timing import InterleavedTimer, TimingError, interleaved_times, nothing_pays, open_session
 
@@ -655,11 +655,14 @@ def optimize_with_report(
     progress: Callable[[int, float], None] | None = None,
     check: bool = True,
     confirm: bool | None = None,
+    search: str = SearchConfig.engine,
 ) -> tuple[Graph, SearchReport]:
     """Like :func:`optimize`, and also returns the search report."""
     validate_search_settings(alpha, budget, time_limit, threads)
-    outcome = optimize_model(ModelSource.from_graph(graph), rules, cost, SearchConfig(alpha, budget, time_limit), threads, confirm, check,
-                             progress=progress)
+    if search not in ENGINES:
+        raise TasoError(f"search must be one of {', '.join(ENGINES)}, got {search!r}")
+    outcome = optimize_model(ModelSource.from_graph(graph), rules, cost, SearchConfig(alpha, budget, time_limit, engine=search), threads, confirm,
+                             check, progress=progress)
     if outcome.graph is not graph:
         _PROVENANCE[outcome.graph] = _Provenance(graph, model_bytes(outcome.model) if check and outcome.model is not None else None)
     return outcome.graph, outcome.report
@@ -667,7 +670,7 @@ def optimize_with_report(
 
 def optimize(graph: Graph, alpha: float = 1.05, budget: int = SearchConfig.budget, time_limit: float = SearchConfig.time_limit,
              cost: str | CostModel = "ort-cpu", rules: Sequence[Rule] | None = None, threads: int = 1, check: bool = True,
-             confirm: bool | None = None) -> Graph:
+             confirm: bool | None = None, search: str = SearchConfig.engine) -> Graph:
     """Returns an equivalent graph that runs faster (or the input graph itself when nothing pays).
 
     The result went through the same checks as ``taso optimize``: its outputs match the
@@ -685,11 +688,12 @@ def optimize(graph: Graph, alpha: float = 1.05, budget: int = SearchConfig.budge
         threads: intra-op threads the model will run with (for measured costs).
         check: compare the result with the input on ONNX Runtime.
         confirm: time the result against the input end to end (default: with 'ort-cpu' costs).
+        search: 'backtracking' (TASO's search, default) or 'eqsat' (equality saturation, :mod:`taso.eqsat`).
 
     Raises:
         OutputMismatchError: the optimized graph disagrees with the input on ONNX Runtime.
     """
-    return optimize_with_report(graph, alpha, budget, time_limit, cost, rules, threads, check=check, confirm=confirm)[0]
+    return optimize_with_report(graph, alpha, budget, time_limit, cost, rules, threads, check=check, confirm=confirm, search=search)[0]
 
 
 def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None, check: bool = True) -> None:

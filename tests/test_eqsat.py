@@ -174,3 +174,13 @@ def test_optimize_cli_runs_eqsat_and_rejects_an_unknown_engine(tmp_path, capsys)
         main(["optimize", str(path), "-o", str(out), "--search", "annealing"])
     assert exit_info.value.code == 2
     assert "invalid choice: 'annealing'" in capsys.readouterr().err
+
+
+def test_the_python_api_takes_the_engine_and_names_a_wrong_one():
+    from taso.errors import TasoError
+
+    graph = _rnn_like(steps=3, hidden=32)
+    best = taso.optimize(graph, cost="analytic", time_limit=3, search="eqsat")
+    _same_on_ort(graph, best)
+    with pytest.raises(TasoError, match="search must be one of backtracking, eqsat"):
+        taso.optimize(graph, cost="analytic", search="annealing")

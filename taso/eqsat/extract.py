@@ -222,36 +222,19 @@ def _ilp(choice: _Choice, enodes: list[ENode], costs: list[float], roots: list[i
          seconds: float) -> tuple[dict[int, int] | None, str]:
     """The exact choice by HiGHS (class -> e-node index), or None when it found none in ``seconds``.
 
-    Cycles are ordered lazily: the program is solved without order constraints; the classes
-    of each cycle the choice closes, with the rest of their strongly connected component, get an
-    order variable (t_c >= t_d + 1 where a chosen e-node of c reads d, both ordered), and it is
-    solved again. A cycle whose classes are all ordered cannot be chosen again, so each round
-    orders a new component. On the NasRNN e-graph (2,623
-    e-nodes, one strongly connected component of 663 classes) one solve takes 0.17 s, where
-    order variables on every edge of that component found no proved optimum in 20 s. When
-    the rounds do not converge in half the time, the full order formulation runs for the
-    rest, from the greedy choice.
+    Order variables are made only for the classes on a cycle of the class graph (its strongly
+    connected components; saturation's cycle filter leaves few or none): elsewhere no choice
+    can close a cycle, and big-M rows on every edge made the relaxation weak. The greedy choice
+    is the starting solution, so the solver always holds one.
     """
-    deadline = time.perf_counter() + seconds
     program = _Program(enodes, costs, roots)
-    component = _cyclic_classes(enodes, program.usable)
-    members: dict[int, set[int]] = {}
-    for c, k in component.items():
-        members.setdefault(k, set()).add(c)
-    rounds = 0
-    while time.perf_counter() < deadline - 0.05 * seconds:
-        program.highs.setOptionValue("time_limit", max(deadline - time.perf_counter(), 0.1))
-        chosen, exact = program.solve()
-        if chosen is None:
-            break
-        cycles = _cycles(enodes, chosen, roots)
-        if not cycles:
-            return chosen, ("ilp" if exact else "ilp (time limit)") + (f", {rounds} rounds of cycle cuts" if rounds else "")
-        program.order(set().union(*(members[component[enodes[i].cls]] for cycle in cycles for i in cycle)))
-        rounds += 1
-        if time.perf_counter() > deadline - seconds / 2:
-            break
-    return _ilp_ordered(choice, enodes, costs, roots, start, max(deadline - time.perf_counter(), 0.5))
+    cyclic = _cyclic_classes(enodes, program.usable)
+    program.order(set(cyclic))
+    program.highs.setOptionValue("time_limit", float(seconds))
+    program.start_from(start, roots)
+    chosen, exact = program.solve()
+    ordered = " with order constraints" if cyclic else ""
+    return chosen, (f"ilp{ordered}" if exact else f"ilp{ordered} (time limit)")
 
 
 class _Program:
@@ -281,6 +264,17 @@ class _Program:
         n = len(self.usable)
         self.highs.passModel(_lp([costs[i] for i in self.usable], [1.0] * n, rows, [highspy.HighsVarType.kInteger] * n))
 
+    def start_from(self, pick: dict[int, int], roots: list[int]) -> None:
+        """A choice (class -> e-node) as the solver's starting solution, when it is acyclic."""
+        import highspy
+
+        warm = _warm_start(self.enodes, pick, roots, self.x, self.position, self.highs.getNumCol())
+        if warm is not None:
+            solution = highspy.HighsSolution()
+            solution.col_value = warm
+            solution.value_valid = True
+            self.highs.setSolution(solution)
+
     def solve(self) -> tuple[dict[int, int] | None, bool]:
         import highspy
 
@@ -297,7 +291,8 @@ class _Program:
         return chosen, self.highs.getModelStatus() == highspy.HighsModelStatus.kOptimal
 
     def order(self, classes: set[int]) -> None:
-        """Order variables for these classes, and the order constraints of every e-node between two ordered classes."""
+        """Order variables for these classes, and the order constraints (t_c >= t_d + 1 where a chosen e-node of c
+        reads d) of every e-node between two ordered classes."""
         import highspy
 
         new = sorted(classes - self.position.keys())
@@ -314,36 +309,6 @@ class _Program:
                     # t_c - t_d - big * x_n >= 1 - big: the order holds where n is chosen
                     cols = np.array([self.position[n.cls], self.position[d], self.x[i]], dtype=np.int32)
                     self.highs.addRow(1.0 - self.big, highspy.kHighsInf, 3, cols, np.array([1.0, -1.0, -float(self.big)]))
-
-
-def _cycles(enodes: list[ENode], chosen: dict[int, int], roots: list[int]) -> list[list[int]]:
-    """The cycles of a choice reachable from the roots, each as its e-nodes (one per back edge a depth-first walk meets)."""
-    state: dict[int, int] = {}  # class -> 1 on the walk's path, 2 done
-    path: list[int] = []
-    found: list[list[int]] = []
-
-    def visit(c: int) -> None:
-        state[c] = 1
-        path.append(c)
-        for d in enodes[chosen[c]].children if c in chosen else ():
-            if state.get(d) == 1:
-                found.append([chosen[k] for k in path[path.index(d):]])
-            elif d not in state:
-                visit(d)
-        path.pop()
-        state[c] = 2
-
-    import sys
-
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(limit, 10 * len(chosen) + 1000))
-    try:
-        for r in roots:
-            if r not in state:
-                visit(r)
-    finally:
-        sys.setrecursionlimit(limit)
-    return found
 
 
 def _lp(costs: list[float], upper: list[float], rows: _Rows, integrality):
@@ -364,56 +329,6 @@ def _lp(costs: list[float], upper: list[float], rows: _Rows, integrality):
     lp.a_matrix_.value_ = np.array(rows.value, dtype=np.float64)
     lp.integrality_ = integrality
     return lp
-
-
-def _ilp_ordered(choice: _Choice, enodes: list[ENode], costs: list[float], roots: list[int], start: dict[int, int],
-                 seconds: float) -> tuple[dict[int, int] | None, str]:
-    """The integer program with an order variable per class on a cycle of the class graph (t_c >= t_d + 1 where a
-    chosen e-node of c reads d), from the greedy choice: slower to prove, but acyclic by construction."""
-    import highspy
-
-    program = _Program(enodes, costs, roots)
-    usable, x, by_class = program.usable, program.x, program.by_class
-    cyclic = _cyclic_classes(enodes, usable)
-    ordered = sorted({enodes[i].cls for i in usable if enodes[i].cls in cyclic} | {d for i in usable for d in enodes[i].children if d in cyclic})
-    position = {c: len(usable) + k for k, c in enumerate(ordered)}
-    big = len(choice.order) + 1  # more than any class's height
-    rows = _Rows()
-    inf = highspy.kHighsInf
-    for r in roots:
-        rows.add([(x[i], 1.0) for i in by_class.get(r, [])], 1.0, inf)
-    for i in usable:
-        n = enodes[i]
-        for d in dict.fromkeys(n.children):
-            rows.add([(x[m], 1.0) for m in by_class.get(d, [])] + [(x[i], -1.0)], 0.0, inf)
-            if cyclic.get(n.cls) is not None and cyclic.get(n.cls) == cyclic.get(d):
-                # t_c - t_d - big * x_n >= 1 - big: the order holds where n is chosen
-                rows.add([(position[n.cls], 1.0), (position[d], -1.0), (x[i], -float(big))], 1.0 - big, inf)
-    n_cols = len(usable) + len(ordered)
-    h = _quiet_highs()
-    h.setOptionValue("output_flag", False)
-    h.setOptionValue("time_limit", float(seconds))
-    h.setOptionValue("threads", 1)
-    h.passModel(_lp([costs[i] for i in usable] + [0.0] * len(ordered), [1.0] * len(usable) + [float(big - 1)] * len(ordered), rows,
-                    [highspy.HighsVarType.kInteger] * len(usable) + [highspy.HighsVarType.kContinuous] * len(ordered)))
-    warm = _warm_start(enodes, start, roots, x, position, n_cols)
-    if warm is not None:
-        solution = highspy.HighsSolution()
-        solution.col_value = warm
-        solution.value_valid = True
-        h.setSolution(solution)
-    h.run()
-    solution = h.getSolution()
-    if not solution.value_valid:
-        return None, "greedy"
-    values = solution.col_value
-    chosen: dict[int, int] = {}
-    for c, members in by_class.items():
-        picked = [i for i in members if values[x[i]] > 0.5]
-        if picked:
-            chosen[c] = min(picked, key=lambda i: costs[i])
-    exact = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
-    return chosen, "ilp with order constraints" if exact else "ilp with order constraints (time limit)"
 
 
 class _Rows:

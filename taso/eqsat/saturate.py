@@ -141,6 +141,7 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
         size = enode_count(frozen)
         handles_before = len(egraph.table.types)
         commands: list[str] = []
+        added = 0  # matches added this round
         per_rule: dict[int, int] = {}
         reach = _Reach(egraph, frozen, classes)
         for pattern, key, row in _new_matches(egraph, frozen, numbered, classes, seen):
@@ -157,15 +158,22 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
                 continue
             commands.extend(applied.commands)
             commands.extend(join(a, b) for a, b in applied.unions)
+            added += 1
             report.applied += 1
             report.fired[pattern.crule.label] = report.fired.get(pattern.crule.label, 0) + 1
             if size + len(egraph.table.types) - handles_before >= limits.nodes:
                 report.stop_reason = "node limit"
                 break
-            if report.applied % 256 == 0 and time.perf_counter() - started > limits.seconds:
-                report.stop_reason = "time limit"
-                break
-        if not commands:
+            if added % _BATCH == 0:
+                # Unions of this round change what each class is computed from: add them, and filter the rest against that.
+                egraph.run("\n".join(commands) + "\n" + INSERT)
+                commands = []
+                after = egraph.freeze()
+                reach = _Reach(egraph, after, egraph.classes(after))
+                if time.perf_counter() - started > limits.seconds:
+                    report.stop_reason = "time limit"
+                    break
+        if not added:
             break
         egraph.run("\n".join(commands) + "\n" + INSERT)
         if report.stop_reason != "saturated":
@@ -191,8 +199,8 @@ class _Reach:
       every class of the large strongly connected components they make took minutes on NasRNN. The
       clean-up after the search (:mod:`taso.cleanup`) removes what these rules would.
 
-    Kept as one bit set per class over the condensation of the class graph; unions made in the
-    same round are not seen, and extraction orders what cycles remain.
+    Kept as one bit set per class over the condensation of the class graph, updated every
+    ``_BATCH`` matches added; extraction orders what cycles remain.
     """
 
     def __init__(self, egraph: EGraph, frozen, classes: dict[int, int]):
@@ -226,8 +234,12 @@ class _Reach:
         return ca is not None and cb is not None and bool(self._below[ca] >> cb & 1)
 
     def closes_cycle(self, pattern: RulePattern, handles: list[int]) -> bool:
+        """Whether adding this match may close a cycle. Also a merge of a value with itself (two outputs of the source
+        in one class): it gains nothing, and through later unions (``relu(relu(x)) = relu(x)``) it closed cycles."""
         n = len(pattern.columns.variables)
-        return pattern.renames or any(self.depends(v, s) for v in handles[:n] for s in handles[n:pattern.classes])
+        outputs = handles[n:pattern.classes]
+        return (pattern.renames or len(set(outputs)) < len(outputs)
+                or any(self.depends(v, s) for v in handles[:n] for s in outputs))
 
 
 def _add_seeds(egraph: EGraph, seeds: Iterable[Match], report: Saturation) -> None:
@@ -265,6 +277,7 @@ def _new_matches(egraph: EGraph, frozen, numbered: list[RulePattern], classes: d
         yield numbered[key[0]], key, (handles, keys)
 
 
+_BATCH = 256  # matches added between two updates of the cycle filter
 _CHUNK = 4096  # characters of egglog text parsed at once
 
 
