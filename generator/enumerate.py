@@ -26,6 +26,12 @@ A graph's outputs are its operators' outputs that no operator reads; its key is 
 their fingerprints (:func:`~taso.generator.fingerprint.graph_key`). The graphs under each
 first operator (:meth:`Enumerator.roots`) form a disjoint subtree, the unit of parallel
 work (:mod:`~taso.generator.parallel`).
+
+The last operator, which makes nearly all graphs, takes a faster path that finds the same
+graphs in the same order: its steps come from a table per kind of graph, filtered by the
+rules above with array operations (:mod:`~taso.generator.steps`), and the steps of sibling
+parents are evaluated together (:mod:`~taso.generator.leaves`). docs/generator-speed.md
+records the profile that led there and the measurements.
 """
 
 from __future__ import annotations
