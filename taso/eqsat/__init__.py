@@ -27,6 +27,24 @@ from .saturate import EGraph, Limits, Saturation, saturate
 __all__ = ["eqsat_search", "Limits", "Saturation", "Extraction"]
 
 
+def _add_cleaned_versions(egraph: EGraph, graph: Graph, seeds) -> None:
+    """Each group merge applied to the input and cleaned up, as another version of the graph in the e-graph.
+
+    What makes an unrolled cell's merge pay is the clean-up after it (the k gathers that fed the
+    merged product become one transpose, :mod:`taso.cleanup`); the backtracking search prices a
+    merge as cleaned up, and extraction can only choose what the e-graph holds.
+    """
+    from ..cleanup import clean_up
+    from ..rewrite import plan_match
+
+    for match in seeds:
+        plan = plan_match(graph, match)
+        merged = plan.materialize() if plan is not None else None
+        if merged is not None:
+            cleaned, _ = clean_up(merged)
+            egraph.add_version(cleaned, match.rule.label)
+
+
 def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: CostModel, config) -> tuple[Graph, object]:
     """The cheapest graph equality saturation finds within ``config``'s limits, and a :class:`~taso.search.SearchReport`.
 
@@ -44,6 +62,7 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
         from ..groups import GroupLibrary, find_groups
 
         seeds = [merge.match for merge in find_groups(graph, GroupLibrary.shipped(), excluded=config.excluded).merges]
+        _add_cleaned_versions(egraph, graph, seeds)
     saturation = saturate(egraph, rules, limits, config.connected_only, config.excluded, seeds)
     remaining = max(config.time_limit - (time.perf_counter() - started), 1.0)
     extraction = extract(egraph, cost_model, remaining)

@@ -98,8 +98,8 @@ class Extraction:
 class _Pricing:
     """What a cost model reads of a graph, for values named after e-classes."""
 
-    def __init__(self, types: dict[str, TensorType], graph: Graph, consts: set[str]):
-        self.types, self.weights, self.meta, self._consts = types, graph.weights, graph.meta, frozenset(consts)
+    def __init__(self, types: dict[str, TensorType], graph: Graph, weights, consts: set[str]):
+        self.types, self.weights, self.meta, self._consts = types, weights, graph.meta, frozenset(consts)
 
     def type(self, value: str) -> TensorType:
         return self.types[value]
@@ -137,14 +137,14 @@ class _Choice:
             else:
                 self.types[self.names[c]] = t
         self.consts = self._constant_classes(table)
-        self.pricing = _Pricing(self.types, graph, {self.names[c] for c in self.consts if not isinstance(classes.type(c), tuple)})
+        self.pricing = _Pricing(self.types, graph, classes.egraph.weights, {self.names[c] for c in self.consts if not isinstance(classes.type(c), tuple)})
 
     def output_name(self, c: int, j: int) -> str:
         return f"{self.names[c]}.{j}"
 
     def _constant_classes(self, table) -> set[int]:
         """Classes computable from weights alone: a weight leaf, or an application of foldable ops on constant classes."""
-        weights = set(self.graph.weights)
+        weights = set(self.classes.egraph.weights)
         const: set[int] = set()
         changed = True
         while changed:
@@ -461,9 +461,10 @@ def _build(choice: _Choice, chosen: dict[int, int], roots: list[int]) -> tuple[G
     for r in roots:
         visit(r, set())
     outputs = tuple(name_of[classes.class_of_handle[classes.egraph.handles[o]]] for o in graph.outputs)
-    types = {**{v: graph.type(v) for v in (*graph.inputs, *graph.weights)}}
+    weights = classes.egraph.weights
+    types = {**{v: graph.type(v) for v in graph.inputs}, **{w: graph.type(w) if w in graph.weights else TensorType.of(a) for w, a in weights.items()}}
     for node in nodes:
         for o in node.outputs:
             types[o] = choice.types[o]
-    built = Graph(graph.inputs, graph.weights, nodes, outputs, types, graph.meta).pruned()
+    built = Graph(graph.inputs, weights, nodes, outputs, types, graph.meta).pruned()
     return built, labels, emitted

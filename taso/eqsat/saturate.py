@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import egglog.bindings as egglog
+import numpy as np
 
 from ..ir import Graph
 from ..rewrite import CompiledRule, Match
@@ -68,6 +69,23 @@ class EGraph:
         text, self.handles = encode_graph(graph, self.table)
         self.run(text)
         self.graph = graph
+        self.weights = dict(graph.weights)  # the input's, and those of the versions added since
+
+    def add_version(self, version: Graph, rule: str) -> bool:
+        """Adds another graph computing the same outputs (the input with a group merge applied and cleaned up, say):
+        its terms join those already there, and its outputs the input's. False, and nothing added, when it names a
+        weight the e-graph holds with other values."""
+        if any(name in self.weights and self.weights[name] is not array and not np.array_equal(self.weights[name], array)
+               for name, array in version.weights.items()):
+            return False
+        known = {name: self.handles[name] for name in (*version.inputs, *version.weights) if name in self.handles}
+        text, handles = encode_graph(version, self.table, known, rule)
+        for name, array in version.weights.items():
+            self.weights.setdefault(name, array)
+        joins = [join(handles[new], self.handles[old]) for new, old in zip(version.outputs, self.graph.outputs)]
+        self.run(text + "\n" + "\n".join(joins) + "\n" + INSERT)
+        self.handles.update({name: handles[name] for name in version.weights if name not in self.handles})
+        return True
 
     def run(self, program: str) -> None:
         """Runs egglog commands, a few kilobytes of text at a time.

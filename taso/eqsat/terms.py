@@ -19,7 +19,7 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..ir import Graph, Node, Params, TensorType
+from ..ir import Graph, Params, TensorType
 from ..ops.base import Op
 
 LEAF = "leaf"
@@ -52,7 +52,6 @@ class TermTable:
     keys: dict[str, OpKey] = field(default_factory=dict)
     leaves: dict[str, str] = field(default_factory=dict)  # leaf key -> graph value name
     types: dict[int, TensorType | tuple[TensorType, ...]] = field(default_factory=dict)  # handle -> type (a tuple's: one per output)
-    constant: set[int] = field(default_factory=set)  # handles of weights
     arities: set[int] = field(default_factory=lambda: {0})  # Op0 is in the prelude
     relations: set[str] = field(default_factory=set)  # match relations declared
     origins: list[tuple[str, tuple[int, ...], str]] = field(default_factory=list)  # (key, input handles, rule) a rule added
@@ -127,27 +126,27 @@ PRELUDE = """
 INSERT = "(run insert 1)"
 
 
-def encode_graph(graph: Graph, table: TermTable) -> tuple[str, dict[str, int]]:
-    """The program that adds ``graph`` to an e-graph, and the handle of each of its values."""
+def encode_graph(graph: Graph, table: TermTable, known: dict[str, int] | None = None, rule: str = "") -> tuple[str, dict[str, int]]:
+    """The program that adds ``graph`` to an e-graph, and the handle of each of its values.
+
+    ``known``: handles of inputs and weights already in the e-graph (another version of the same
+    model), reused by name; ``rule``: what made this version, for reports.
+    """
+    known = known or {}
     handles: dict[str, int] = {}
     commands = [table.declarations([0, *(len(n.inputs) for n in graph.nodes)])]
     for name in [*graph.inputs, *graph.weights]:
+        if name in known:
+            handles[name] = known[name]
+            continue
         leaf = f"L{len(table.leaves)}"
         table.leaves[leaf] = name
         n = handles[name] = table.handle(graph.type(name))
-        if name in graph.weights:
-            table.constant.add(n)
         commands.append(f"(Name {n} (Op0 \"{LEAF}\" \"{leaf}\"))")
     for node in graph.topological_order():
         key = table.key(node.op, node.params, len(node.outputs))
-        added, outs = table.application(key, [handles[v] for v in node.inputs], [graph.type(v) for v in node.outputs])
+        added, outs = table.application(key, [handles[v] for v in node.inputs], [graph.type(v) for v in node.outputs], rule)
         commands.extend(added)
         handles.update(zip(node.outputs, outs))
     commands.append(INSERT)
     return "\n".join(commands), handles
-
-
-def node_of(table: TermTable, key: str, inputs: Sequence[str], outputs: Sequence[str], label: str = "") -> Node:
-    """The graph node an e-node stands for, reading and defining the named values."""
-    entry = table.keys[key]
-    return Node(entry.op, entry.params, tuple(inputs), tuple(outputs), label)
