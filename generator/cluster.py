@@ -151,6 +151,9 @@ def walk_shard(enumerator: Enumerator, root: OpRef, shard: Shard, visit) -> None
     try:
         if lo == 0:
             enumerator._record(visit)
+        if len(enumerator.ops) + 2 == enumerator.settings.max_ops:  # the shard's children are parents of leaves: grown together
+            enumerator._grow_parents(visit, children=slice(lo, hi))
+            return
         for v, sizes, args, _params, out_shapes, outs, used in list(enumerator._admissible_steps())[lo:hi]:
             enumerator.push(v, sizes, args, outs, out_shapes, used)
             enumerator._record(visit)

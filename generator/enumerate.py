@@ -523,15 +523,22 @@ class Enumerator:
         if found is not None:
             leaves(found)
 
-    def _grow_parents(self, visit: Visitor, leaves: Callable[[Leaves], None]) -> None:
+    def _grow_parents(self, visit: Visitor, leaves: Callable[[Leaves], None] | None = None, children: slice = slice(None)) -> None:
         """The last two levels: each parent is recorded and its leaves found, the leaves' steps evaluated for all parents at once.
 
         Visits come in the order of the one-by-one enumeration: each parent, then its leaves.
+
+        Args:
+            visit: see :meth:`walk`.
+            leaves: see :meth:`walk` (None: ``visit`` each graph).
+            children: which of the parents, in order (a shard of the Ray backend takes a slice).
         """
+        if leaves is None:
+            leaves = partial(_visit_each, visit)
         evaluations = self._evaluations()
         found: list[tuple[list, Parent]] = []
         # NOTE: materialised, because pushing a step changes the state the steps are drawn from.
-        for v, sizes, args, _params, out_shapes, outs, used in list(self._admissible_steps()):
+        for v, sizes, args, _params, out_shapes, outs, used in list(self._admissible_steps())[children]:
             self.push(v, sizes, args, outs, out_shapes, used)
             records: list[tuple] = []
             self._record(lambda key, ops, last, outputs: records.append((key, list(ops), last, list(outputs))))
