@@ -25,7 +25,7 @@ import numpy as np
 
 from ..cost import CostModel
 from ..ir import Graph, Node, TensorType, folds_when_constant
-from .saturate import EGraph
+from .saturate import EGraph, tensor_rows
 from .terms import LEAF
 
 __all__ = ["ENode", "EClasses", "Extraction", "extract"]
@@ -51,15 +51,12 @@ class EClasses:
         self.egraph = egraph
         self.handle = egraph.classes(frozen)  # class -> smallest handle
         self.nodes: dict[int, list[ENode]] = {}
-        for name, fn in frozen.functions.items():
+        for name, row in tensor_rows(frozen):
             if name == "Out":
-                for row in fn.rows:
-                    self._add(ENode(hash(row.output), "out", "", (hash(row.inputs[0]),), value.value_to_i64(row.inputs[1])))
-            elif name[:2] == "Op" and name[2:].isdigit():
-                for row in fn.rows:
-                    op, key = value.value_to_string(row.inputs[0]), value.value_to_string(row.inputs[1])
-                    kind = "leaf" if op == LEAF else "app"
-                    self._add(ENode(hash(row.output), kind, key, tuple(hash(v) for v in row.inputs[2:])))
+                self._add(ENode(hash(row.output), "out", "", (hash(row.inputs[0]),), value.value_to_i64(row.inputs[1])))
+            else:
+                op, key = value.value_to_string(row.inputs[0]), value.value_to_string(row.inputs[1])
+                self._add(ENode(hash(row.output), "leaf" if op == LEAF else "app", key, tuple(hash(v) for v in row.inputs[2:])))
         self.class_of_handle = {}
         for row in frozen.functions["Id"].rows:
             self.class_of_handle[value.value_to_i64(row.inputs[0])] = hash(row.output)

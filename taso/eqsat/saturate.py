@@ -22,7 +22,7 @@ from ..rules import Rule, operator_variant
 from .patterns import RulePattern
 from .terms import INSERT, PRELUDE, TermTable, encode_graph, join
 
-__all__ = ["Limits", "Saturation", "saturate", "EGraph", "enode_count"]
+__all__ = ["Limits", "Saturation", "saturate", "EGraph", "enode_count", "tensor_rows"]
 
 
 @dataclass(frozen=True)
@@ -225,16 +225,11 @@ class _Reach:
     def __init__(self, egraph: EGraph, frozen, classes: dict[int, int]):
         import networkx as nx
 
-        value = egraph.egraph
         graph = nx.DiGraph()
         graph.add_nodes_from(classes)
-        for name, fn in frozen.functions.items():
-            if name == "Out" or (name[:2] == "Op" and name[2:].isdigit()):
-                start = 0 if name == "Out" else 2
-                for row in fn.rows:
-                    parent = hash(row.output)
-                    for child in (row.inputs[:1] if name == "Out" else row.inputs[start:]):
-                        graph.add_edge(parent, hash(child))
+        for name, row in tensor_rows(frozen):
+            for child in (row.inputs[:1] if name == "Out" else row.inputs[2:]):
+                graph.add_edge(hash(row.output), hash(child))
         condensed = nx.condensation(graph)
         members = condensed.graph["mapping"]  # class -> component
         below: dict[int, int] = {}
@@ -245,7 +240,6 @@ class _Reach:
             below[component] = bits
         self._component = {handle: members[cls] for cls, handle in classes.items() if cls in members}
         self._below = below
-        del value
 
     def depends(self, a: int, b: int) -> bool:
         """Whether the class of handle ``a`` is computed from that of ``b`` (or is it)."""
@@ -306,6 +300,15 @@ def _balanced(lines: list[str]) -> bool:
     return text.count("(") == text.count(")")
 
 
+def tensor_rows(frozen):
+    """(table, row) for the e-nodes of a frozen e-graph that stand for tensors: applications (``Opk``) and tuple
+    outputs (``Out``), not handles or match relations."""
+    for name, fn in frozen.functions.items():
+        if name == "Out" or (name[:2] == "Op" and name[2:].isdigit()):
+            for row in fn.rows:
+                yield name, row
+
+
 def enode_count(frozen) -> int:
-    """The e-nodes of a frozen e-graph that stand for tensors (applications and tuple outputs, not handles)."""
-    return sum(len(fn.rows) for name, fn in frozen.functions.items() if name == "Out" or (name[:2] == "Op" and name[2:].isdigit()))
+    """The e-nodes of a frozen e-graph that stand for tensors."""
+    return sum(1 for _ in tensor_rows(frozen))
