@@ -82,7 +82,10 @@ class EGraph:
         text, handles = encode_graph(version, self.table, known, rule)
         for name, array in version.weights.items():
             self.weights.setdefault(name, array)
-        joins = [join(handles[new], self.handles[old]) for new, old in zip(version.outputs, self.graph.outputs)]
+        # A rewrite keeps a value's name only for the same value (a rule's target takes over its source's output names),
+        # so a name both graphs compute is one class; and the outputs are equal by position.
+        same = [(handles[v], self.handles[v]) for v in version.types if v in handles and v in self.handles and v not in known]
+        joins = [join(a, b) for a, b in same + list(zip((handles[o] for o in version.outputs), (self.handles[o] for o in self.graph.outputs)))]
         self.run(text + "\n" + "\n".join(joins) + "\n" + INSERT)
         self.handles.update({name: handles[name] for name in version.weights if name not in self.handles})
         return True
