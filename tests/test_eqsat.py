@@ -41,6 +41,7 @@ def test_eqsat_finds_a_cheaper_equal_graph_and_names_the_rules_it_used(rules):
     assert report.engine == "eqsat" and report.best_cost < report.initial_cost
     assert best.op_histogram()["matmul"] < graph.op_histogram()["matmul"]
     assert report.applied, "the rules whose targets the extracted graph holds are reported"
+    assert all(report.rule_texts[rule] for rule in report.applied), "each with its text, as the CLI prints it"
     assert report.eqsat["extraction"].startswith(("ilp", "greedy")) and report.eqsat["enodes"] > len(graph.nodes)
     taso.check(best)
     _same_on_ort(graph, best)

@@ -58,10 +58,13 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
     egraph = EGraph(graph)
     limits = Limits(nodes=config.eqsat_nodes, iterations=config.eqsat_iterations, seconds=config.time_limit * config.eqsat_share)
     seeds = []
+    texts: dict[str, str] = {}
     if config.groups:
         from ..groups import GroupLibrary, find_groups
 
-        seeds = [merge.match for merge in find_groups(graph, GroupLibrary.shipped(), excluded=config.excluded).merges]
+        library = GroupLibrary.shipped()
+        seeds = [merge.match for merge in find_groups(graph, library, excluded=config.excluded).merges]
+        texts.update({match.rule.label: library.describe(match.rule.rule) for match in seeds})
         _add_cleaned_versions(egraph, graph, seeds)
     saturation = saturate(egraph, rules, limits, config.connected_only, config.excluded, seeds)
     remaining = max(config.time_limit - (time.perf_counter() - started), 1.0)
@@ -71,9 +74,11 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
     if candidate_cost < initial:
         best, best_cost = extraction.graph, candidate_cost
     stop = {"saturated": StopReason.SATURATED, "time limit": StopReason.TIME_LIMIT}.get(saturation.stop_reason, StopReason.BUDGET)
-    trace = [] if best is graph else [Step(label, best_cost) for label in extraction.labels.values() if label]
+    trace = [] if best is graph else [Step(rule, best_cost) for rule in extraction.rewrites]
+    texts.update(saturation.texts)
     report = SearchReport(stop, initial, best_cost, expanded=saturation.iterations, generated=saturation.matches, accepted=saturation.applied,
-                          seconds=time.perf_counter() - started, trace=trace, engine="eqsat")
+                          seconds=time.perf_counter() - started, trace=trace, engine="eqsat",
+                          rule_texts={step.rule: texts.get(step.rule, "") for step in trace})
     report.eqsat = {"stop_reason": saturation.stop_reason, "iterations": saturation.iterations, "enodes": saturation.terms,
                     "matches": saturation.matches, "applied": saturation.applied, "seconds_saturating": saturation.seconds,
                     "extraction": extraction.method, "seconds_extracting": extraction.seconds, "extracted_cost_s": candidate_cost}

@@ -89,7 +89,7 @@ class Extraction:
     method: str  # "ilp", "ilp (time limit)" or "greedy"
     seconds: float
     enodes: int  # e-nodes the choice was made among
-    labels: dict[str, str]  # node name -> the rule whose target added it ("" for the input's own)
+    rewrites: list[str]  # the rule of each rewrite whose target the graph holds (a rule once per place it applied)
 
 
 class _Pricing:
@@ -193,9 +193,9 @@ def extract(egraph: EGraph, cost_model: CostModel, seconds: float) -> Extraction
     chosen, method = _ilp(choice, enodes, costs, roots, greedy, max(seconds - (time.perf_counter() - started), 0.5))
     if chosen is None:
         chosen, method = greedy, "greedy"
-    built, labels, used = _build(choice, chosen, roots)
+    built, rewrites, used = _build(choice, chosen, roots)
     total = sum(costs[chosen[c]] for c in used)
-    return Extraction(built, total, method, time.perf_counter() - started, len(enodes), labels)
+    return Extraction(built, total, method, time.perf_counter() - started, len(enodes), rewrites)
 
 
 def _greedy(choice: _Choice, enodes: list[ENode], costs: list[float]) -> dict[int, int]:
@@ -411,26 +411,26 @@ def _quiet_highs():
 _BANNER_SHOWN: list[bool] = []
 
 
-def _origins(choice: _Choice) -> dict[tuple[str, tuple[int, ...]], str]:
-    """(op key, input classes) -> the rule whose target added that e-node; "" for the original graph's own."""
+def _origins(choice: _Choice) -> dict[tuple[str, tuple[int, ...]], tuple[str, int]]:
+    """(op key, input classes) -> (the rule whose target added that e-node, which rewrite); ("", 0) for the input's own."""
     classes, egraph = choice.classes, choice.classes.egraph
     of = classes.class_of_handle
-    found: dict[tuple[str, tuple[int, ...]], str] = {}
+    found: dict[tuple[str, tuple[int, ...]], tuple[str, int]] = {}
     for node in choice.graph.nodes:
         key = egraph.table.key(node.op, node.params, len(node.outputs))
-        found[(key, tuple(of[egraph.handles[v]] for v in node.inputs))] = ""
-    for key, inputs, rule in egraph.table.origins:
-        found.setdefault((key, tuple(of[h] for h in inputs)), rule)
+        found[(key, tuple(of[egraph.handles[v]] for v in node.inputs))] = ("", 0)
+    for key, inputs, rule, rewrite in egraph.table.origins:
+        found.setdefault((key, tuple(of[h] for h in inputs)), (rule, rewrite))
     return found
 
 
-def _build(choice: _Choice, chosen: dict[int, int], roots: list[int]) -> tuple[Graph, dict[str, str], set[int]]:
+def _build(choice: _Choice, chosen: dict[int, int], roots: list[int]) -> tuple[Graph, list[str], set[int]]:
     """The graph of the chosen e-nodes that the outputs need, with the original's inputs, weights and interface."""
     classes, graph = choice.classes, choice.graph
     origin = _origins(choice)
     all_nodes = [n for c in choice.order for n in classes.nodes[c]]
     nodes: list[Node] = []
-    labels: dict[str, str] = {}
+    rewrites: set[tuple[str, int]] = set()
     emitted: set[int] = set()
     name_of = dict(choice.names)
 
@@ -453,7 +453,7 @@ def _build(choice: _Choice, chosen: dict[int, int], roots: list[int]) -> tuple[G
             node = choice.node(n, "")
             node = Node(node.op, node.params, tuple(name_of[d] for d in n.children), node.outputs, f"eqsat/{len(nodes)}")
             nodes.append(node)
-            labels[node.name] = origin.get((n.key, n.children), "")
+            rewrites.add(origin.get((n.key, n.children), ("", 0)))
 
     for r in roots:
         visit(r, set())
@@ -464,4 +464,4 @@ def _build(choice: _Choice, chosen: dict[int, int], roots: list[int]) -> tuple[G
         for o in node.outputs:
             types[o] = choice.types[o]
     built = Graph(graph.inputs, weights, nodes, outputs, types, graph.meta).pruned()
-    return built, labels, emitted
+    return built, [rule for rule, _ in sorted(rewrites, key=lambda r: r[1]) if rule], emitted

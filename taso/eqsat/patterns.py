@@ -114,6 +114,7 @@ class RulePattern:
         """Checks one match (handles of its columns' classes, the parameter keys) and builds its target; None when a
         guard declines it."""
         crule, rule = self.crule, self.crule.rule
+        table.rewrites += 1
         handle = dict(zip(self.columns.variables + self.columns.outputs, classes))
         types: dict[str, TensorType] = {}
         for v in self.columns.variables:

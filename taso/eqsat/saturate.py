@@ -57,6 +57,7 @@ class Saturation:
     terms: int = 0  # e-nodes at the end
     seconds: float = 0.0
     fired: dict[str, int] = field(default_factory=dict)  # rule label -> targets added
+    texts: dict[str, str] = field(default_factory=dict)  # rule label -> the rule as people read it
 
 
 class EGraph:
@@ -183,6 +184,7 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
             added += 1
             report.applied += 1
             report.fired[pattern.crule.label] = report.fired.get(pattern.crule.label, 0) + 1
+            report.texts.setdefault(pattern.crule.label, str(pattern.crule.rule))
             if size + len(egraph.table.types) - handles_before >= limits.nodes:
                 report.stop_reason = "node limit"
                 break

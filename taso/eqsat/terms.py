@@ -54,7 +54,9 @@ class TermTable:
     types: dict[int, TensorType | tuple[TensorType, ...]] = field(default_factory=dict)  # handle -> type (a tuple's: one per output)
     arities: set[int] = field(default_factory=lambda: {0})  # Op0 is in the prelude
     relations: set[str] = field(default_factory=set)  # match relations declared
-    origins: list[tuple[str, tuple[int, ...], str]] = field(default_factory=list)  # (key, input handles, rule) a rule added
+    # (key, input handles, rule, rewrite) of each application a rule added; ``rewrite`` numbers the rewrites
+    origins: list[tuple[str, tuple[int, ...], str, int]] = field(default_factory=list)
+    rewrites: int = 0
     _next: int = 0
 
     def handle(self, t: TensorType | tuple[TensorType, ...]) -> int:
@@ -85,7 +87,7 @@ class TermTable:
         """
         entry = self.keys[key]
         if rule:
-            self.origins.append((key, tuple(inputs), rule))
+            self.origins.append((key, tuple(inputs), rule, self.rewrites))
         joins = list(joins) or [None] * len(types)
         declared = [d for d in [self.declarations([len(inputs)])] if d]
         term = f"({constructor(len(inputs))} \"{entry.op.name}\" \"{key}\"{''.join(f' (Id {i})' for i in inputs)})"
@@ -133,6 +135,7 @@ def encode_graph(graph: Graph, table: TermTable, known: dict[str, int] | None = 
     model), reused by name; ``rule``: what made this version, for reports.
     """
     known = known or {}
+    table.rewrites += 1
     handles: dict[str, int] = {}
     commands = [table.declarations([0, *(len(n.inputs) for n in graph.nodes)])]
     for name in [*graph.inputs, *graph.weights]:
