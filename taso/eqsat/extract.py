@@ -49,7 +49,10 @@ class EClasses:
         frozen = egraph.freeze()
         value = egraph.egraph
         self.egraph = egraph
-        self.handle = egraph.classes(frozen)  # class -> smallest handle
+        self.class_of_handle = {value.value_to_i64(row.inputs[0]): hash(row.output) for row in frozen.functions["Id"].rows}
+        self.handle: dict[int, int] = {}  # class -> its smallest handle
+        for h, cls in sorted(self.class_of_handle.items(), reverse=True):
+            self.handle[cls] = h
         self.nodes: dict[int, list[ENode]] = {}
         for name, row in tensor_rows(frozen):
             if name == "Out":
@@ -57,9 +60,6 @@ class EClasses:
             else:
                 op, key = value.value_to_string(row.inputs[0]), value.value_to_string(row.inputs[1])
                 self._add(ENode(hash(row.output), "leaf" if op == LEAF else "app", key, tuple(hash(v) for v in row.inputs[2:])))
-        self.class_of_handle = {}
-        for row in frozen.functions["Id"].rows:
-            self.class_of_handle[value.value_to_i64(row.inputs[0])] = hash(row.output)
 
     def _add(self, node: ENode) -> None:
         self.nodes.setdefault(node.cls, []).append(node)
@@ -158,26 +158,21 @@ class _Choice:
         return const
 
     def _folds(self, n: ENode) -> bool:
-        node = self.node(n, "")
-        return folds_when_constant(node, self.types.__getitem__)
+        return folds_when_constant(self.node(n), self.types.__getitem__)
 
-    def node(self, n: ENode, label: str) -> Node:
-        """The graph node of an application e-node, reading and defining its classes' names."""
+    def node(self, n: ENode, inputs: tuple[str, ...] | None = None, label: str = "") -> Node:
+        """The graph node of an application e-node, defining its class's names and reading ``inputs`` (by default
+        its child classes' names)."""
         entry = self.classes.egraph.table.keys[n.key]
         outputs = ((self.names[n.cls],) if entry.outputs == 1 else tuple(self.output_name(n.cls, j) for j in range(entry.outputs)))
-        inputs = tuple(self._value(d) for d in n.children)
-        return Node(entry.op, entry.params, inputs, outputs, label)
-
-    def _value(self, c: int) -> str:
-        return self.names[c]
+        return Node(entry.op, entry.params, inputs if inputs is not None else tuple(self.names[d] for d in n.children), outputs, label)
 
     def cost(self, n: ENode) -> float:
         if n.kind != "app" or n.cls in self.consts:
             return 0.0
         if any(d not in self.names for d in n.children) or any(isinstance(self.classes.type(d), tuple) for d in n.children):
             return math.inf
-        node = self.node(n, "")
-        return self.cost_model.node_cost(node, self.pricing, self.pricing.constant_values())
+        return self.cost_model.node_cost(self.node(n), self.pricing, self.pricing.constant_values())
 
 
 def extract(egraph: EGraph, cost_model: CostModel, seconds: float) -> Extraction:
@@ -235,7 +230,8 @@ def _ilp(choice: _Choice, enodes: list[ENode], costs: list[float], roots: list[i
 
 
 class _Program:
-    """The extraction integer program without order constraints: x_n per usable e-node, roots chosen, children covered."""
+    """The extraction integer program: x_n per usable e-node, the roots chosen, a chosen e-node's children covered; order
+    variables and constraints for the classes :meth:`order` is given."""
 
     def __init__(self, enodes: list[ENode], costs: list[float], roots: list[int]):
         import highspy
@@ -357,32 +353,55 @@ def _cyclic_classes(enodes: list[ENode], usable: list[int]) -> dict[int, int]:
     return found
 
 
+def _post_order(roots: list[int], children) -> list[int]:
+    """The classes the roots need, each after the classes it reads (``children(c)``: the classes c's chosen e-node reads).
+
+    Raises:
+        ValueError: the choice reads a class it is computed from (a cycle).
+    """
+    order: list[int] = []
+    done: set[int] = set()
+    on_path: set[int] = set()
+    for root in roots:
+        stack = [(root, False)]
+        while stack:
+            c, expanded = stack.pop()
+            if expanded:
+                on_path.discard(c)
+                done.add(c)
+                order.append(c)
+                continue
+            if c in done:
+                continue
+            if c in on_path:
+                raise ValueError("the choice has a cycle")
+            on_path.add(c)
+            stack.append((c, True))
+            stack.extend((d, False) for d in reversed(children(c)) if d not in done)
+    return order
+
+
 def _warm_start(enodes: list[ENode], pick: dict[int, int], roots: list[int], x: dict[int, int], position: dict[int, int],
                 n_cols: int) -> list[float] | None:
-    """The greedy choice as a solution of the integer program: its e-nodes chosen, each class ordered by its height."""
-    values = [0.0] * n_cols
-    height: dict[int, int] = {}
+    """The greedy choice as a solution of the integer program: its e-nodes chosen, each class ordered by its height;
+    None when it is not a solution (a class without a usable pick, or a cycle)."""
 
-    def visit(c: int, path: set[int]) -> int:
-        if c in height:
-            return height[c]
-        if c in path or c not in pick or pick[c] not in x:
-            raise ValueError("no acyclic greedy choice")
-        path.add(c)
-        n = enodes[pick[c]]
-        h = 1 + max((visit(d, path) for d in n.children), default=-1)
-        path.discard(c)
-        height[c] = h
-        values[x[pick[c]]] = 1.0
-        if c in position:
-            values[position[c]] = float(h)
-        return h
+    def children(c: int) -> tuple[int, ...]:
+        if c not in pick or pick[c] not in x:
+            raise ValueError("no usable greedy choice")
+        return enodes[pick[c]].children
 
     try:
-        for r in roots:
-            visit(r, set())
-    except (ValueError, RecursionError):
+        order = _post_order(roots, children)
+    except ValueError:
         return None
+    values = [0.0] * n_cols
+    height: dict[int, int] = {}
+    for c in order:
+        height[c] = 1 + max((height[d] for d in enodes[pick[c]].children), default=-1)
+        values[x[pick[c]]] = 1.0
+        if c in position:
+            values[position[c]] = float(height[c])
     return values
 
 
@@ -424,39 +443,28 @@ def _origins(choice: _Choice) -> dict[tuple[str, tuple[int, ...]], tuple[str, in
     return found
 
 
-def _build(choice: _Choice, chosen: dict[int, int], roots: list[int]) -> tuple[Graph, list[str], set[int]]:
+def _build(choice: _Choice, chosen: dict[int, int], roots: list[int]) -> tuple[Graph, list[str], list[int]]:
     """The graph of the chosen e-nodes that the outputs need, with the original's inputs, weights and interface."""
     classes, graph = choice.classes, choice.graph
     origin = _origins(choice)
     all_nodes = [n for c in choice.order for n in classes.nodes[c]]
     nodes: list[Node] = []
     rewrites: set[tuple[str, int]] = set()
-    emitted: set[int] = set()
     name_of = dict(choice.names)
-
-    def visit(c: int, path: set[int]) -> None:
-        if c in emitted:
-            return
-        if c in path:
-            raise RuntimeError("the extracted choice has a cycle")
+    try:
+        emitted = _post_order(roots, lambda c: all_nodes[chosen[c]].children)
+    except ValueError:
+        raise RuntimeError("the extracted choice has a cycle") from None
+    for c in emitted:
         n = all_nodes[chosen[c]]
-        path.add(c)
-        for d in n.children:
-            visit(d, path)
-        path.discard(c)
-        emitted.add(c)
         if n.kind == "leaf":
             name_of[c] = classes.egraph.table.leaves[n.key]
         elif n.kind == "out":
             name_of[c] = choice.output_name(n.children[0], n.index)
         else:
-            node = choice.node(n, "")
-            node = Node(node.op, node.params, tuple(name_of[d] for d in n.children), node.outputs, f"eqsat/{len(nodes)}")
-            nodes.append(node)
+            nodes.append(choice.node(n, tuple(name_of[d] for d in n.children), f"eqsat/{len(nodes)}"))
             rewrites.add(origin.get((n.key, n.children), ("", 0)))
 
-    for r in roots:
-        visit(r, set())
     outputs = tuple(name_of[classes.class_of_handle[classes.egraph.handles[o]]] for o in graph.outputs)
     weights = classes.egraph.weights
     types = {**{v: graph.type(v) for v in graph.inputs}, **{w: graph.type(w) if w in graph.weights else TensorType.of(a) for w, a in weights.items()}}

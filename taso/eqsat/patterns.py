@@ -124,12 +124,10 @@ class RulePattern:
             types[v] = t
         shapes = {v: t.shape for v, t in types.items()}
         try:
-            for index, key in zip(self.columns.params, keys):
-                node = crule.nodes[index]
-                params = table.keys[key].params
-                if not all(params.get(k) == v for k, v in node.fixed):
+            source_params = {index: table.keys[key].params for index, key in zip(self.columns.params, keys)}
+            for index, params in source_params.items():
+                if not all(params.get(k) == v for k, v in crule.nodes[index].fixed):
                     return None
-            source_params = dict(zip(self.columns.params, (table.keys[k].params for k in keys)))
             for index, param, expr in crule.source_exprs:
                 if source_params[index].get(param) != resolve_expr(expr, shapes):
                     return None

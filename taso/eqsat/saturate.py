@@ -166,7 +166,7 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
         commands: list[str] = []
         added = 0  # matches added this round
         per_rule: dict[int, int] = {}
-        reach = _Reach(egraph, frozen, classes)
+        reach = _Reach(frozen, classes)
         for pattern, key, row in _new_matches(egraph, frozen, numbered, classes, seen):
             if per_rule.get(pattern.number, 0) >= limits.matches_per_rule:
                 continue  # read again next round
@@ -193,7 +193,7 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
                 egraph.run("\n".join(commands) + "\n" + INSERT)
                 commands = []
                 after = egraph.freeze()
-                reach = _Reach(egraph, after, egraph.classes(after))
+                reach = _Reach(after, egraph.classes(after))
                 if time.perf_counter() - started > limits.seconds:
                     report.stop_reason = "time limit"
                     break
@@ -227,7 +227,7 @@ class _Reach:
     ``_BATCH`` matches added; extraction orders what cycles remain.
     """
 
-    def __init__(self, egraph: EGraph, frozen, classes: dict[int, int]):
+    def __init__(self, frozen, classes: dict[int, int]):
         import networkx as nx
 
         graph = nx.DiGraph()

@@ -89,7 +89,8 @@ class TermTable:
         if rule:
             self.origins.append((key, tuple(inputs), rule, self.rewrites))
         joins = list(joins) or [None] * len(types)
-        declared = [d for d in [self.declarations([len(inputs)])] if d]
+        declaration = self.declarations([len(inputs)])
+        declared = [declaration] if declaration else []
         term = f"({constructor(len(inputs))} \"{entry.op.name}\" \"{key}\"{''.join(f' (Id {i})' for i in inputs)})"
         if entry.outputs == 1:
             n = joins[0] if joins[0] is not None else self.handle(types[0])
