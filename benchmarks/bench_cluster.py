@@ -40,15 +40,15 @@ DEFAULT_SET_GRAPHS = {2: 29_844, 3: 13_557_758}
 
 
 def _local_pass(settings: Settings, jobs: int) -> tuple[int, float]:
-    """(graphs, seconds) of the keys-only pass on the local process pool."""
+    """(graphs, seconds) of the enumeration pass on the local process pool (every graph spilled to disk)."""
     with Workers(settings, jobs) as workers:
         start = time.perf_counter()
-        graphs = len(workers.count_and_key(keep=False).keys)
+        graphs = sum(workers.spill()[1])
         return graphs, time.perf_counter() - start
 
 
 def _ray_pass(settings: Settings, cpus: int, shards: int) -> tuple[int, float, float, StageReport]:
-    """(graphs, seconds, Ray's start-up seconds, the shard report) of the keys-only pass on a local Ray cluster."""
+    """(graphs, seconds, Ray's start-up seconds, the shard report) of the one-pass enumeration on a local Ray cluster."""
     import ray
 
     start = time.perf_counter()
@@ -59,7 +59,7 @@ def _ray_pass(settings: Settings, cpus: int, shards: int) -> tuple[int, float, f
             backend = RayBackend(run_dir=run_dir, shards=shards)
             start = time.perf_counter()
             with backend.workers(settings) as workers:
-                graphs = len(workers.count_and_key(keep=False).keys)
+                graphs = len(workers.count_and_key().keys)
             return graphs, time.perf_counter() - start, startup, backend.reports[0]
     finally:
         ray.shutdown()

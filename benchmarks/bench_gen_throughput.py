@@ -1,7 +1,7 @@
 """Enumeration throughput per process (issue 27): the enumerator now vs as it was before issue 27's step tables.
 
 Both run the first pass of ``taso generate`` in one process, as a worker does
-(``generator.parallel._keys_of_root``): every graph's key, and every graph packed into a row
+(``generator.parallel.walk_rows``): every graph's key, and every graph packed into a row
 (depth <= 3 keeps them all). The *before* enumerator is ``generator/enumerate.py`` read from
 git at ``BEFORE`` (the revision before issue 27's enumeration work) and imported beside the
 current one; it visits one graph at a time and each is packed by ``Packer.pack``, as the
@@ -38,6 +38,7 @@ import numpy as np  # noqa: E402
 from taso.generator import Settings  # noqa: E402
 from taso.generator import enumerate as enumeration  # noqa: E402
 from taso.generator import parallel  # noqa: E402
+from taso.generator.shards import Shard  # noqa: E402
 from taso.generator.steps import prefix_masks  # noqa: E402
 
 BEFORE = "eb0ee3710809363d1717229cfdef3c4d85d17af8"  # generator/enumerate.py before issue 27's step tables
@@ -86,7 +87,7 @@ def first_pass_now(settings: Settings, every: int) -> tuple[float, array, bytes]
     keys, rows = array("q"), bytearray()
     start = time.perf_counter()
     for index, root in enumerate(parallel._WORKER.roots()[::every]):
-        _, root_keys, root_rows, _ = parallel._keys_of_root((index, root, True))
+        root_keys, root_rows, _ = parallel.walk_rows(parallel._WORKER, root, Shard("sample", index), keep=True)
         keys.extend(root_keys)
         rows.extend(root_rows)
     return time.perf_counter() - start, keys, bytes(rows)

@@ -1,11 +1,14 @@
 """`taso generate`: enumerate small graphs and write the candidate substitutions.
 
     taso generate [--max-ops 3] [--ops LIST] [-j N] [--seed S] -o candidates.json
+    taso generate ... [--run-dir DIR | --resume DIR] [--shards N]
     taso generate ... --ray [ADDRESS] [--run-dir DIR | --resume DIR] [--shards N]
 
-With ``--ray`` the enumeration's shards run as Ray tasks (:mod:`~taso.generator.cluster`),
-on a local cluster of ``-j`` CPUs or on the cluster at ADDRESS, each finished shard
-checkpointed in the run directory; the rule file is byte-identical to the local run's.
+With ``--run-dir`` a run keeps every finished shard and stage in DIR; killed, it continues
+with ``--resume DIR`` (:mod:`~taso.generator.store`). With ``--ray`` the enumeration's shards
+run as Ray tasks (:mod:`~taso.generator.cluster`), on a local cluster of ``-j`` CPUs or on
+the cluster at ADDRESS, checkpointed in the run directory (OUTPUT.shards/ by default); the
+rule file is byte-identical to the local run's.
 
 Progress goes to stderr (a tqdm bar: graphs/s and candidates found so far); the table of
 pruning stages goes to stdout. Bad input (an unknown operator, an unwritable output) is a
@@ -24,8 +27,10 @@ from tqdm import tqdm
 from taso.errors import TasoError
 
 from .opset import GENERATOR_OPS, PRESETS, parse_ops
+from .parallel import Workers
 from .pipeline import STAGES, Progress, Result, generate
 from .settings import Settings
+from .shards import DEFAULT_SHARDS
 
 __all__ = ["add_parser", "run", "format_summary"]
 
@@ -47,13 +52,16 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the random fingerprint inputs (default: 0)")
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="the rule file to write (JSON)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    runs = parser.add_argument_group("long runs")
+    runs.add_argument("--run-dir", metavar="DIR",
+                      help="keep every finished shard and stage in DIR, so that a killed run can --resume "
+                      "(default: a temporary directory; with --ray, OUTPUT.shards/)")
+    runs.add_argument("--resume", metavar="DIR", help="continue the run kept in DIR, redoing only what did not finish")
+    runs.add_argument("--shards", type=int, default=None, metavar="N",
+                      help="about how many shards of equal estimated work to plan (default: 64)")
     cluster = parser.add_argument_group("scale-out on Ray (pip install 'taso[cluster]')")
     cluster.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                          help="run the shards as Ray tasks: on the cluster at ADDRESS, or without it on a local cluster")
-    cluster.add_argument("--run-dir", metavar="DIR", help="where finished shards are checkpointed (default: OUTPUT.shards/)")
-    cluster.add_argument("--resume", metavar="DIR", help="continue the run checkpointed in DIR, redoing only unfinished shards")
-    cluster.add_argument("--shards", type=int, default=None, metavar="N",
-                         help="about how many shards of equal estimated work to plan (default: 64)")
     parser.set_defaults(func=run)
 
 
@@ -67,10 +75,17 @@ def run(args: argparse.Namespace) -> int:
     if args.jobs is not None and args.jobs < 1:
         raise TasoError(f"-j must be at least 1, got {args.jobs}")
     _check_writable(args.output)
-    backend = _ray_backend(args)
+    run_dir = _check_run_dir(args)
+    backend = _ray_backend(args, run_dir)
+    make_workers = backend.workers if backend else (lambda s: Workers(s, args.jobs or 1, run_dir, bool(args.resume), args.shards or DEFAULT_SHARDS))
     started = time.perf_counter()
-    with _ProgressBar(disable=args.quiet, unit="shard" if backend else "root") as bar:
-        result = generate(settings, args.jobs or 1, bar.callbacks(), make_workers=backend.workers if backend else None)
+    try:
+        with _ProgressBar(disable=args.quiet, unit="shard") as bar:
+            result = generate(settings, args.jobs or 1, bar.callbacks(), make_workers=make_workers)
+    except KeyboardInterrupt:
+        if run_dir:
+            print(f"taso generate: what finished is kept in {run_dir}; continue with --resume {run_dir}", file=sys.stderr)
+        raise
     result.library.save(args.output)
     print(format_summary(result, args.output, time.perf_counter() - started))
     if backend:
@@ -79,28 +94,37 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ray_backend(args: argparse.Namespace):
-    """The Ray backend the cluster options ask for, or None for the local process pool.
+def _check_run_dir(args: argparse.Namespace) -> str | None:
+    """The run directory the options name (``--ray`` defaults to OUTPUT.shards/), or None for a temporary one.
 
     Raises:
-        TasoError: a cluster option without ``--ray``, or Ray not installed.
+        TasoError: both options naming different directories, a missing --resume directory, a bad --shards.
+    """
+    if args.resume and args.run_dir and os.path.abspath(args.resume) != os.path.abspath(args.run_dir):
+        raise TasoError("--resume DIR is the run directory: give --run-dir or --resume, not both")
+    if args.resume and not os.path.isdir(args.resume):
+        raise TasoError(f"--resume {args.resume}: no such directory")
+    if args.shards is not None and args.shards < 1:
+        raise TasoError(f"--shards must be at least 1, got {args.shards}")
+    run_dir = args.resume or args.run_dir or (f"{args.output}.shards" if args.ray is not None else None)
+    if run_dir and os.path.exists(run_dir) and not os.path.isdir(run_dir):
+        raise TasoError(f"--run-dir {run_dir}: is a file, not a directory")
+    return run_dir
+
+
+def _ray_backend(args: argparse.Namespace, run_dir: str | None):
+    """The Ray backend ``--ray`` asks for, or None for the local process pool.
+
+    Raises:
+        TasoError: Ray not installed.
     """
     if args.ray is None:
-        for flag, value in (("--resume", args.resume), ("--run-dir", args.run_dir), ("--shards", args.shards)):
-            if value is not None:
-                raise TasoError(f"{flag} needs --ray")
         return None
-    from .cluster import DEFAULT_SHARDS, RayBackend, ray_available
+    from .cluster import RayBackend, ray_available
 
     if reason := ray_available():
         raise TasoError(f"--ray: {reason}")
-    if args.resume and args.run_dir and os.path.abspath(args.resume) != os.path.abspath(args.run_dir):
-        raise TasoError("--resume DIR is the run directory: give --run-dir or --resume, not both")
-    if args.shards is not None and args.shards < 1:
-        raise TasoError(f"--shards must be at least 1, got {args.shards}")
-    if args.resume and not os.path.isdir(args.resume):
-        raise TasoError(f"--resume {args.resume}: no such directory")
-    return RayBackend(address=args.ray or None, num_cpus=None if args.ray else args.jobs, run_dir=args.resume or args.run_dir or f"{args.output}.shards",
+    return RayBackend(address=args.ray or None, num_cpus=None if args.ray else args.jobs, run_dir=run_dir,
                       resume=bool(args.resume), shards=args.shards or DEFAULT_SHARDS, progress=not args.quiet)
 
 
@@ -169,5 +193,10 @@ def format_summary(result: Result, output: str, seconds: float) -> str:
         count = result.counts[name]
         detail = f" ({by_ops}; {rate:,.0f} graphs/s)" if name == "graphs" else ""
         lines.append(f"{name:<16} {count:>{width},}  {result.seconds.get(name, 0.0):7.1f}  {meaning}{detail}")
+    if result.resumed:
+        shards = result.resumed.get("shards")
+        stages = [name for name in result.resumed if name != "shards"]
+        reused = ([f"{shards:,} shards"] if shards is not None else []) + ([f"stages {', '.join(stages)}"] if stages else [])
+        lines.append(f"resumed: reused {' and '.join(reused)} from the run directory")
     lines.append(f"wrote {result.counts['rules']:,} candidate rules to {output} in {seconds:.1f} s")
     return "\n".join(lines)

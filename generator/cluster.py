@@ -1,28 +1,26 @@
 """Scale-out on Ray: the enumeration's shards as Ray tasks, checkpointed, merged in order.
 
-The local path (:class:`~taso.generator.parallel.Workers`) hands each first operator's
-subtree to a process. Here the same subtrees are *shards* run as Ray tasks, so the
-enumeration spreads over every node of a cluster (``ray.init()`` with no address starts a
-local one). :class:`RayWorkers` has the interface of ``Workers``, so
-:func:`~taso.generator.parallel.shared_graphs` and the rest of the pipeline run unchanged.
+The local path (:class:`~taso.generator.parallel.Workers`) hands shards
+(:mod:`~taso.generator.shards`) to a process pool. Here the same shards run as Ray tasks, so
+the enumeration spreads over every node of a cluster (``ray.init()`` with no address starts
+a local one). :class:`RayWorkers` has the interface of ``Workers``, so the pipeline runs
+unchanged.
 
-* **Determinism.** A root whose subtree is large is split into shards by ranges of its
-  second operators (:func:`plan_shards`); walking the shards of a root in order visits its
-  graphs in exactly the order :meth:`Enumerator.walk` does. Results are merged in shard
-  order whatever order they finish in, so the rule file is byte-identical to the local run.
+* **Determinism.** Results are merged in shard order whatever order they finish in, so the
+  rule file is byte-identical to the local run.
 * **Faults.** A task whose worker dies is retried by Ray (``max_retries``); a shard is a pure
   function of the settings, so a retry returns the same bytes.
-* **Checkpoints.** Every finished shard is written to a run directory (:class:`ShardStore`),
-  atomically and with a digest over its contents. A resumed run reuses the shards whose
-  file checks out and redoes the others: a partial or corrupt file is never merged.
-
+* **Checkpoints.** Every finished shard is written to a run directory
+  (:class:`~taso.generator.store.ShardStore`), atomically and with a digest over its
+  contents, and so is every finished stage after it. A resumed run reuses the files that
+  check out and redoes the others: a partial or corrupt file is never merged.
 * **After the enumeration.** The stages after pairing (canonical forms, common subgraphs, the
   float check, instance facts, generalisation) run as Ray tasks over chunks of candidates
   (:meth:`RayWorkers.map`), the same functions the local pool runs. A candidate travels as
   its graph specs and is decoded in the task (decoded graphs hold the operators' functions,
   which do not pickle); results come back in chunk order, so the file stays byte-identical.
   The driver pairs the collected graphs by key and keeps or drops candidates by the tasks'
-  verdicts. These stages are not checkpointed: a resumed run redoes them.
+  verdicts.
 
 ``taso verify --ray`` fans rules out to Ray tasks as well (:func:`verify_rules_on_ray`).
 """
@@ -31,7 +29,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import signal
 import socket
@@ -51,8 +48,10 @@ from . import parallel
 from .enumerate import Enumerator, GraphSpec, OpRef
 from .parallel import KeyPass, Workers
 from .settings import Settings
+from .shards import DEFAULT_SHARDS, Shard, plan_shards, walk_shard
+from .store import ShardStore, write_atomically
 
-__all__ = ["Shard", "plan_shards", "ShardStore", "StageReport", "MapReport", "RayBackend", "RayWorkers", "ray_available",
+__all__ = ["Shard", "plan_shards", "walk_shard", "ShardStore", "StageReport", "MapReport", "RayBackend", "RayWorkers", "ray_available",
            "verify_rules_on_ray"]
 
 # A note on cancelling. Tasks that an interrupted or failed pass leaves pending are not
@@ -65,14 +64,9 @@ __all__ = ["Shard", "plan_shards", "ShardStore", "StageReport", "MapReport", "Ra
 # after checking that it has not just finished.
 # Ray retries a task whose worker process died this many times before the run fails.
 MAX_RETRIES = 3
-# The plan aims at about this many shards of equal estimated work (independent of the cluster's size,
-# so that a resumed run on another cluster finds the same shards).
-DEFAULT_SHARDS = 64
 # Beyond KEEP_GRAPHS_MAX_OPS the first pass's keys are split into this many ranges, each reduced to its
 # repeated keys by a task of its own: no process, the driver included, holds every key.
 KEY_RANGES = 16
-_STORE_FORMAT = "taso-shards"
-_STORE_VERSION = 1
 
 
 def ray_available() -> str | None:
@@ -85,82 +79,6 @@ def ray_available() -> str | None:
 
 
 # ---- shards -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Shard:
-    """The graphs under one first operator, or under a range of its second operators.
-
-    Attributes:
-        id: a stable name: ``r00007`` (root 7, whole), ``r00007.00010-00020`` (root 7's second
-            operators 10 to 19; the first range also holds the root's one-operator graph).
-        root: index of the first operator in :meth:`Enumerator.roots`.
-        children: the range of second operators, or None for the whole subtree.
-    """
-
-    id: str
-    root: int
-    children: tuple[int, int] | None = None
-
-
-def _children(enumerator: Enumerator, root: OpRef) -> list:
-    """The admissible second operators under ``root``, in enumeration order."""
-    enumerator.push_root(root)
-    try:
-        return list(enumerator._admissible_steps())
-    finally:
-        enumerator.pop()
-
-
-def plan_shards(enumerator: Enumerator, target: int = DEFAULT_SHARDS) -> list[Shard]:
-    """Shards of roughly equal estimated work, in enumeration order.
-
-    A root's work is estimated by its number of second operators. A root above
-    ``1/target`` of the total is split into ranges of its second operators, so that no
-    shard holds much more than that share. With two operators at most there is nothing to
-    split: every graph below a root is one step away.
-    """
-    roots = enumerator.roots()
-    if enumerator.settings.max_ops <= 2:
-        return [Shard(f"r{i:05d}", i) for i in range(len(roots))]
-    sizes = [len(_children(enumerator, root)) for root in roots]
-    limit = max(1, math.ceil(sum(sizes) / max(1, target)))
-    shards = []
-    for i, size in enumerate(sizes):
-        if size <= limit:
-            shards.append(Shard(f"r{i:05d}", i))
-            continue
-        parts = math.ceil(size / limit)
-        bounds = [size * k // parts for k in range(parts + 1)]
-        shards.extend(Shard(f"r{i:05d}.{lo:05d}-{hi:05d}", i, (lo, hi)) for lo, hi in zip(bounds, bounds[1:]))
-    return shards
-
-
-def walk_shard(enumerator: Enumerator, root: OpRef, shard: Shard, visit) -> None:
-    """Visits the shard's graphs in the order :meth:`Enumerator.walk` visits them within the root.
-
-    NOTE: the split replays ``walk`` and ``_grow``'s loop one level down, so it calls the
-    enumerator's private steps; ``tests/test_ray.py`` checks the shards of a root together
-    visit exactly its graphs, in order.
-    """
-    if shard.children is None:
-        enumerator.walk(root, visit)
-        return
-    lo, hi = shard.children
-    enumerator.push_root(root)
-    try:
-        if lo == 0:
-            enumerator._record(visit)
-        if len(enumerator.ops) + 2 == enumerator.settings.max_ops:  # the shard's children are parents of leaves: grown together
-            enumerator._grow_parents(visit, children=slice(lo, hi))
-            return
-        for v, sizes, args, _params, out_shapes, outs, used in list(enumerator._admissible_steps())[lo:hi]:
-            enumerator.push(v, sizes, args, outs, out_shapes, used)
-            enumerator._record(visit)
-            enumerator._grow(visit)
-            enumerator.pop()
-    finally:
-        enumerator.pop()
 
 
 # ---- what runs in a Ray worker ----------------------------------------------------------------------------
@@ -188,20 +106,8 @@ def _key_shard(settings: Settings, shard: Shard, keep: bool, fault: str | None) 
     """Pass 1 on one shard: every graph's key, the graphs packed when ``keep``, counts and cost."""
     start = time.perf_counter()
     enumerator = _worker_enumerator(settings)
-    root = enumerator.roots()[shard.root]
-    keys, rows = array("q"), bytearray()
-    per_depth = [0] * (settings.max_ops + 1)
-    pack = parallel._packer(enumerator).pack
-
-    def visit(key, ops, last, outputs):
-        keys.append(key)
-        per_depth[len(ops) + (last is not None)] += 1
-        if keep:
-            rows.extend(pack(ops, last, outputs))
-        if len(keys) == 100:  # mid-shard, when a fault is injected
-            _maybe_die(fault)
-
-    walk_shard(enumerator, root, shard, visit)
+    _maybe_die(fault)
+    keys, rows, per_depth = parallel.walk_rows(enumerator, parallel.worker_roots()[shard.root], shard, keep)
     return {"keys": keys.tobytes(), "rows": bytes(rows), "per_depth": per_depth, "seconds": time.perf_counter() - start}
 
 
@@ -209,7 +115,7 @@ def _collect_shard(settings: Settings, shard: Shard, wanted: np.ndarray, fault: 
     """Pass 2 on one shard: the graphs whose key is wanted, packed, with their keys."""
     start = time.perf_counter()
     enumerator = _worker_enumerator(settings)
-    root = enumerator.roots()[shard.root]
+    root = parallel.worker_roots()[shard.root]
     wanted_set = frozenset(wanted.tolist())
     keys, rows, seen = array("q"), bytearray(), 0
     pack = parallel._packer(enumerator).pack
@@ -230,11 +136,7 @@ def _collect_shard(settings: Settings, shard: Shard, wanted: np.ndarray, fault: 
 def _split_by_range(keys: np.ndarray, ranges: int) -> list[np.ndarray]:
     """The keys sorted and cut into ``ranges`` equal ranges of the signed 64-bit space (in order)."""
     keys = np.sort(keys)
-    return np.split(keys, np.searchsorted(keys, _range_bounds(ranges)))
-
-
-def _range_bounds(ranges: int) -> np.ndarray:
-    return np.array([-(1 << 63) + k * ((1 << 64) // ranges) for k in range(1, ranges)], dtype=np.int64)
+    return np.split(keys, np.searchsorted(keys, parallel.key_range_bounds(ranges)))
 
 
 def _keys_by_range(settings: Settings, shard: Shard, ranges: int, fault: str | None) -> tuple:
@@ -256,114 +158,6 @@ def _map_chunk(settings: Settings, fn: Callable, chunk: list) -> tuple[str, floa
     _worker_enumerator(settings)
     result = fn(chunk)
     return f"{socket.gethostname()}:{os.getpid()}", time.perf_counter() - start, result
-
-
-# ---- checkpoints ------------------------------------------------------------------------------------------
-
-
-class ShardStore:
-    """Finished shards on disk: one file each, written atomically, with a SHA-256 over its contents.
-
-    A file is a JSON header line (shard, byte lengths of its parts, counts, digest) followed
-    by the parts. :meth:`load` returns None for a missing file and, for one that does not
-    check out (truncated, edited, not ours), deletes it and counts it in ``corrupt``: the
-    shard is redone, never merged.
-
-    Args:
-        folder: the run directory (created if needed).
-        settings: the run's settings; a resumed run must have the same.
-        resume: keep the finished shards already there; without it they are removed first.
-    """
-
-    def __init__(self, folder: str, settings: Settings, resume: bool):
-        self.folder = folder
-        self.corrupt: list[str] = []
-        os.makedirs(folder, exist_ok=True)
-        manifest = os.path.join(folder, "manifest.json")
-        expected = {"format": _STORE_FORMAT, "version": _STORE_VERSION, "settings": settings.to_json()}
-        if resume:
-            self._check_manifest(manifest, expected)
-        else:
-            for name in os.listdir(folder):
-                if name.endswith(".shard"):
-                    os.remove(os.path.join(folder, name))
-        _write_atomically(manifest, json.dumps(expected, indent=1).encode())
-
-    @staticmethod
-    def _check_manifest(path: str, expected: dict) -> None:
-        if not os.path.exists(path):
-            raise TasoError(f"--resume {os.path.dirname(path)}: not a run directory (no manifest.json)")
-        try:
-            with open(path, "rb") as f:
-                found = json.loads(f.read())
-        except (OSError, ValueError) as e:
-            raise TasoError(f"--resume {path}: unreadable manifest ({e})") from None
-        if found != expected:
-            was = {k: (found.get("settings") or {}).get(k) for k in ("max_ops", "ops", "seed")}
-            raise TasoError(f"--resume {os.path.dirname(path)}: the run used other settings ({was}, or another pool or "
-                            "checkpoint format); resume with the same --max-ops, --ops and --seed")
-
-    def path(self, stage: str, shard: Shard) -> str:
-        return os.path.join(self.folder, f"{stage}-{shard.id}.shard")
-
-    def save(self, stage: str, shard: Shard, result: dict) -> None:
-        parts = {"keys": result["keys"], "rows": result["rows"]}
-        meta = {"shard": shard.id, "stage": stage, "lengths": {k: len(v) for k, v in parts.items()},
-                "per_depth": result["per_depth"], "seconds": round(result["seconds"], 6)}
-        meta["sha256"] = _digest(meta, parts)
-        _write_atomically(self.path(stage, shard), json.dumps(meta).encode() + b"\n" + b"".join(parts.values()))
-
-    def load(self, stage: str, shard: Shard) -> dict | None:
-        path = self.path(stage, shard)
-        if not os.path.exists(path):
-            return None
-        result = _read_checked(path, stage, shard)
-        if result is None:
-            self.corrupt.append(os.path.basename(path))
-            os.remove(path)
-        return result
-
-
-def _digest(meta: dict, parts: dict[str, bytes]) -> str:
-    h = hashlib.sha256(json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
-    for name in sorted(parts):
-        h.update(parts[name])
-    return h.hexdigest()
-
-
-def _read_checked(path: str, stage: str, shard: Shard) -> dict | None:
-    """The shard's result, or None when the file is not exactly what :meth:`ShardStore.save` wrote."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-        head, _, body = data.partition(b"\n")
-        meta = json.loads(head)
-        lengths = meta["lengths"]
-        if meta["shard"] != shard.id or meta["stage"] != stage or sum(lengths.values()) != len(body):
-            return None
-        parts, offset = {}, 0
-        for name in ("keys", "rows"):
-            parts[name] = body[offset : offset + lengths[name]]
-            offset += lengths[name]
-        if _digest(meta, parts) != meta["sha256"]:
-            return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-    return {**parts, "per_depth": meta["per_depth"], "seconds": meta["seconds"]}
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-    """Writes a temporary file beside ``path`` and renames it: a reader sees all of it or nothing."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 # ---- the backend -----------------------------------------------------------------------------------------
@@ -470,7 +264,7 @@ class RayBackend:
         """Writes each shard's measured cost (graphs, seconds), and each later stage's, to ``run_dir/shards.json``."""
         if self.run_dir:
             report = json.dumps({"passes": [r.to_json() for r in self.reports], "stages": [r.to_json() for r in self.stages]}, indent=1)
-            _write_atomically(os.path.join(self.run_dir, "shards.json"), report.encode())
+            write_atomically(os.path.join(self.run_dir, "shards.json"), report.encode())
 
 
 def _connect(address: str | None, num_cpus: int | None) -> bool:
@@ -529,6 +323,7 @@ class RayWorkers(Workers):
         self.packer = parallel._packer(enumerator)
         self.shards = plan_shards(enumerator, backend.shards)
         self.store = ShardStore(backend.run_dir, settings, backend.resume) if backend.run_dir else None
+        self.resume, self.persistent, self.reused = backend.resume, backend.run_dir is not None, {}
         self._settings_ref = ray.put(settings)
         self._checkpointed = 0
 
@@ -588,7 +383,8 @@ class RayWorkers(Workers):
     def _save(self, stage: str, shard: Shard, result: dict, parts: list) -> None:
         if parts:  # keys only, by range: the checkpoint holds them together
             result = {**result, "keys": b"".join(p.tobytes() for p in self._ray.get(parts)), "rows": b""}
-        self.store.save(stage, shard, result)
+        self.store.save(stage, shard, {"keys": result["keys"], "rows": result["rows"]},
+                        {"per_depth": result["per_depth"], "seconds": round(result["seconds"], 6)})
         self._checkpointed += 1
 
     @staticmethod
@@ -602,13 +398,30 @@ class RayWorkers(Workers):
             else:
                 on_task((None,))
 
-    def count_and_key(self, keep: bool, on_task: Callable | None = None) -> KeyPass:
-        results = self._run("enumerate", _key_shard, (keep,), on_task)
+    def shared_graphs(self, on_task: Callable | None = None, on_phase: Callable | None = None) -> tuple[KeyPass, list[tuple[int, GraphSpec]]]:
+        """Every graph whose key at least one other graph shares, in shard order, with the counts.
+
+        Up to ``KEEP_GRAPHS_MAX_OPS`` operators one pass returns every graph, packed, and the
+        repeated keys pick them out; beyond, a keys-only pass reduced where the keys are
+        (:meth:`repeated_keys`), then a second pass collects the graphs with repeated keys.
+        """
+        if self.settings.max_ops > parallel.KEEP_GRAPHS_MAX_OPS:
+            key_pass, wanted = self.repeated_keys(on_task)
+            if on_phase:
+                on_phase("collect")
+            return key_pass, self.collect_graphs(wanted, on_task)
+        key_pass = self.count_and_key(on_task)
+        values, multiplicity = np.unique(key_pass.keys, return_counts=True)
+        chosen = np.flatnonzero(np.isin(key_pass.keys, values[multiplicity > 1]))
+        graphs = [(int(key_pass.keys[i]), self.packer.unpack(key_pass.rows[i])) for i in chosen]
+        return key_pass, graphs
+
+    def count_and_key(self, on_task: Callable | None = None) -> KeyPass:
+        """The one-pass enumeration: every graph's key and packed row, in shard order, and the counts."""
+        results = self._run("enumerate", _key_shard, (True,), on_task)
         per_depth = [sum(r["per_depth"][k] for r in results) for k in range(self.settings.max_ops + 1)]
         keys = np.frombuffer(b"".join(r["keys"] for r in results), dtype=np.int64)
-        rows = None
-        if keep:
-            rows = np.frombuffer(b"".join(r["rows"] for r in results), dtype=self.packer.dtype).reshape(-1, self.packer.width)
+        rows = np.frombuffer(b"".join(r["rows"] for r in results), dtype=self.packer.dtype).reshape(-1, self.packer.width)
         return KeyPass(keys, rows, per_depth)
 
     def repeated_keys(self, on_task: Callable | None = None) -> tuple[KeyPass, np.ndarray]:
@@ -637,8 +450,9 @@ class RayWorkers(Workers):
             found.extend((int(k), self.packer.unpack(row)) for k, row in zip(keys, rows))
         return found
 
-    def map(self, fn: Callable, items: list, chunk: int = 1000) -> list:
-        """``fn`` over chunks of ``items`` as Ray tasks; the results flattened, in order.
+    def map(self, fn: Callable, items: list, chunk: int = 1000, name: str | None = None) -> list:
+        """``fn`` over chunks of ``items`` as Ray tasks; the results flattened, in order (a stage is checkpointed whole,
+        not by chunks: ``name`` is not used).
 
         The stages after enumeration run here (see :func:`~taso.generator.pipeline.generate`):
         the items are picklable candidates, decoded in the task. Each call is recorded in

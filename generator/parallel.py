@@ -1,24 +1,28 @@
-"""Running the enumeration: worker processes, and one or two passes over every first operator.
+"""Running the enumeration and the stages after it: worker processes, shards spilled to disk.
 
-The graphs under each first operator form a disjoint subtree
-(:meth:`~taso.generator.enumerate.Enumerator.roots`), so processes enumerate them
-independently and the results are merged in root order: the output does not depend on the
-number of processes. Only graphs whose key occurs more than once can pair. Up to
-``KEEP_GRAPHS_MAX_OPS`` operators the first pass keeps every graph, packed in a few dozen
-bytes (:class:`Packer`), and the repeated keys pick them out; beyond, the first pass keeps
-only keys (8 bytes per graph, so depth 4 fits in memory) and a second pass re-enumerates
-and keeps the graphs with repeated keys. The same processes then run the stages after
-pairing on chunks of candidates (:meth:`Workers.map`): canonical forms, common subgraphs,
-the float check, instance facts and generalisation. A candidate travels as its graph specs
-(picklable), never decoded: decoded graphs hold the operators' functions.
+The enumeration is cut into shards (:mod:`~taso.generator.shards`): the graphs under a first
+operator, or under a range of its second operators. Processes walk them independently and
+each writes its shard's graphs to the run directory (:class:`~taso.generator.store.ShardStore`):
+the keys sorted, their positions, and every graph packed in a few dozen bytes
+(:class:`Packer`). Only graphs whose key occurs more than once can pair; they are picked out
+one key range at a time over every shard's file (:func:`repeated_graphs`) and merged in shard
+order, so the output does not depend on the number of processes, and memory does not grow
+with the number of graphs. The same processes then run the stages after pairing on chunks of
+candidates (:meth:`Workers.map`): canonical forms, common subgraphs, the float check, instance
+facts and generalisation. A candidate travels as its graph specs (picklable), never decoded:
+decoded graphs hold the operators' functions.
+
+With a run directory of its own (``taso generate --run-dir``) a run is resumable: a killed
+run, started again with ``--resume``, reuses every shard and stage that finished and the
+finished chunks of the stage it was in.
 """
 
 from __future__ import annotations
 
 import multiprocessing
-import os
 import struct
 import tempfile
+import time
 import weakref
 from array import array
 from collections.abc import Callable
@@ -26,15 +30,26 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from taso.errors import TasoError
+
 from .enumerate import Context, Enumerator, GraphSpec, Leaves, OpRef
 from .settings import Settings
+from .shards import DEFAULT_SHARDS, Shard, plan_shards, walk_shard
 from .steps import StepTable
+from .store import ShardStore, StoredShard, write_shard
 
-__all__ = ["KEEP_GRAPHS_MAX_OPS", "Packer", "KeyPass", "Workers", "shared_graphs", "current_context", "current_settings"]
+__all__ = ["KEEP_GRAPHS_MAX_OPS", "Packer", "KeyPass", "Workers", "shared_graphs", "walk_rows", "repeated_graphs",
+           "key_range_bounds", "current_context", "current_settings"]
 
-# Up to this many operators, the first pass keeps every graph (packed, 8 bytes per operator
-# plus the key); beyond it the graphs are re-enumerated in a second pass instead.
+# The Ray back end's first pass keeps every graph in memory up to this many operators; beyond it,
+# keys only and a second pass (:mod:`~taso.generator.cluster`). The local pool always spills to disk.
 KEEP_GRAPHS_MAX_OPS = 3
+# The stage name of the local pass's shard files.
+SPILL = "graphs"
+# At most this many keys are reduced at once by :func:`repeated_graphs` (16 bytes each while reduced).
+RANGE_KEYS = 1 << 24
+# A long stage's finished chunks are kept at most this often in a resumable run.
+CHECKPOINT_SECONDS = 30.0
 
 
 class Packer:
@@ -120,13 +135,19 @@ class KeyPass:
 
 _WORKER: Enumerator | None = None
 _PACKER: Packer | None = None  # the worker's packer, kept for its memo of step table codes
-_WANTED: tuple[str, frozenset[int]] = ("", frozenset())
+_ROOTS: list[OpRef] = []  # the worker's first operators, computed once
 
 
 def _init_worker(settings: Settings) -> None:
-    global _WORKER, _PACKER
+    global _WORKER, _PACKER, _ROOTS
     _WORKER = Enumerator(settings)
     _PACKER = _packer(_WORKER)
+    _ROOTS = _WORKER.roots()
+
+
+def worker_roots() -> list[OpRef]:
+    """The first operators of this process's enumerator (see :func:`current_context`)."""
+    return _ROOTS
 
 
 def current_context() -> Context:
@@ -147,11 +168,13 @@ def _packer(enumerator: Enumerator) -> Packer:
     return Packer(max_ops, largest, max(3, max(v.arity for v in enumerator.variants)))
 
 
-def _keys_of_root(task: tuple[int, OpRef, bool]) -> tuple[int, array, bytes, list[int]]:
-    index, root, keep = task
+def walk_rows(enumerator: Enumerator, root: OpRef, shard: Shard, keep: bool) -> tuple[array, bytearray, list[int]]:
+    """One shard's graphs: every key in enumeration order, the packed rows when ``keep``, the count per operator count."""
     keys = array("q")
     rows = bytearray()
-    per_depth = [0] * (_WORKER.settings.max_ops + 1)
+    per_depth = [0] * (enumerator.settings.max_ops + 1)
+    packer = _PACKER if _WORKER is enumerator else _packer(enumerator)
+    pack = packer.pack
 
     def visit(key, ops, last, outputs):
         keys.append(key)
@@ -165,55 +188,102 @@ def _keys_of_root(task: tuple[int, OpRef, bool]) -> tuple[int, array, bytes, lis
         if keep:
             rows.extend(packer.pack_leaves(batch))
 
-    packer = _PACKER
-    pack = packer.pack
-    _WORKER.walk(root, visit, leaves)
-    return index, keys, bytes(rows), per_depth
+    walk_shard(enumerator, root, shard, visit, leaves)
+    return keys, rows, per_depth
 
 
-def _graphs_of_root(task: tuple[int, OpRef, str]) -> tuple[int, list[tuple[int, GraphSpec]]]:
-    global _WANTED
-    index, root, wanted_path = task
-    if _WANTED[0] != wanted_path:
-        _WANTED = (wanted_path, frozenset(np.load(wanted_path).tolist()))
-    wanted = _WANTED[1]
-    found: list[tuple[int, GraphSpec]] = []
+def _spill_shard(task: tuple[int, Shard, str]) -> tuple[int, list[int], float]:
+    """Pass 1 in a worker: walks one shard and writes its graphs to ``path`` (keys sorted, with their positions, and rows).
 
-    def visit(key, ops, last, outputs):
-        if key in wanted:
-            found.append((key, GraphSpec(tuple(ops) + ((last,) if last is not None else ()), tuple(outputs))))
+    Only the counts travel back: the parent never holds every graph.
+    """
+    index, shard, path = task
+    start = time.perf_counter()
+    keys, rows, per_depth = walk_rows(_WORKER, _ROOTS[shard.root], shard, keep=True)
+    keys = np.frombuffer(keys, dtype=np.int64)
+    order = np.argsort(keys, kind="stable").astype(np.int32)
+    seconds = time.perf_counter() - start
+    write_shard(path, SPILL, shard.id, {"keys": keys[order].tobytes(), "order": order.tobytes(), "rows": bytes(rows)},
+                {"per_depth": per_depth, "seconds": round(seconds, 6)})
+    return index, per_depth, seconds
 
-    _WORKER.walk(root, visit)
-    return index, found
+
+def key_range_bounds(ranges: int) -> np.ndarray:
+    """The ``ranges - 1`` bounds that cut the signed 64-bit keys into equal ranges."""
+    return np.array([-(1 << 63) + k * ((1 << 64) // ranges) for k in range(1, ranges)], dtype=np.int64)
+
+
+def repeated_graphs(shards: list[StoredShard], packer: Packer, range_keys: int = RANGE_KEYS) -> list[tuple[int, GraphSpec]]:
+    """(key, graph) for every spilled graph whose key at least one other graph has, in enumeration order.
+
+    The keys are reduced one key range at a time (each shard's keys are sorted, so a range is
+    a slice of every shard's file): memory holds one range's keys, not all of them.
+    """
+    keys = [s.array("keys", np.int64) for s in shards]
+    total = sum(len(k) for k in keys)
+    ranges = max(1, -(-total // range_keys))
+    cuts = [np.concatenate([[0], np.searchsorted(k, key_range_bounds(ranges)), [len(k)]]) for k in keys]
+    chosen: list[list[np.ndarray]] = [[] for _ in shards]  # per shard: positions in its sorted keys
+    for r in range(ranges):
+        parts = [k[c[r] : c[r + 1]] for k, c in zip(keys, cuts)]
+        values, multiplicity = np.unique(np.concatenate(parts), return_counts=True)
+        repeated = values[multiplicity > 1]
+        if not len(repeated):
+            continue
+        for i, (part, c) in enumerate(zip(parts, cuts)):
+            at = np.minimum(np.searchsorted(repeated, part), len(repeated) - 1)
+            hits = np.flatnonzero(repeated[at] == part)
+            if len(hits):
+                chosen[i].append(hits + c[r])
+    graphs: list[tuple[int, GraphSpec]] = []
+    for shard, shard_keys, picked in zip(shards, keys, chosen):
+        if not picked:
+            continue
+        sorted_at = np.concatenate(picked)
+        positions = shard.array("order", np.int32)[sorted_at]
+        by_position = np.argsort(positions, kind="stable")
+        rows = shard.array("rows", packer.dtype, packer.width)
+        graphs.extend((int(shard_keys[sorted_at[j]]), packer.unpack(rows[positions[j]])) for j in by_position)
+    return graphs
 
 
 class Workers:
-    """The enumeration's processes, kept for both passes so that each keeps its evaluation cache.
+    """The enumeration's processes, kept for the enumeration and every stage after it (each keeps its caches).
 
     Use as a context manager. With ``jobs=1`` everything runs in this process.
 
     Args:
         settings: what to enumerate.
         jobs: worker processes.
+        run_dir: the run directory (:class:`~taso.generator.store.ShardStore`) that makes the run
+            resumable; None: a temporary one, removed at the end.
+        resume: reuse what ``run_dir`` holds.
+        shards: about how many shards of equal work to plan (:func:`~taso.generator.shards.plan_shards`).
     """
 
-    def __init__(self, settings: Settings, jobs: int = 1):
+    def __init__(self, settings: Settings, jobs: int = 1, run_dir: str | None = None, resume: bool = False,
+                 shards: int = DEFAULT_SHARDS):
         self.settings, self.jobs = settings, max(1, jobs)
+        self.resume = resume
         self._pool = None
-        self._tmp = tempfile.TemporaryDirectory(prefix="taso-generate-")
+        self._tmp = None if run_dir else tempfile.TemporaryDirectory(prefix="taso-generate-")
+        self.store: ShardStore | None = ShardStore(run_dir or self._tmp.name, settings, resume)
+        self.persistent = run_dir is not None
+        self.reused: dict[str, int] = {}
         if self.jobs > 1:
             methods = multiprocessing.get_all_start_methods()
             ctx = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
             self._pool = ctx.Pool(self.jobs, initializer=_init_worker, initargs=(settings,))
         _init_worker(settings)
         self.context = _WORKER.context
-        self.roots: list[OpRef] = _WORKER.roots()
+        self.roots: list[OpRef] = _ROOTS
         self.packer = _packer(_WORKER)
+        self.shards = plan_shards(_WORKER, shards)
 
     @property
     def units(self) -> int:
-        """Units of work per pass (one per root here; other backends split roots further)."""
-        return len(self.roots)
+        """Units of work of the enumeration: its shards."""
+        return len(self.shards)
 
     def __enter__(self) -> Workers:
         return self
@@ -222,90 +292,84 @@ class Workers:
         if self._pool is not None:
             self._pool.terminate()
             self._pool.join()
-        self._tmp.cleanup()
+        if self._tmp is not None:
+            self._tmp.cleanup()
 
-    def _map(self, worker: Callable, tasks: list, on_task: Callable | None) -> list:
-        """Runs ``worker`` on every task; results in task order whatever the completion order."""
-        results: list = [None] * len(tasks)
-        done = map(worker, tasks) if self._pool is None else self._pool.imap_unordered(worker, tasks, chunksize=1)
-        for index, *rest in done:
-            results[index] = rest
+    def spill(self, on_task: Callable | None = None) -> tuple[list[StoredShard], list[int]]:
+        """The enumeration: every shard's graphs written to the run directory; the files, in shard order, and the counts.
+
+        A resumed run reuses the shards whose files check out (``reused["shards"]``).
+
+        Args:
+            on_task: called after each shard with ``(None, None, graphs per depth)``.
+        """
+        stored: list[StoredShard | None] = [None] * len(self.shards)
+        if self.resume:
+            for i, shard in enumerate(self.shards):
+                if (found := self.store.open(SPILL, shard)) is not None:
+                    stored[i] = found
+                    if on_task:
+                        on_task((None, None, found.info["per_depth"]))
+            self.reused["shards"] = sum(s is not None for s in stored)
+        tasks = [(i, shard, self.store.path(SPILL, shard)) for i, shard in enumerate(self.shards) if stored[i] is None]
+        done = map(_spill_shard, tasks) if self._pool is None else self._pool.imap_unordered(_spill_shard, tasks, chunksize=1)
+        for index, per_depth, _ in done:
+            stored[index] = self.store.open(SPILL, self.shards[index])
+            if stored[index] is None:
+                raise TasoError(f"{self.store.path(SPILL, self.shards[index])}: the shard just written does not check out "
+                                "(is the disk full, or another run using this directory?)")
             if on_task:
-                on_task(rest)
-        return results
+                on_task((None, None, per_depth))
+        per_depth = [sum(s.info["per_depth"][k] for s in stored) for k in range(self.settings.max_ops + 1)]
+        return stored, per_depth
 
-    def map(self, fn: Callable, items: list, chunk: int = 1000) -> list:
+    def shared_graphs(self, on_task: Callable | None = None, on_phase: Callable | None = None) -> tuple[KeyPass, list[tuple[int, GraphSpec]]]:
+        """Every graph whose key at least one other graph shares, in enumeration order, with the counts."""
+        stored, per_depth = self.spill(on_task)
+        return KeyPass(np.zeros(0, np.int64), None, per_depth), repeated_graphs(stored, self.packer)
+
+    def stage(self, name: str, compute: Callable[[], object]):
+        """A stage's result: reused from the run directory when resuming, else computed (and kept when the run is resumable)."""
+        if self.resume and (found := self.store.load_stage(name)) is not None:
+            self.reused[name] = 1
+            return found
+        value = compute()
+        if self.persistent:
+            self.store.save_stage(name, value)
+        return value
+
+    def map(self, fn: Callable, items: list, chunk: int = 1000, name: str | None = None) -> list:
         """``fn`` over chunks of ``items`` in the worker processes; the results flattened, in order.
 
         ``fn`` takes a list and returns a list of the same length; it may call
-        :func:`current_context` for the pool and variants.
+        :func:`current_context` for the pool and variants. With a ``name`` and a resumable run,
+        the finished chunks are kept every ``CHECKPOINT_SECONDS``: a resumed run does only the rest.
         """
         chunks = [items[i : i + chunk] for i in range(0, len(items), chunk)]
-        done = map(fn, chunks) if self._pool is None else self._pool.imap(fn, chunks)
-        return [result for part in done for result in part]
-
-    def count_and_key(self, keep: bool, on_task: Callable | None = None) -> KeyPass:
-        """The first pass: the key of every graph (with multiplicity), the graphs when ``keep``, and the counts.
-
-        Args:
-            keep: also return every graph, packed (:class:`Packer` rows).
-            on_task: called after each root's subtree with ``(keys, rows, graphs per depth)``.
-        """
-        results = self._map(_keys_of_root, [(i, root, keep) for i, root in enumerate(self.roots)], on_task)
-        per_depth = [0] * (self.settings.max_ops + 1)
-        for *_, depths in results:
-            per_depth = [a + b for a, b in zip(per_depth, depths)]
-        # Copied into arrays of the final size root by root, each root's buffers dropped once copied: joining them
-        # instead held every graph twice at the peak (2 x 290 MB at depth 3).
-        total = sum(len(np.frombuffer(k, dtype=np.int64)) for k, _, _ in results)
-        keys = np.empty(total, dtype=np.int64)
-        rows = np.empty((total, self.packer.width), dtype=self.packer.dtype) if keep else None
-        at = 0
-        for i, (root_keys, root_rows, _) in enumerate(results):
-            part = np.frombuffer(root_keys, dtype=np.int64)
-            keys[at : at + len(part)] = part
-            if keep:
-                rows[at : at + len(part)] = np.frombuffer(root_rows, dtype=self.packer.dtype).reshape(len(part), self.packer.width)
-            at += len(part)
-            results[i] = None
-        return KeyPass(keys, rows, per_depth)
-
-    def collect_graphs(self, wanted: np.ndarray, on_task: Callable | None = None) -> list[tuple[int, GraphSpec]]:
-        """The second pass: (key, graph) for every graph whose key is in ``wanted``, in enumeration order.
-
-        Args:
-            wanted: the keys to collect.
-            on_task: called after each root's subtree with ``(found,)``.
-        """
-        path = os.path.join(self._tmp.name, f"wanted-{len(os.listdir(self._tmp.name))}.npy")
-        np.save(path, np.asarray(wanted, dtype=np.int64))
-        results = self._map(_graphs_of_root, [(i, root, path) for i, root in enumerate(self.roots)], on_task)
-        return [item for (found,) in results for item in found]
+        keep = name is not None and self.persistent
+        partial = f"{name}.partial"
+        done_parts: list = (self.store.load_stage(partial) or []) if keep and self.resume else []
+        if len(done_parts) > len(chunks):
+            done_parts = []
+        todo = chunks[len(done_parts):]
+        results = map(fn, todo) if self._pool is None else self._pool.imap(fn, todo)
+        saved = time.monotonic()
+        for part in results:
+            done_parts.append(part)
+            if keep and time.monotonic() - saved > CHECKPOINT_SECONDS:
+                self.store.save_stage(partial, done_parts)
+                saved = time.monotonic()
+        if keep:
+            self.store.drop_stage(partial)
+        return [result for part in done_parts for result in part]
 
 
 def shared_graphs(workers: Workers, on_task: Callable | None = None, on_phase: Callable | None = None) -> tuple[KeyPass, list[tuple[int, GraphSpec]]]:
-    """Every graph whose key at least one other graph shares, with the first pass's counts.
-
-    One pass when graphs are small enough to keep (``KEEP_GRAPHS_MAX_OPS``), else two.
+    """Every graph whose key at least one other graph shares, in enumeration order, with the counts per depth.
 
     Args:
-        workers: the processes.
-        on_task: progress callback (see :meth:`Workers.count_and_key`).
-        on_phase: called with ``"collect"`` when a second pass starts.
+        workers: the processes (local or Ray).
+        on_task: progress callback, after each shard.
+        on_phase: called with ``"collect"`` when a back end starts a second pass.
     """
-    keep = workers.settings.max_ops <= KEEP_GRAPHS_MAX_OPS
-    if not keep and hasattr(workers, "repeated_keys"):
-        # NOTE: a back end that reduces keys where they are (by key range) never gathers them here.
-        key_pass, wanted = workers.repeated_keys(on_task)
-    else:
-        key_pass = workers.count_and_key(keep, on_task)
-        values, multiplicity = np.unique(key_pass.keys, return_counts=True)
-        wanted = values[multiplicity > 1]
-    if keep:
-        chosen = np.flatnonzero(np.isin(key_pass.keys, wanted))
-        graphs = [(int(key_pass.keys[i]), workers.packer.unpack(key_pass.rows[i])) for i in chosen]
-        key_pass.rows = None  # free the packed graphs
-        return key_pass, graphs
-    if on_phase:
-        on_phase("collect")
-    return key_pass, workers.collect_graphs(wanted, on_task)
+    return workers.shared_graphs(on_task, on_phase)

@@ -103,6 +103,7 @@ class Result:
     counts: dict[str, int]
     per_depth: list[int]
     seconds: dict[str, float] = field(default_factory=dict)
+    resumed: dict[str, int] = field(default_factory=dict)  # what a resumed run reused: "shards" -> count, stage -> 1
 
 
 def _dedupe_renamings(candidates: list, summaries: list) -> list[Found]:
@@ -146,7 +147,7 @@ def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None
         progress.stage(name, count)
 
     def on_task(result) -> None:
-        if len(result) == 3:  # first pass: keys (None when reduced where they are), rows, graphs per depth
+        if len(result) == 3:  # first pass: keys (None when they stay in the workers or on disk), rows, graphs per depth
             progress.advance(sum(result[2]), None if result[0] is None else pairs.add(result[0]))
         else:  # second pass: found graphs
             progress.advance(0, None)
@@ -156,32 +157,46 @@ def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None
         context = workers.context
         pairs = _PairCounter(workers.units)
         progress.phase("enumerate", workers.units)
-        key_pass, graphs = shared_graphs(workers, on_task, lambda name: progress.phase(name, workers.units))
-        stage("graphs", sum(key_pass.per_depth))
-        candidates = pair_specs(graphs)
+
+        def enumerate_and_pair():
+            key_pass, graphs = shared_graphs(workers, on_task, lambda name: progress.phase(name, workers.units))
+            return key_pass.per_depth, pair_specs(graphs)
+
+        per_depth, candidates = workers.stage("candidates", enumerate_and_pair)
+        stage("graphs", sum(per_depth))
         stage("candidates", len(candidates))
 
         # Every stage below runs in the workers on chunks of picklable candidates (specs, never
-        # decoded graphs); the parent only keeps or drops them, in order.
-        kept = _dedupe_renamings(candidates, workers.map(summarize, candidates, chunk=CHUNKS["renaming"]))
+        # decoded graphs); the parent only keeps or drops them, in order. Each stage's result is
+        # kept in a resumable run's directory (Workers.stage), the long ones chunk by chunk too.
+        def run(fn: Callable, items: list, name: str) -> list:
+            return workers.map(fn, items, chunk=CHUNKS[name], name=name)
+
+        kept = workers.stage("renaming", lambda: _dedupe_renamings(candidates, run(summarize, candidates, "renaming")))
+        candidates = None  # freed: the stages below hold only what they keep
         stage("renaming", len(kept))
         kept = [k for k in kept if not k.trivial]
         stage("nontrivial", len(kept))
-        kept = _where(kept, workers.map(no_common_subgraph, [k.pair for k in kept], chunk=CHUNKS["common_subgraph"]))
+        kept = workers.stage("common_subgraph", lambda: _where(kept, run(no_common_subgraph, [k.pair for k in kept], "common_subgraph")))
         stage("common_subgraph", len(kept))
-        kept = _where(kept, workers.map(holds_in_float, [k.pair for k in kept], chunk=CHUNKS["float_checked"]))
+        kept = workers.stage("float_checked", lambda: _where(kept, run(holds_in_float, [k.pair for k in kept], "float_checked")))
         stage("float_checked", len(kept))
-        remaining, _, _ = select_non_instances([k.form for k in kept], workers.map(instance_facts, kept, chunk=CHUNKS["instances"]))
-        kept = [kept[i] for i in remaining]
+
+        def non_instances() -> list:
+            remaining, _, _ = select_non_instances([k.form for k in kept], run(instance_facts, kept, "instances"))
+            return [kept[i] for i in remaining]
+
+        kept = workers.stage("instances", non_instances)
         stage("instances", len(kept))
 
-        general = workers.map(generalized_rules, kept, chunk=CHUNKS["rules"])
+        general = workers.stage("rules", lambda: run(generalized_rules, kept, "rules"))
         rules: dict[str, Rule] = {}
         for rule in general:
             if rule is not None:
                 rules.setdefault(rule.id, rule)
         ordered = sorted(rules.values(), key=lambda r: (max(r.size), r.size, r.id))
         stage("rules", len(ordered))  # before the workers stop (a Ray cluster's shutdown is not the stage's)
+        resumed = dict(workers.reused)
 
     header = {
         "description": "candidate substitutions from taso generate; see docs/rules.md",
@@ -190,6 +205,6 @@ def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None
         "version": VERSION,
         "taso": __version__,
         "generator": {**settings.to_json(), "variants": [v.label for v in context.variants]},
-        "counts": {"graphs_by_ops": key_pass.per_depth[1:], **counts},
+        "counts": {"graphs_by_ops": per_depth[1:], **counts},
     }
-    return Result(Library(ordered, header), counts, key_pass.per_depth, seconds)
+    return Result(Library(ordered, header), counts, per_depth, seconds, resumed)

@@ -231,7 +231,7 @@ def test_class_order_pruning_loses_no_candidate(monkeypatch):
     def forms() -> tuple[int, set]:
         with Workers(settings) as workers:
             key_pass, graphs = shared_graphs(workers)
-            return len(key_pass.keys), {k.form for k in dedupe_renamings(pair_graphs(graphs, workers.context))}
+            return sum(key_pass.per_depth), {k.form for k in dedupe_renamings(pair_graphs(graphs, workers.context))}
 
     pruned_graphs, pruned = forms()
     monkeypatch.setattr(enumeration.Enumerator, "inputs_in_class_order", False)

@@ -75,11 +75,11 @@ def test_with_two_operators_at_most_every_root_is_one_shard():
 def test_a_root_holding_most_of_the_work_is_split_into_shards_of_about_the_target_share(monkeypatch):
     from types import SimpleNamespace
 
-    from taso.generator import cluster
+    from taso.generator import shards as shards_module
 
     sizes = {"big": 900, "small": 50, "tiny": 50}  # second operators per root: the estimate of its work
     fake = SimpleNamespace(settings=Settings(max_ops=3), roots=lambda: list(sizes))
-    monkeypatch.setattr(cluster, "_children", lambda enumerator, root: [None] * sizes[root])
+    monkeypatch.setattr(shards_module, "_children", lambda enumerator, root: [None] * sizes[root])
     shards = plan_shards(fake, target=10)
     big = [s for s in shards if s.root == 0]
     assert [s.id for s in shards[len(big):]] == ["r00001", "r00002"]
@@ -124,7 +124,7 @@ def test_the_stages_after_enumeration_run_as_ray_tasks_not_on_the_driver(ray_clu
 
 def generate_counts(settings: Settings) -> list[int]:
     with parallel.Workers(settings) as workers:
-        return workers.count_and_key(keep=False).per_depth
+        return workers.spill()[1]
 
 
 @needs_ray
@@ -191,6 +191,8 @@ def test_a_corrupt_or_truncated_checkpoint_is_detected_and_redone_never_merged(r
     data[-5] ^= 0x01  # one bit of one key
     flipped.write_bytes(bytes(data))
     truncated.write_bytes(truncated.read_bytes()[:-16])
+    for finished_stage in run_dir.glob("*.stage"):  # as if killed before pairing: the shards are what resumes
+        finished_stage.unlink()
 
     resumed = RayBackend(run_dir=str(run_dir), resume=True, shards=40)
     assert ray_bytes(DEPTH3, resumed, tmp_path) == local_bytes(DEPTH3, tmp_path)
@@ -220,6 +222,8 @@ def test_cli_generate_ray_writes_the_local_file_and_reports_the_shards(ray_clust
     assert "enumerate:" in stdout and "reused from checkpoints" in stdout
     assert out.read_bytes() == local_bytes(DEPTH3, tmp_path)
     assert (tmp_path / "ray.json.shards" / "shards.json").exists()
+    for finished_stage in (tmp_path / "ray.json.shards").glob("*.stage"):  # as if killed before pairing
+        finished_stage.unlink()
     assert main([*argv, "--ray", "--resume", str(tmp_path / "ray.json.shards"), "--shards", "40"]) == 0
     assert f"{len(plan_shards(Enumerator(DEPTH3), 40))} reused" in capsys.readouterr().out
     assert out.read_bytes() == local_bytes(DEPTH3, tmp_path)
@@ -238,11 +242,11 @@ def test_cli_generate_fails_in_seconds_with_one_line_when_no_cluster_answers(tmp
     assert "no Ray cluster answers there" in capsys.readouterr().err
 
 
-def test_cli_generate_refuses_cluster_options_without_ray(tmp_path, capsys):
+def test_cli_generate_refuses_to_resume_from_a_directory_that_is_no_run(tmp_path, capsys):
     from taso.cli import main
 
     assert main(["generate", "--max-ops", "2", "-o", str(tmp_path / "c.json"), "--resume", str(tmp_path)]) == 2
-    assert "--resume needs --ray" in capsys.readouterr().err
+    assert "not a run directory (no manifest.json)" in capsys.readouterr().err
 
 
 def _without_timings(rule) -> dict:
