@@ -38,9 +38,10 @@ from typing import Any
 import numpy as np
 
 from taso import ops as registry
-from taso.errors import ShapeError, TasoError
+from taso.errors import GraphError, ShapeError, TasoError
 from taso.ir import Params, TensorType
-from taso.rules import Rule
+from taso.ops.base import Op
+from taso.rules import STATUSES, Rule, RuleFormatError, RuleNode, resolve_expr
 
 from .pairing import close
 
@@ -110,13 +111,81 @@ def _bind(rule: Rule, binding: Mapping[Var, int]) -> tuple[dict[str, tuple[int, 
     return {k: tuple(v) for k, v in shapes.items()}, overrides
 
 
+class _ShapeMemo:
+    """Shape inference and parameter validation through the registry, memoised for a whole process.
+
+    Probing one rule re-infers every node of both sides at each binding (dozens per rule),
+    and the candidates of a run share a few thousand (op, input types, parameters) triples,
+    so without a memo most of generalisation went to re-running the same shape rules and
+    re-building the same parameters. All three tables hold pure functions of their keys, so
+    a hit is what a fresh call would return. Parameters are keyed by their items, sorted.
+    """
+
+    LIMIT = 500_000  # entries per table before it is emptied: a long-lived process never grows without bound
+
+    def __init__(self):
+        self._frozen: dict[tuple, Params] = {}
+        self._validated: dict[tuple, Params | TasoError] = {}
+        self._outputs: dict[tuple, tuple[TensorType, ...] | None] = {}
+
+    def frozen(self, items: tuple) -> Params:
+        """``Params(items)``."""
+        try:
+            got = self._frozen.get(items)
+        except TypeError:  # an unfrozen value (a list): Params freezes it
+            return Params(items)
+        if got is None:
+            got = self._frozen[items] = Params(items)
+            self._trim(self._frozen)
+        return got
+
+    def validated(self, op: str, items: tuple) -> Params:
+        """``registry.get(op).make_params(**dict(items))``, raising its TasoError again where it raised one."""
+        key = (op, items)
+        try:
+            got = self._validated.get(key)
+        except TypeError:  # an unfrozen value (a list): make_params freezes it
+            return registry.get(op).make_params(**dict(items))
+        if got is None:
+            try:
+                got = registry.get(op).make_params(**dict(items))
+            except TasoError as e:
+                got = e
+            self._validated[key] = got
+            self._trim(self._validated)
+        if isinstance(got, TasoError):
+            raise got
+        return got
+
+    def outputs(self, op: str, types: tuple[TensorType, ...], params: Params) -> tuple[TensorType, ...] | None:
+        """``registry.get(op).infer(types, params)`` as a tuple, or None where it raises ShapeError."""
+        key = (op, types, params)
+        if key in self._outputs:
+            return self._outputs[key]
+        try:
+            got = tuple(registry.get(op).infer(list(types), params))
+        except ShapeError:
+            got = None
+        self._outputs[key] = got
+        self._trim(self._outputs)
+        return got
+
+    def _trim(self, table: dict) -> None:
+        if len(table) > self.LIMIT:
+            table.clear()
+
+
+_MEMO = _ShapeMemo()
+
+
 def _side_types(rule: Rule, side: str, shapes, overrides) -> dict[str, TensorType] | None:
+    """Every value's type on one side under a binding (:func:`_bind`), or None where a shape rule refuses it."""
     types = {name: TensorType(shape, "float32") for name, shape in shapes.items()}
     for index, node in enumerate(getattr(rule, side)):
-        params = Params({**node.params, **overrides.get((side, index), {})})
-        try:
-            outs = registry.get(node.op).infer([types[v] for v in node.inputs], params)
-        except ShapeError:
+        override = overrides.get((side, index))
+        params = _MEMO.frozen(tuple(sorted({**node.params, **override}.items() if override else node.params.items())))
+        outs = _MEMO.outputs(node.op, tuple(types[v] for v in node.inputs), params)
+        if outs is None:
             return None
         types.update(zip(node.outputs, outs))
     return types
@@ -274,7 +343,7 @@ def _generalized(rule: Rule, groups: list[list[Var]], fixed: list[Var], values: 
             value = [expression.get(v, values[v]) for v in elements]
         params.append({"side": side, "node": index, "param": param, "value": value})
     general = replace(rule, params=tuple(params), constraints=tuple(constraints))
-    general.validate()
+    _validate(general)
     for reverse in (False, True):
         _check_at_new_shapes(general, groups, values, rng, reverse)
     return general
@@ -335,11 +404,72 @@ def _check_at_new_shapes(rule: Rule, groups: list[list[Var]], values: dict[Var, 
 def evaluate_side(rule: Rule, side: str, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Evaluates one side in the feeds' precision (float64 for checks), shapes resolved from the feeds.
 
+    The side's nodes must come in topological order, as a rule lists them (see :func:`_typed_side`).
+
     Raises:
         TasoError: the side does not type-check at the feeds' shapes.
     """
-    graph = rule.side_graph(side, {name: array.shape for name, array in feeds.items()})
     values = dict(feeds)
-    for node in graph.topological_order():
-        values.update(zip(node.outputs, node.op.evaluate([values[v] for v in node.inputs], node.params)))
+    for op, params, node in _typed_side(rule, side, {name: array.shape for name, array in feeds.items()})[0]:
+        values.update(zip(node.outputs, op.evaluate([values[v] for v in node.inputs], params)))
     return values
+
+
+def _typed_side(rule: Rule, side: str, shapes: Mapping[str, tuple[int, ...]]) -> tuple[list[tuple[Op, Params, RuleNode]], dict[str, TensorType]]:
+    """One side's nodes, each with its op and validated parameters at these input shapes, and every value's type.
+
+    What ``rule.side_graph(side, shapes)`` builds and checks (it raises RuleFormatError where
+    that does), through the process's memo: building the graph re-ran every shape rule and
+    parameter check, twice per side and rule. The nodes must come in topological order, as a
+    rule's do.
+    """
+    types = {i.name: i.type if i.name not in shapes else TensorType(tuple(shapes[i.name]), i.type.dtype) for i in rule.inputs}
+    dims = {name: t.shape for name, t in types.items()}
+    overrides: dict[int, dict[str, Any]] = {}
+    for p in rule.params:
+        if p["side"] == side:
+            overrides.setdefault(int(p["node"]), {})[p["param"]] = resolve_expr(p["value"], dims)
+    nodes = []
+    for index, node in enumerate(getattr(rule, side)):
+        given = {**node.params, **overrides[index]} if index in overrides else node.params
+        try:
+            op = registry.get(node.op)
+            params = _MEMO.validated(node.op, tuple(sorted(given.items())))
+            outs = _MEMO.outputs(node.op, tuple(types[v] for v in node.inputs), params)
+        except (KeyError, TasoError) as e:
+            raise RuleFormatError(f"rule {rule.id}: {side} node {index} ({node.op}): {e}") from None
+        if outs is None:
+            raise RuleFormatError(f"rule {rule.id}: {side} does not type-check at shapes {dims}")
+        types.update(zip(node.outputs, outs))
+        nodes.append((op, params, node))
+    return nodes, types
+
+
+def _type_of(types: Mapping[str, TensorType], value: str) -> TensorType:
+    """``types[value]``, failing as ``Graph.type`` does."""
+    try:
+        return types[value]
+    except KeyError:
+        raise GraphError(f"value {value!r} is not defined in the graph") from None
+
+
+def _validate(rule: Rule) -> None:
+    """``rule.validate()``, typing the sides through the memo (:func:`_typed_side`).
+
+    Raises:
+        RuleFormatError, GraphError: where ``rule.validate()`` raises them.
+    """
+    names = [i.name for i in rule.inputs]
+    if len(set(names)) != len(names):
+        raise RuleFormatError(f"rule {rule.id}: duplicate input names {names}")
+    if not rule.outputs:
+        raise RuleFormatError(f"rule {rule.id}: maps no outputs")
+    if rule.status not in STATUSES:
+        raise RuleFormatError(f"rule {rule.id}: unknown status {rule.status!r}")
+    _, source = _typed_side(rule, "source", {})
+    _, target = _typed_side(rule, "target", {})
+    for s, t in rule.outputs:
+        if _type_of(source, s) != _type_of(target, t):
+            raise RuleFormatError(f"rule {rule.id}: output {s} is {source[s]} but {t} is {target[t]}")
+    if not rule.constraints_hold({i.name: i.type.shape for i in rule.inputs}):
+        raise RuleFormatError(f"rule {rule.id}: its constraints do not hold on its own example shapes")
