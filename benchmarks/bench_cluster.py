@@ -66,7 +66,7 @@ def _ray_pass(settings: Settings, cpus: int, shards: int) -> tuple[int, float, f
 
 
 # The stages after enumeration, which run in the workers (generator/pipeline.py).
-AFTER = ("renaming", "common_subgraph", "float_checked", "instances", "rules")
+AFTER = ("candidates", "float_checked", "instances", "rules")  # "candidates": pairing, common subgraphs and renamings, streamed
 
 
 def _library_bytes(result) -> bytes:

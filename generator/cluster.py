@@ -398,8 +398,8 @@ class RayWorkers(Workers):
             else:
                 on_task((None,))
 
-    def shared_graphs(self, on_task: Callable | None = None, on_phase: Callable | None = None) -> tuple[KeyPass, list[tuple[int, GraphSpec]]]:
-        """Every graph whose key at least one other graph shares, in shard order, with the counts.
+    def repeated(self, on_task: Callable | None = None, on_phase: Callable | None = None) -> tuple[list[int], parallel.InMemoryGraphs]:
+        """The counts per depth, and every graph whose key at least one other graph shares, in shard order.
 
         Up to ``KEEP_GRAPHS_MAX_OPS`` operators one pass returns every graph, packed, and the
         repeated keys pick them out; beyond, a keys-only pass reduced where the keys are
@@ -409,12 +409,12 @@ class RayWorkers(Workers):
             key_pass, wanted = self.repeated_keys(on_task)
             if on_phase:
                 on_phase("collect")
-            return key_pass, self.collect_graphs(wanted, on_task)
+            return key_pass.per_depth, parallel.InMemoryGraphs(self.collect_graphs(wanted, on_task))
         key_pass = self.count_and_key(on_task)
         values, multiplicity = np.unique(key_pass.keys, return_counts=True)
         chosen = np.flatnonzero(np.isin(key_pass.keys, values[multiplicity > 1]))
         graphs = [(int(key_pass.keys[i]), self.packer.unpack(key_pass.rows[i])) for i in chosen]
-        return key_pass, graphs
+        return key_pass.per_depth, parallel.InMemoryGraphs(graphs)
 
     def count_and_key(self, on_task: Callable | None = None) -> KeyPass:
         """The one-pass enumeration: every graph's key and packed row, in shard order, and the counts."""

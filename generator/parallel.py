@@ -20,6 +20,8 @@ finished chunks of the stage it was in.
 from __future__ import annotations
 
 import multiprocessing
+import resource
+import sys
 import struct
 import tempfile
 import time
@@ -38,7 +40,7 @@ from .shards import DEFAULT_SHARDS, Shard, plan_shards, walk_shard
 from .steps import StepTable
 from .store import ShardStore, StoredShard, write_shard
 
-__all__ = ["KEEP_GRAPHS_MAX_OPS", "Packer", "KeyPass", "Workers", "shared_graphs", "walk_rows", "repeated_graphs",
+__all__ = ["KEEP_GRAPHS_MAX_OPS", "Packer", "KeyPass", "Workers", "shared_graphs", "walk_rows", "RepeatedGraphs", "InMemoryGraphs",
            "key_range_bounds", "current_context", "current_settings"]
 
 # The Ray back end's first pass keeps every graph in memory up to this many operators; beyond it,
@@ -46,8 +48,9 @@ __all__ = ["KEEP_GRAPHS_MAX_OPS", "Packer", "KeyPass", "Workers", "shared_graphs
 KEEP_GRAPHS_MAX_OPS = 3
 # The stage name of the local pass's shard files.
 SPILL = "graphs"
-# At most this many keys are reduced at once by :func:`repeated_graphs` (16 bytes each while reduced).
-RANGE_KEYS = 1 << 24
+# About this many keys (of all graphs) make one key range of :class:`RepeatedGraphs`: its repeated graphs are
+# unpacked and paired together (at depth 4 about one graph in four has a repeated key).
+RANGE_KEYS = 1 << 22
 # A long stage's finished chunks are kept at most this often in a resumable run.
 CHECKPOINT_SECONDS = 30.0
 
@@ -203,8 +206,9 @@ def _spill_shard(task: tuple[int, Shard, str]) -> tuple[int, list[int], float]:
     keys = np.frombuffer(keys, dtype=np.int64)
     order = np.argsort(keys, kind="stable").astype(np.int32)
     seconds = time.perf_counter() - start
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)  # the worker's peak so far
     write_shard(path, SPILL, shard.id, {"keys": keys[order].tobytes(), "order": order.tobytes(), "rows": bytes(rows)},
-                {"per_depth": per_depth, "seconds": round(seconds, 6)})
+                {"per_depth": per_depth, "seconds": round(seconds, 6), "worker_peak_bytes": peak})
     return index, per_depth, seconds
 
 
@@ -213,38 +217,57 @@ def key_range_bounds(ranges: int) -> np.ndarray:
     return np.array([-(1 << 63) + k * ((1 << 64) // ranges) for k in range(1, ranges)], dtype=np.int64)
 
 
-def repeated_graphs(shards: list[StoredShard], packer: Packer, range_keys: int = RANGE_KEYS) -> list[tuple[int, GraphSpec]]:
-    """(key, graph) for every spilled graph whose key at least one other graph has, in enumeration order.
+class RepeatedGraphs:
+    """The spilled graphs whose key at least one other graph has, a key range at a time.
 
-    The keys are reduced one key range at a time (each shard's keys are sorted, so a range is
-    a slice of every shard's file): memory holds one range's keys, not all of them.
+    Each shard's keys are sorted, so a key range is a slice of every shard's file: reducing
+    one range holds its keys only (16 bytes each while reduced), never all of them, and the
+    graphs of a range are unpacked only when :meth:`graphs` asks for them.
+
+    Args:
+        shards: the spilled shards, in shard order.
+        packer: how their rows are packed.
+        range_keys: about how many keys (of all graphs) one range holds.
     """
-    keys = [s.array("keys", np.int64) for s in shards]
-    total = sum(len(k) for k in keys)
-    ranges = max(1, -(-total // range_keys))
-    cuts = [np.concatenate([[0], np.searchsorted(k, key_range_bounds(ranges)), [len(k)]]) for k in keys]
-    chosen: list[list[np.ndarray]] = [[] for _ in shards]  # per shard: positions in its sorted keys
-    for r in range(ranges):
-        parts = [k[c[r] : c[r + 1]] for k, c in zip(keys, cuts)]
+
+    def __init__(self, shards: list[StoredShard], packer: Packer, range_keys: int = RANGE_KEYS):
+        self._shards, self._packer = shards, packer
+        self._keys = [s.array("keys", np.int64) for s in shards]
+        total = sum(len(k) for k in self._keys)
+        self.ranges = max(1, -(-total // range_keys))
+        bounds = key_range_bounds(self.ranges)
+        self._cuts = [np.concatenate([[0], np.searchsorted(k, bounds), [len(k)]]) for k in self._keys]
+
+    def graphs(self, r: int) -> list[tuple[int, GraphSpec]]:
+        """(key, graph) for the repeated keys of range ``r`` (of ``ranges``), in shard order, then enumeration order."""
+        parts = [k[c[r] : c[r + 1]] for k, c in zip(self._keys, self._cuts)]
         values, multiplicity = np.unique(np.concatenate(parts), return_counts=True)
         repeated = values[multiplicity > 1]
+        graphs: list[tuple[int, GraphSpec]] = []
         if not len(repeated):
-            continue
-        for i, (part, c) in enumerate(zip(parts, cuts)):
+            return graphs
+        for shard, part, c in zip(self._shards, parts, self._cuts):
             at = np.minimum(np.searchsorted(repeated, part), len(repeated) - 1)
             hits = np.flatnonzero(repeated[at] == part)
-            if len(hits):
-                chosen[i].append(hits + c[r])
-    graphs: list[tuple[int, GraphSpec]] = []
-    for shard, shard_keys, picked in zip(shards, keys, chosen):
-        if not picked:
-            continue
-        sorted_at = np.concatenate(picked)
-        positions = shard.array("order", np.int32)[sorted_at]
-        by_position = np.argsort(positions, kind="stable")
-        rows = shard.array("rows", packer.dtype, packer.width)
-        graphs.extend((int(shard_keys[sorted_at[j]]), packer.unpack(rows[positions[j]])) for j in by_position)
-    return graphs
+            if not len(hits):
+                continue
+            positions = shard.array("order", np.int32)[hits + c[r]]
+            by_position = np.argsort(positions, kind="stable")
+            rows = shard.array("rows", self._packer.dtype, self._packer.width)
+            graphs.extend((int(part[hits[j]]), self._packer.unpack(rows[positions[j]])) for j in by_position)
+        return graphs
+
+
+class InMemoryGraphs:
+    """Graphs already gathered in memory (the Ray back end's), as one key range of :class:`RepeatedGraphs`."""
+
+    ranges = 1
+
+    def __init__(self, graphs: list[tuple[int, GraphSpec]]):
+        self._graphs = graphs
+
+    def graphs(self, r: int) -> list[tuple[int, GraphSpec]]:
+        return self._graphs
 
 
 class Workers:
@@ -323,10 +346,10 @@ class Workers:
         per_depth = [sum(s.info["per_depth"][k] for s in stored) for k in range(self.settings.max_ops + 1)]
         return stored, per_depth
 
-    def shared_graphs(self, on_task: Callable | None = None, on_phase: Callable | None = None) -> tuple[KeyPass, list[tuple[int, GraphSpec]]]:
-        """Every graph whose key at least one other graph shares, in enumeration order, with the counts."""
+    def repeated(self, on_task: Callable | None = None, on_phase: Callable | None = None) -> tuple[list[int], RepeatedGraphs]:
+        """The enumeration; the counts per depth and the graphs whose key another graph has, by key range."""
         stored, per_depth = self.spill(on_task)
-        return KeyPass(np.zeros(0, np.int64), None, per_depth), repeated_graphs(stored, self.packer)
+        return per_depth, RepeatedGraphs(stored, self.packer)
 
     def stage(self, name: str, compute: Callable[[], object]):
         """A stage's result: reused from the run directory when resuming, else computed (and kept when the run is resumable)."""
@@ -365,11 +388,12 @@ class Workers:
 
 
 def shared_graphs(workers: Workers, on_task: Callable | None = None, on_phase: Callable | None = None) -> tuple[KeyPass, list[tuple[int, GraphSpec]]]:
-    """Every graph whose key at least one other graph shares, in enumeration order, with the counts per depth.
+    """Every graph whose key at least one other graph shares (range by range), with the counts per depth.
 
     Args:
         workers: the processes (local or Ray).
         on_task: progress callback, after each shard.
         on_phase: called with ``"collect"`` when a back end starts a second pass.
     """
-    return workers.shared_graphs(on_task, on_phase)
+    per_depth, source = workers.repeated(on_task, on_phase)
+    return KeyPass(np.zeros(0, np.int64), None, per_depth), [g for r in range(source.ranges) for g in source.graphs(r)]

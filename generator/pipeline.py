@@ -4,17 +4,23 @@ Stages run in this order, each counted (the counts go into the library header):
 
 1. ``graphs``: graphs enumerated (:mod:`~taso.generator.enumerate`), by operator count.
 2. ``candidates``: pairs of graphs with equal output fingerprints (:mod:`~taso.generator.pairing`).
-3. ``renaming``: one per class of input renamings (:mod:`~taso.generator.prune`).
-4. ``nontrivial``: both sides not identical.
-5. ``common_subgraph``: no operator shared by both sides.
+3. ``common_subgraph``: of those pairs, the ones with no operator shared by both sides
+   (:mod:`~taso.generator.prune`).
+4. ``renaming``: one per class of input renamings.
+5. ``nontrivial``: both sides not identical.
 6. ``float_checked``: holds in float on fresh random inputs. The check runs after the
    structural stages only because it is the expensive one: none of them depends on it.
 7. ``instances``: no specialisation of another candidate, no union of smaller ones.
 8. ``rules``: generalised to shape expressions (:mod:`~taso.generator.generalize`).
 
-Stages 3 and 5 to 8 run in the workers (:meth:`Workers.map`: the local process pool, or Ray
-tasks), one function per stage over chunks of candidates: :func:`~.prune.summarize`,
-:func:`~.prune.no_common_subgraph`, :func:`~.pairing.holds_in_float`,
+Stages 2 to 4 stream over key ranges (:mod:`~taso.generator.candidates`): only the first
+candidate of each form outlives its range. Common subgraphs are dropped before renamings
+are: both are renaming-invariant, so the kept candidates are the same either way, and the
+cheap test first spares canonicalising most pairs.
+
+Stages 3 and 4, and 6 to 8, run in the workers (:meth:`Workers.map`: the local process pool,
+or Ray tasks), one function per stage over chunks of candidates:
+:func:`~.candidates.clear_summaries`, :func:`~.pairing.holds_in_float`,
 :func:`~.prune.instance_facts`, :func:`~.emit.generalized_rules`. A candidate travels as its
 graph specs (:class:`~.prune.Found`) and is decoded where it is worked on; the parent pairs
 graphs by key, keeps or drops candidates by the verdicts, in order, and decides instances
@@ -33,9 +39,10 @@ from taso import __version__
 from taso.rules import FORMAT, VERSION, Library, Rule
 
 from .emit import generalized_rules
-from .pairing import holds_in_float, pair_specs
-from .parallel import Workers, shared_graphs
-from .prune import Found, first_per_form, instance_facts, no_common_subgraph, select_non_instances, summarize
+from .pairing import holds_in_float
+from .parallel import Workers
+from .candidates import clear_summaries, range_candidates
+from .prune import Found, instance_facts, select_non_instances
 from .settings import Settings
 
 __all__ = ["generate", "Result", "STAGES", "Progress"]
@@ -44,9 +51,9 @@ __all__ = ["generate", "Result", "STAGES", "Progress"]
 STAGES: dict[str, str] = {
     "graphs": "graphs enumerated",
     "candidates": "pairs with equal fingerprints",
+    "common_subgraph": "no common subgraph",
     "renaming": "distinct up to input renaming",
     "nontrivial": "sides not identical",
-    "common_subgraph": "no common subgraph",
     "float_checked": "hold in float",
     "instances": "not an instance or union of another",
     "rules": "generalised to shape expressions",
@@ -106,17 +113,12 @@ class Result:
     resumed: dict[str, int] = field(default_factory=dict)  # what a resumed run reused: "shards" -> count, stage -> 1
 
 
-def _dedupe_renamings(candidates: list, summaries: list) -> list[Found]:
-    """One candidate per canonical form (the first met), ordered by form, from worker summaries."""
-    return [Found(candidates[i], *summaries[i]) for i in first_per_form(form for form, *_ in summaries)]
-
-
 def _where(items: list, keep: list[bool]) -> list:
     return [item for item, ok in zip(items, keep, strict=True) if ok]
 
 
 # Candidates per chunk of work for each stage after pairing (a chunk is one task of a process pool or of Ray).
-CHUNKS = {"renaming": 2000, "common_subgraph": 2000, "float_checked": 250, "instances": 250, "rules": 50}
+CHUNKS = {"renaming": 2000, "float_checked": 250, "instances": 250, "rules": 50}
 
 
 def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None,
@@ -158,13 +160,8 @@ def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None
         pairs = _PairCounter(workers.units)
         progress.phase("enumerate", workers.units)
 
-        def enumerate_and_pair():
-            key_pass, graphs = shared_graphs(workers, on_task, lambda name: progress.phase(name, workers.units))
-            return key_pass.per_depth, pair_specs(graphs)
-
-        per_depth, candidates = workers.stage("candidates", enumerate_and_pair)
+        per_depth, source = workers.repeated(on_task, lambda name: progress.phase(name, workers.units))
         stage("graphs", sum(per_depth))
-        stage("candidates", len(candidates))
 
         # Every stage below runs in the workers on chunks of picklable candidates (specs, never
         # decoded graphs); the parent only keeps or drops them, in order. Each stage's result is
@@ -172,13 +169,23 @@ def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None
         def run(fn: Callable, items: list, name: str) -> list:
             return workers.map(fn, items, chunk=CHUNKS[name], name=name)
 
-        kept = workers.stage("renaming", lambda: _dedupe_renamings(candidates, run(summarize, candidates, "renaming")))
-        candidates = None  # freed: the stages below hold only what they keep
+        # Pairing, common subgraphs and renamings stream over key ranges (generator/candidates.py).
+        first: dict[bytes, Found] = {}
+        pairs = clear = 0
+        progress.phase("pair", source.ranges)
+        for r in range(source.ranges):
+            part = workers.stage(f"range-{r:04d}", lambda: range_candidates(source.graphs(r), len(context.pool),
+                                                                             lambda p: workers.map(clear_summaries, p, chunk=CHUNKS["renaming"])))
+            pairs, clear = pairs + part.pairs, clear + part.clear
+            for found in part.kept:
+                first.setdefault(found.form, found)
+            progress.advance(0, pairs)
+        stage("candidates", pairs)
+        stage("common_subgraph", clear)
+        kept = [first[form] for form in sorted(first)]
         stage("renaming", len(kept))
         kept = [k for k in kept if not k.trivial]
         stage("nontrivial", len(kept))
-        kept = workers.stage("common_subgraph", lambda: _where(kept, run(no_common_subgraph, [k.pair for k in kept], "common_subgraph")))
-        stage("common_subgraph", len(kept))
         kept = workers.stage("float_checked", lambda: _where(kept, run(holds_in_float, [k.pair for k in kept], "float_checked")))
         stage("float_checked", len(kept))
 

@@ -75,10 +75,9 @@ class ShardStore:
         expected = {"format": _FORMAT, "version": _VERSION, "settings": settings.to_json()}
         if resume:
             self._check_manifest(manifest, expected)
-        else:
-            for name in os.listdir(folder):
-                if name.endswith((".shard", ".stage")):
-                    os.remove(os.path.join(folder, name))
+        for name in os.listdir(folder):  # a killed writer's temporary file; without resume, every finished piece too
+            if name.endswith(".tmp") or (not resume and name.endswith((".shard", ".stage"))):
+                os.remove(os.path.join(folder, name))
         write_atomically(manifest, json.dumps(expected, indent=1).encode())
 
     @staticmethod

@@ -14,7 +14,7 @@ from taso.cli import main
 from taso.errors import TasoError
 from taso.generator import Settings, generate, parse_ops
 from taso.generator import parallel, pipeline
-from taso.generator.parallel import Workers, repeated_graphs
+from taso.generator.parallel import RepeatedGraphs, Workers
 
 SETTINGS = Settings(max_ops=3, ops=parse_ops("matmul,add,transpose"))
 
@@ -46,14 +46,24 @@ class _Kill:
         return self.fn(*args)
 
 
+def _all(source: RepeatedGraphs) -> list:
+    return [g for r in range(source.ranges) for g in source.graphs(r)]
+
+
 def test_repeated_graphs_are_the_same_whatever_the_number_of_key_ranges():
     with Workers(SETTINGS) as workers:
         stored, _ = workers.spill()
-        whole = repeated_graphs(stored, workers.packer)
-        cut = repeated_graphs(stored, workers.packer, range_keys=97)  # hundreds of ranges
-    keys = [k for k, _ in whole]
-    assert len(whole) > 100 and cut == whole
+        whole = RepeatedGraphs(stored, workers.packer, range_keys=1 << 40)
+        cut = RepeatedGraphs(stored, workers.packer, range_keys=97)  # hundreds of ranges
+        assert whole.ranges == 1 and cut.ranges > 100
+        everything = _all(whole)
+        by_range = [cut.graphs(r) for r in range(cut.ranges)]
+    keys = [k for k, _ in everything]
+    assert len(everything) > 100 and sorted(g for part in by_range for g in part) == sorted(everything)
     assert all(keys.count(k) > 1 for k in set(keys))
+    tops = [max(k for k, _ in part) for part in by_range if part]
+    bottoms = [min(k for k, _ in part) for part in by_range if part]
+    assert all(top < bottom for top, bottom in zip(tops, bottoms[1:])), "ranges come in key order"
 
 
 def test_a_run_killed_during_the_enumeration_resumes_with_the_unfinished_shards_only(tmp_path, monkeypatch, fresh):
@@ -80,7 +90,7 @@ def test_a_run_killed_during_a_stage_keeps_its_finished_chunks_and_earlier_stage
     resumed = generate(SETTINGS, make_workers=lambda s: Workers(s, run_dir=run_dir, resume=True))
     resumed.library.save(str(tmp_path / "resumed.json"))
     assert (tmp_path / "resumed.json").read_bytes() == fresh
-    assert set(resumed.resumed) == {"candidates", "renaming", "common_subgraph", "float_checked", "instances"}
+    assert set(resumed.resumed) == {"shards", "range-0000", "float_checked", "instances"}
     chunks = -(-resumed.counts["instances"] // 5)
     assert counting.calls == chunks - 3, "the three chunks that finished before the kill are not redone"
 

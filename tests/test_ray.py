@@ -99,7 +99,7 @@ def test_ray_gives_the_local_rule_file_byte_for_byte(ray_cluster, settings, tmp_
 
 
 # The stages after enumeration, each a worker function of generator/pipeline.py's generate().
-AFTER_ENUMERATION = ["summarize", "no_common_subgraph", "holds_in_float", "instance_facts", "generalized_rules"]
+AFTER_ENUMERATION = ["clear_summaries", "holds_in_float", "instance_facts", "generalized_rules"]
 
 
 @needs_ray
@@ -111,8 +111,9 @@ def test_the_stages_after_enumeration_run_as_ray_tasks_not_on_the_driver(ray_clu
     assert [s.name for s in backend.stages] == AFTER_ENUMERATION
     counts = result.counts
     items = {s.name: s.items for s in backend.stages}
-    assert items == {"summarize": counts["candidates"], "no_common_subgraph": counts["nontrivial"],
-                     "holds_in_float": counts["common_subgraph"], "instance_facts": counts["float_checked"],
+    # the pairs sharing an operator over pool tensors are dropped before any task (generator/candidates.py)
+    assert counts["common_subgraph"] <= items.pop("clear_summaries") < counts["candidates"]
+    assert items == {"holds_in_float": counts["nontrivial"], "instance_facts": counts["float_checked"],
                      "generalized_rules": counts["instances"]}
     driver = f"{socket.gethostname()}:{os.getpid()}"
     for stage in backend.stages:
