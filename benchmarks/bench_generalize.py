@@ -3,7 +3,7 @@
 Candidates come from the enumeration of a sample of first operators (every ``--every``-th
 root at ``--max-ops``), paired and taken through the pipeline's stages in this process
 (:func:`candidates`), so both sides see the same inputs. The *before* side is
-``generator/{pairing,prune,generalize,emit}.py`` read from git at ``BEFORE`` and imported
+``generator/{graphs,pairing,prune,generalize,emit}.py`` read from git at ``BEFORE`` and imported
 beside the current modules (each one's relative imports of the others point at the old
 copies). Each stage function runs on the whole sample, before and now alternating (the
 first of the two swaps every round, and the memos of *now* are emptied before each of its
@@ -36,7 +36,7 @@ BEFORE = "45f2366cd25398d3595729282db6da5d8e632e57"  # the generator's stage fun
 # Every root of these at depth 3 takes ~30 s to enumerate and pair in one process and gives 2,661 rules to generalise, convolutions
 # (the expensive ones) among them. The default set at depth 3 takes minutes in one process (--ops all).
 SAMPLE_OPS = "conv2d,add,concat,split,enlarge,relu"
-CHANGED = ("pairing", "prune", "generalize", "emit")  # in import order: each imports only earlier ones among these
+CHANGED = ("graphs", "pairing", "prune", "generalize", "emit")  # in import order: each imports only earlier ones among these
 
 
 def before_modules() -> dict[str, object]:

@@ -71,13 +71,14 @@ class Decoded:
             shapes.extend(out_shapes)
             self.nodes.append(Node(variant, sizes, params, args, outs))
         self.shapes = shapes
+        self._pool_size = len(context.pool)  # is_input is asked for every tensor of every expression
 
     @property
     def outputs(self) -> tuple[int, ...]:
         return self.spec.outputs
 
     def is_input(self, t: int) -> bool:
-        return t < len(self.context.pool)
+        return t < self._pool_size
 
     @cached_property
     def inputs(self) -> tuple[int, ...]:
