@@ -409,12 +409,11 @@ class RayWorkers(Workers):
             key_pass, wanted = self.repeated_keys(on_task)
             if on_phase:
                 on_phase("collect")
-            return key_pass.per_depth, parallel.InMemoryGraphs(self.collect_graphs(wanted, on_task))
+            return key_pass.per_depth, parallel.InMemoryGraphs(*self.collect_rows(wanted, on_task), self.packer)
         key_pass = self.count_and_key(on_task)
         values, multiplicity = np.unique(key_pass.keys, return_counts=True)
         chosen = np.flatnonzero(np.isin(key_pass.keys, values[multiplicity > 1]))
-        graphs = [(int(key_pass.keys[i]), self.packer.unpack(key_pass.rows[i])) for i in chosen]
-        return key_pass.per_depth, parallel.InMemoryGraphs(graphs)
+        return key_pass.per_depth, parallel.InMemoryGraphs(key_pass.keys[chosen], key_pass.rows[chosen], self.packer)
 
     def count_and_key(self, on_task: Callable | None = None) -> KeyPass:
         """The one-pass enumeration: every graph's key and packed row, in shard order, and the counts."""
@@ -438,17 +437,15 @@ class RayWorkers(Workers):
         wanted = np.concatenate(self._ray.get(repeated))
         return KeyPass(np.zeros(0, np.int64), None, per_depth), wanted
 
-    def collect_graphs(self, wanted: np.ndarray, on_task: Callable | None = None) -> list[tuple[int, GraphSpec]]:
+    def collect_rows(self, wanted: np.ndarray, on_task: Callable | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The second pass: the keys and packed rows of every graph whose key is in ``wanted``, in shard order."""
         wanted = np.asarray(wanted, dtype=np.int64)
         stage = f"collect-{hashlib.sha256(wanted.tobytes()).hexdigest()[:12]}"
         results = self._run(stage, _collect_shard, (self._ray.put(wanted),), on_task)
         self.backend.reports[-1].name = "collect"
-        found: list[tuple[int, GraphSpec]] = []
-        for r in results:
-            keys = np.frombuffer(r["keys"], dtype=np.int64)
-            rows = np.frombuffer(r["rows"], dtype=self.packer.dtype).reshape(-1, self.packer.width)
-            found.extend((int(k), self.packer.unpack(row)) for k, row in zip(keys, rows))
-        return found
+        keys = np.frombuffer(b"".join(r["keys"] for r in results), dtype=np.int64)
+        rows = np.frombuffer(b"".join(r["rows"] for r in results), dtype=self.packer.dtype).reshape(-1, self.packer.width)
+        return keys, rows
 
     def map(self, fn: Callable, items: list, chunk: int = 1000, name: str | None = None) -> list:
         """``fn`` over chunks of ``items`` as Ray tasks; the results flattened, in order (a stage is checkpointed whole,

@@ -117,14 +117,21 @@ class Packer:
         return codes
 
     def unpack(self, row: np.ndarray) -> GraphSpec:
-        values = [int(x) for x in row]
+        return self._spec(np.asarray(row).tolist())
+
+    def unpack_many(self, rows: np.ndarray) -> list[GraphSpec]:
+        """Every row's graph; the rows are read at once (element by element, a mapped array costs microseconds each)."""
+        return [self._spec(values) for values in np.asarray(rows).tolist()]
+
+    def _spec(self, values: list[int]) -> GraphSpec:
         ops = []
+        slot = self.slot
         for i in range(self.max_ops):
-            vi, p, q, *args = values[self.slot * i : self.slot * (i + 1)]
+            vi, p, q, *args = values[slot * i : slot * (i + 1)]
             if vi < 0:
                 break
             ops.append((vi, () if p < 0 else (p, q), tuple(a for a in args if a >= 0)))
-        return GraphSpec(tuple(ops), tuple(t for t in values[self.slot * self.max_ops :] if t >= 0))
+        return GraphSpec(tuple(ops), tuple(t for t in values[slot * self.max_ops :] if t >= 0))
 
 
 @dataclass
@@ -238,24 +245,33 @@ class RepeatedGraphs:
         bounds = key_range_bounds(self.ranges)
         self._cuts = [np.concatenate([[0], np.searchsorted(k, bounds), [len(k)]]) for k in self._keys]
 
-    def graphs(self, r: int) -> list[tuple[int, GraphSpec]]:
-        """(key, graph) for the repeated keys of range ``r`` (of ``ranges``), in shard order, then enumeration order."""
+    def rows(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        """The keys and packed rows of the graphs of range ``r`` (of ``ranges``) whose key another graph has.
+
+        In shard order, then enumeration order; the rows are read from the files, not decoded.
+        """
         parts = [k[c[r] : c[r + 1]] for k, c in zip(self._keys, self._cuts)]
         values, multiplicity = np.unique(np.concatenate(parts), return_counts=True)
         repeated = values[multiplicity > 1]
-        graphs: list[tuple[int, GraphSpec]] = []
-        if not len(repeated):
-            return graphs
-        for shard, part, c in zip(self._shards, parts, self._cuts):
+        keys: list[np.ndarray] = []
+        rows: list[np.ndarray] = []
+        for shard, part, c in zip(self._shards, parts, self._cuts) if len(repeated) else ():
             at = np.minimum(np.searchsorted(repeated, part), len(repeated) - 1)
             hits = np.flatnonzero(repeated[at] == part)
             if not len(hits):
                 continue
-            positions = shard.array("order", np.int32)[hits + c[r]]
+            positions = np.asarray(shard.array("order", np.int32)[hits + c[r]])
             by_position = np.argsort(positions, kind="stable")
-            rows = shard.array("rows", self._packer.dtype, self._packer.width)
-            graphs.extend((int(part[hits[j]]), self._packer.unpack(rows[positions[j]])) for j in by_position)
-        return graphs
+            keys.append(np.asarray(part[hits[by_position]]))
+            rows.append(np.asarray(shard.array("rows", self._packer.dtype, self._packer.width)[positions[by_position]]))
+        if not keys:
+            return np.zeros(0, np.int64), np.zeros((0, self._packer.width), self._packer.dtype)
+        return np.concatenate(keys), np.concatenate(rows)
+
+    def graphs(self, r: int) -> list[tuple[int, GraphSpec]]:
+        """(key, graph) for the repeated keys of range ``r``, decoded (see :meth:`rows`)."""
+        keys, rows = self.rows(r)
+        return list(zip(keys.tolist(), self._packer.unpack_many(rows)))
 
 
 class InMemoryGraphs:
@@ -263,11 +279,14 @@ class InMemoryGraphs:
 
     ranges = 1
 
-    def __init__(self, graphs: list[tuple[int, GraphSpec]]):
-        self._graphs = graphs
+    def __init__(self, keys: np.ndarray, rows: np.ndarray, packer: Packer):
+        self._keys, self._rows, self._packer = keys, rows, packer
+
+    def rows(self, r: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._keys, self._rows
 
     def graphs(self, r: int) -> list[tuple[int, GraphSpec]]:
-        return self._graphs
+        return list(zip(self._keys.tolist(), self._packer.unpack_many(self._rows)))
 
 
 class Workers:

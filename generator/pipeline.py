@@ -174,7 +174,7 @@ def generate(settings: Settings, jobs: int = 1, progress: Progress | None = None
         pairs = clear = 0
         progress.phase("pair", source.ranges)
         for r in range(source.ranges):
-            part = workers.stage(f"range-{r:04d}", lambda: range_candidates(source.graphs(r), len(context.pool),
+            part = workers.stage(f"range-{r:04d}", lambda: range_candidates(*source.rows(r), workers.packer, len(context.pool),
                                                                              lambda p: workers.map(clear_summaries, p, chunk=CHUNKS["renaming"])))
             pairs, clear = pairs + part.pairs, clear + part.clear
             for found in part.kept:

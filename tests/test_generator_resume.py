@@ -140,3 +140,24 @@ def test_the_spilled_keys_are_sorted_and_their_positions_a_permutation():
             assert np.all(keys[1:] >= keys[:-1])
             assert np.array_equal(np.sort(order), np.arange(len(order)))
         assert sum(len(s.array("keys", np.int64)) for s in stored) == sum(per_depth)
+
+
+def test_streamed_candidates_equal_pairing_every_graph_then_dropping_common_subgraphs_and_renamings():
+    """generator/candidates.py against the definition: pair_specs over all graphs, first per form, then shares_subgraph."""
+    from taso.generator.candidates import clear_summaries, range_candidates
+    from taso.generator.pairing import Decoder, pair_specs
+    from taso.generator.prune import canonicalize, first_per_form, shares_subgraph
+
+    with Workers(SETTINGS) as workers:
+        stored, _ = workers.spill()
+        source = RepeatedGraphs(stored, workers.packer, range_keys=1000)
+        pool_size = len(workers.context.pool)
+        streamed: dict = {}
+        for r in range(source.ranges):
+            for found in range_candidates(*source.rows(r), workers.packer, pool_size, clear_summaries).kept:
+                streamed.setdefault(found.form, found.pair)
+        decode = Decoder(workers.context)
+        canonical = [canonicalize(decode.candidate(*pair)) for pair in pair_specs(_all(source))]
+        expected = [c for c in (canonical[i] for i in first_per_form(c.form for c in canonical)) if not shares_subgraph(c.candidate)]
+    assert source.ranges > 3 and len(expected) > 50
+    assert [streamed[form] for form in sorted(streamed)] == [(c.candidate.key, c.candidate.a.spec, c.candidate.b.spec) for c in expected]
