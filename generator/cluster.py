@@ -45,7 +45,7 @@ from tqdm import tqdm
 from taso.errors import TasoError
 
 from . import parallel
-from .enumerate import Enumerator, GraphSpec, OpRef
+from .enumerate import Enumerator, OpRef
 from .parallel import KeyPass, Workers
 from .settings import Settings
 from .shards import DEFAULT_SHARDS, Shard, plan_shards, walk_shard
@@ -488,7 +488,7 @@ def _verify_one(data: dict, settings) -> dict:
 
 
 def verify_rules_on_ray(rules: Sequence, settings, address: str | None = None, num_cpus: int | None = None,
-                        progress: Callable | None = None, grace_s: float = 60.0) -> list:
+                        progress: Callable | None = None, grace_s: float = 60.0, on_result: Callable | None = None) -> list:
     """Verifies rules as Ray tasks, one per rule; returns them in input order, each with its status.
 
     Z3's own timeout (``settings.timeout_s``) bounds a proof. At most one task per CPU of
@@ -502,6 +502,7 @@ def verify_rules_on_ray(rules: Sequence, settings, address: str | None = None, n
         address: a Ray cluster to join; None starts a local one.
         num_cpus: CPUs of a local cluster (None: all).
         progress: wraps the stream of finished rules (e.g. a tqdm bar).
+        on_result: called with each verified rule as it finishes (a journal).
     """
     from taso.rules import Rule
 
@@ -516,11 +517,15 @@ def verify_rules_on_ray(rules: Sequence, settings, address: str | None = None, n
         results: list[dict | None] = [None] * len(rules)
         submit = lambda i: remote.remote(rules[i].to_json(), settings_ref)  # noqa: E731
         wrap = progress or (lambda it: it)
-        for _ in wrap(_windowed(ray, submit, len(rules), window, limit, results)):
-            pass
-        return [Rule.from_json(data) if data is not None else
-                rule.with_status("unknown", {"reason": f"timeout: the Ray task ran over {limit:.0f} s", "seconds": limit})
-                for rule, data in zip(rules, results)]
+        def verified(index: int) -> Rule:
+            data = results[index]
+            return Rule.from_json(data) if data is not None else \
+                rules[index].with_status("unknown", {"reason": f"timeout: the Ray task ran over {limit:.0f} s", "seconds": limit})
+
+        for index in wrap(_windowed(ray, submit, len(rules), window, limit, results)):
+            if on_result:
+                on_result(verified(index))  # in finishing order: a journal keys its lines by rule id
+        return [verified(i) for i in range(len(rules))]
     finally:
         if started:
             ray.shutdown()

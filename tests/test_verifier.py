@@ -284,3 +284,45 @@ def test_generated_depth_2_candidates_are_all_proved_never_unknown(capsys):
         print(f"\ngenerated depth-2 candidates: {len(results)}, proved {sum(r.status == 'proved' for r in results)}, unknown {len(unknown)}")
     assert len(results) >= 20 and not unknown, "\n".join(unknown)
     assert all(r.status == "proved" for r in results)
+
+
+def _proofless(library: Library) -> list[dict]:
+    """The rules without their proofs' timings (which differ between runs)."""
+    rules = [r.to_json() for r in library]
+    for data in rules:
+        data.get("proof", {}).pop("seconds", None)
+    return rules
+
+
+def test_a_killed_verify_resumes_from_its_journal_and_verifies_only_the_rest(candidates, tmp_path, monkeypatch, capsys):
+    from taso.verifier import verify as verify_module
+
+    fresh = tmp_path / "fresh.json"
+    assert taso_main(["verify", str(candidates), "-o", str(fresh), "--quiet"]) == 0
+    assert not (tmp_path / "fresh.json.journal").exists(), "a finished run leaves no journal"
+    real, calls = verify_module.verify_rule, []
+
+    def killed_at_the_fourth(rule, settings):
+        calls.append(rule.id)
+        if len(calls) == 4:
+            raise KeyboardInterrupt
+        return real(rule, settings)
+
+    out = tmp_path / "library.json"
+    monkeypatch.setattr(verify_module, "verify_rule", killed_at_the_fourth)
+    assert taso_main(["verify", str(candidates), "-o", str(out), "--quiet"]) != 0
+    assert not out.exists() and (tmp_path / "library.json.journal").exists()
+    calls.clear()
+    assert taso_main(["verify", str(candidates), "-o", str(out), "--quiet", "--resume"]) == 0
+    assert len(calls) == 2, "the three rules verified before the kill are not verified again"
+    assert _proofless(Library.load(out)) == _proofless(Library.load(fresh))
+    assert "3 rules reused" in capsys.readouterr().out
+
+
+def test_verify_resume_refuses_a_missing_journal_or_other_settings(candidates, tmp_path, capsys):
+    out = tmp_path / "library.json"
+    assert taso_main(["verify", str(candidates), "-o", str(out), "--resume"]) == 2
+    assert "no journal" in capsys.readouterr().err
+    (tmp_path / "library.json.journal").write_text('{"format": "taso-verify-journal", "taso": "0", "settings": {}}\n')
+    assert taso_main(["verify", str(candidates), "-o", str(out), "--resume", "--timeout", "3"]) == 2
+    assert "another taso version or with other settings" in capsys.readouterr().err

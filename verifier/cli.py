@@ -1,10 +1,11 @@
 """``taso verify``: prove candidate rules with Z3 and write the proved ones as a library.
 
-    taso verify candidates.json -o library.json [-j N] [--timeout S] [--explain RULE_ID] [--ray [ADDRESS]]
+    taso verify candidates.json -o library.json [-j N] [--timeout S] [--explain RULE_ID] [--ray [ADDRESS]] [--resume]
 
 Only proved rules go into the output, under a header that records the verifier's settings
 and the counts; the others are reported on stdout with their reason. ``--explain`` proves
-one rule and prints the axioms its proof used.
+one rule and prints the axioms its proof used. While a run goes, every finished rule is
+journalled in OUTPUT.journal; a killed run continues with ``--resume``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ def add_parser(subparsers) -> None:
     parser.add_argument("--record-axioms", action="store_true", help="record in each proof the axioms it used (its unsat core)")
     parser.add_argument("--no-precheck", action="store_true", help="skip the NumPy pre-check (to test the prover alone)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar, no list of unproved rules")
+    parser.add_argument("--resume", action="store_true",
+                        help="reuse the rules a killed run finished (its journal, OUTPUT.journal) and verify the rest")
     parser.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                         help="prove the rules as Ray tasks (pip install 'taso[cluster]'): on the cluster at ADDRESS, or "
                         "without it on a local cluster of -j CPUs (default: all when -j is 1)")
@@ -66,6 +69,7 @@ def run(args: argparse.Namespace) -> int:
     """
     from taso.rules import Library
 
+    from .journal import Journal
     from .report import explain, library_header, progress_bar, summary
     from .verify import Settings, verify_rule, verify_rules
 
@@ -83,16 +87,23 @@ def run(args: argparse.Namespace) -> int:
         raise TasoError("verify: -o/--output is required (the library of proved rules)")
     _check_writable(args.output)
     _refuse_overwriting_input(args.candidates, args.output)
+    journal = Journal(f"{args.output}.journal", settings, args.resume)
+    todo = [r for r in candidates.rules if r.id not in journal.done]
     start = time.perf_counter()
     if args.ray is not None:
         from taso.generator.cluster import verify_rules_on_ray
 
-        results = verify_rules_on_ray(candidates.rules, settings, args.ray or None, args.jobs if args.jobs > 1 else None,
-                                      progress_bar(len(candidates), args.quiet))
+        fresh = verify_rules_on_ray(todo, settings, args.ray or None, args.jobs if args.jobs > 1 else None,
+                                    progress_bar(len(todo), args.quiet), on_result=journal.record)
     else:
-        results = verify_rules(candidates.rules, settings, args.jobs, progress_bar(len(candidates), args.quiet))
+        fresh = verify_rules(todo, settings, args.jobs, progress_bar(len(todo), args.quiet), on_result=journal.record)
     seconds = time.perf_counter() - start
+    by_id = {**journal.done, **{r.id: r for r in fresh}}
+    results = [by_id[r.id] for r in candidates.rules]
     proved = [r for r in results if r.status == "proved"]
     Library(proved, library_header(candidates, results, settings, args.jobs, seconds)).save(args.output)
+    journal.close(remove=True)
+    if reused := sum(r.id in journal.done for r in candidates.rules):
+        print(f"resumed: {reused:,} rules reused from {journal.path}")
     print(summary(results, seconds, args.jobs, args.output, listing=not args.quiet))
     return 0

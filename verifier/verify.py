@@ -159,7 +159,7 @@ def _verify_json(job: tuple[dict, Settings]) -> dict:
 
 
 def verify_rules(rules: Sequence[Rule], settings: Settings = Settings(), jobs: int = 1,
-                 progress: Callable[[Iterable], Iterator] | None = None) -> list[Rule]:
+                 progress: Callable[[Iterable], Iterator] | None = None, on_result: Callable[[Rule], None] | None = None) -> list[Rule]:
     """Verifies rules in ``jobs`` processes; returns them in input order, each with its status.
 
     Args:
@@ -167,10 +167,16 @@ def verify_rules(rules: Sequence[Rule], settings: Settings = Settings(), jobs: i
         settings: the verification settings.
         jobs: worker processes (1 verifies in this process).
         progress: wraps the stream of results (e.g. ``lambda it: tqdm(it, total=n)``).
+        on_result: called with each verified rule as soon as it is, in input order (a journal).
     """
     wrap = progress or (lambda it: it)
+    record = on_result or (lambda rule: None)
     if jobs <= 1 or len(rules) <= 1:
-        return list(wrap(verify_rule(r, settings) for r in rules))
+        results = []
+        for rule in wrap(verify_rule(r, settings) for r in rules):
+            record(rule)
+            results.append(rule)
+        return results
     payload = [(r.to_json(), settings) for r in rules]
     methods = multiprocessing.get_all_start_methods()
     if "fork" in methods:
@@ -179,6 +185,9 @@ def verify_rules(rules: Sequence[Rule], settings: Settings = Settings(), jobs: i
             axiom_rewrites(axiom)
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     chunk = max(1, min(8, len(rules) // (jobs * 8)))
+    results = []
     with context.Pool(min(jobs, len(rules))) as pool:
-        results = list(wrap(pool.imap(_verify_json, payload, chunksize=chunk)))
-    return [Rule.from_json(data) for data in results]
+        for data in wrap(pool.imap(_verify_json, payload, chunksize=chunk)):
+            results.append(Rule.from_json(data))
+            record(results[-1])
+    return results
