@@ -191,7 +191,8 @@ def format_summary(result: Result, output: str, seconds: float) -> str:
     rate = result.counts["graphs"] / max(result.seconds.get("graphs", 0.0), 1e-9)
     for name, meaning in STAGES.items():
         count = result.counts[name]
-        detail = f" ({by_ops}; {rate:,.0f} graphs/s)" if name == "graphs" else ""
+        speed = "" if result.resumed.get("shards") else f"; {rate:,.0f} graphs/s"  # a resumed pass's time is not its graphs'
+        detail = f" ({by_ops}{speed})" if name == "graphs" else ""
         lines.append(f"{name:<16} {count:>{width},}  {result.seconds.get(name, 0.0):7.1f}  {meaning}{detail}")
     if result.resumed:
         shards = result.resumed.get("shards")
