@@ -12,10 +12,11 @@ from typing import Any
 import numpy as np
 
 from taso.errors import TasoError
-from taso.ir import Graph
-from taso.rules import Rule
+from taso.ir import Graph, GraphMeta, Node, TensorType
+from taso.ops import get as get_op
+from taso.rules import Rule, resolve_expr
 
-__all__ = ["counterexample", "random_shapes", "close"]
+__all__ = ["counterexample", "random_shapes", "close", "SideMemo"]
 
 DIM_CHOICES = (1, 2, 3, 4, 5, 6)
 
@@ -68,7 +69,10 @@ def _perturbed_shapes(rule: Rule, rng: np.random.Generator) -> dict[str, tuple[i
 
 
 def _fits(rule: Rule, shapes: Mapping[str, tuple[int, ...]]) -> bool:
-    """Both sides type-check, the constraints hold and mapped outputs agree in type at these shapes."""
+    """Both sides type-check, the constraints hold and mapped outputs agree in type at these shapes.
+
+    The definition :meth:`SideMemo.fits` must agree with (it is tested against this one).
+    """
     try:
         if not rule.constraints_hold(shapes):
             return False
@@ -78,23 +82,182 @@ def _fits(rule: Rule, shapes: Mapping[str, tuple[int, ...]]) -> bool:
     return all(source.type(s) == target.type(t) for s, t in rule.outputs)
 
 
-def random_shapes(rule: Rule, rng: np.random.Generator, count: int, tries: int = 60, independent: bool = True) -> list[dict[str, tuple[int, ...]]]:
+_FAILED = object()  # a memoised TasoError: the side does not type-check there
+
+
+class SideMemo:
+    """A rule's sides at the shapes the pre-check tries, each worked out once (issue 27).
+
+    The pre-check draws many shape assignments per rule, often the same ones again, and
+    only the shapes change between them. Here:
+
+    * :meth:`fits` is :func:`_fits` without IR graphs: each node's parameters are built once
+      per value of its shape-dependent parameters, and its output types are inferred once
+      per input types (``op.infer``, as :class:`~taso.ir.Graph` does), so a drawn assignment
+      costs a few dictionary look-ups; a whole assignment's answer is kept too. The
+      constraints are checked on every call (the rule given), since a proof may add some.
+    * :meth:`graph` is :meth:`Rule.side_graph`, built once per side and assignment.
+
+    The memo depends only on the rule's inputs, sides, parameters and outputs (never its
+    constraints, status or proof): one memo serves the rule before and after a proof adds
+    constraints (:meth:`serves` says whether it can serve a rule). Exceptions other than
+    :class:`TasoError` propagate as they did.
+    """
+
+    def __init__(self, rule: Rule):
+        self.rule = rule
+        self._graphs: dict[tuple, Graph] = {}
+        self._typed: dict[tuple, tuple[dict[str, TensorType], list[tuple]] | None] = {}
+        self._params: dict[tuple, Any] = {}
+        self._infer: dict[tuple, Any] = {}
+        # NOTE: the shortcut walks the example graphs' node order; when a side does not build at
+        # its example shapes (a malformed rule), every question goes to Rule.side_graph instead.
+        self._order: dict[str, list[int]] | None = {}
+        for side in ("source", "target"):
+            try:
+                graph = self.graph(side, None)
+            except TasoError:
+                self._order = None
+                break
+            self._order[side] = [int(node.name[len(side):]) for node in graph.topological_order()]
+
+    def serves(self, rule: Rule) -> bool:
+        """Whether ``rule`` has this memo's inputs, sides, parameters and outputs (the same objects, as ``replace`` keeps them)."""
+        mine = self.rule
+        return rule is mine or (rule.inputs is mine.inputs and rule.source is mine.source and rule.target is mine.target
+                                and rule.params is mine.params and rule.outputs is mine.outputs)
+
+    def _key(self, shapes: Mapping[str, tuple[int, ...]] | None) -> tuple | None:
+        if shapes is None:
+            return None
+        return tuple((tuple(shapes[i.name]) if i.name in shapes else None) for i in self.rule.inputs)
+
+    def graph(self, side: str, shapes: Mapping[str, tuple[int, ...]] | None) -> Graph:
+        """``rule.side_graph(side, shapes)``, built once per assignment (a TasoError is raised afresh each time).
+
+        At other than the example shapes the graph is put together from the memoised
+        parameters and types: the nodes and types ``side_graph`` would give, in its order.
+        """
+        key = (side, self._key(shapes))
+        graph = self._graphs.get(key)
+        if graph is None:
+            if shapes is None or self._order is None:
+                graph = self.rule.side_graph(side, shapes)
+            else:
+                typed = self._side_types(side, key[1], shapes)
+                if typed is None:
+                    graph = self.rule.side_graph(side, shapes)  # raises the error it always raised
+                else:
+                    graph = self._assemble(side, *typed)
+            self._graphs[key] = graph
+        return graph
+
+    def _assemble(self, side: str, types: dict[str, TensorType], made: list[tuple]) -> Graph:
+        """The graph ``side_graph`` builds, from the nodes' (op, parameters) and the types already worked out (in its inference order)."""
+        nodes = [Node(op, params, rn.inputs, rn.outputs, f"{side}{index}") for (op, params), (index, rn) in zip(made, enumerate(getattr(self.rule, side)))]
+        outs = [pair[0 if side == "source" else 1] for pair in self.rule.outputs]
+        inputs = {i.name: types[i.name] for i in self.rule.inputs}
+        return Graph(inputs, {}, nodes, outs, types=types, meta=GraphMeta(output_names=tuple(outs)))
+
+    def fits(self, rule: Rule, shapes: Mapping[str, tuple[int, ...]]) -> bool:
+        """``_fits(rule, shapes)`` for a rule this memo serves."""
+        try:
+            if not rule.constraints_hold(shapes):
+                return False
+        except TasoError:
+            return False
+        if self._order is None:
+            try:
+                source, target = self.graph("source", shapes), self.graph("target", shapes)
+            except TasoError:
+                return False
+            return all(source.type(s) == target.type(t) for s, t in rule.outputs)
+        key = self._key(shapes)
+        source = self._side_types("source", key, shapes)
+        target = self._side_types("target", key, shapes) if source is not None else None
+        return target is not None and all(source[0][s] == target[0][t] for s, t in rule.outputs)
+
+    def _side_types(self, side: str, key: tuple, shapes: Mapping[str, tuple[int, ...]]) -> tuple[dict[str, TensorType], list[tuple]] | None:
+        """Every value's type on one side at ``shapes`` and each node's (op, parameters) (side_graph's steps without the graph),
+        or None where the side does not type-check."""
+        memo = (side, key)
+        if memo in self._typed:
+            return self._typed[memo]
+        types = self._typed[memo] = self._infer_side(side, shapes)
+        return types
+
+    def _infer_side(self, side: str, shapes: Mapping[str, tuple[int, ...]]) -> tuple[dict[str, TensorType], list[tuple]] | None:
+        rule = self.rule
+        types = {i.name: (i.type if i.name not in shapes else TensorType(tuple(shapes[i.name]), i.type.dtype)) for i in rule.inputs}
+        dims = {k: t.shape for k, t in types.items()}
+        overrides: dict[int, dict[str, Any]] = {}
+        try:
+            for p in rule.params:
+                if p["side"] == side:
+                    overrides.setdefault(int(p["node"]), {})[p["param"]] = resolve_expr(p["value"], dims)
+        except TasoError:
+            return None
+        nodes = getattr(rule, side)
+        made_now: list[tuple] = []
+        for index, rn in enumerate(nodes):  # NOTE: side_graph makes every node's parameters before inferring any type
+            given = overrides.get(index)
+            # NOTE: repr keeps True and 1 apart (they are equal and hash alike).
+            made = (side, index, repr(sorted(given.items())) if given else "")
+            params = self._params.get(made)
+            if params is None:
+                try:
+                    op = get_op(rn.op)
+                    params = (op, op.make_params(**{**rn.params, **(given or {})}))
+                except (KeyError, TasoError):
+                    params = _FAILED
+                self._params[made] = params
+            if params is _FAILED:
+                return None
+            made_now.append((made, params))
+        env = dict(types)
+        for index in self._order[side]:
+            rn = nodes[index]
+            made, (op, values) = made_now[index]
+            ins = tuple(env[v] for v in rn.inputs)
+            inferred = (made, ins)
+            outs = self._infer.get(inferred)
+            if outs is None:
+                try:
+                    outs = tuple(op.infer(list(ins), values))
+                except TasoError:
+                    outs = _FAILED
+                self._infer[inferred] = outs
+            if outs is _FAILED:
+                return None
+            env.update(zip(rn.outputs, outs))
+        return env, [params for _, params in made_now]
+
+
+def _memo_for(rule: Rule, memo: SideMemo | None) -> SideMemo:
+    return memo if memo is not None and memo.serves(rule) else SideMemo(rule)
+
+
+def random_shapes(rule: Rule, rng: np.random.Generator, count: int, tries: int = 60, independent: bool = True,
+                  memo: SideMemo | None = None) -> list[dict[str, tuple[int, ...]]]:
     """Up to ``count`` distinct input shapes (of the example ranks) at which the rule is well formed.
 
     Half are consistent renamings of the example sizes; with ``independent``, the other half
     change sizes one by one (breaking equalities the rule's constraints do not state).
+    ``memo`` (for this rule's sides) answers each draw; without one, one is made.
     """
+    memo = _memo_for(rule, memo)
     found: list[dict[str, tuple[int, ...]]] = []
     for attempt in range(tries):
         shapes = (_perturbed_shapes if independent and attempt % 2 else _renamed_shapes)(rule, rng)
-        if shapes not in found and _fits(rule, shapes):
+        if shapes not in found and memo.fits(rule, shapes):
             found.append(shapes)
             if len(found) == count:
                 break
     return found
 
 
-def counterexample(rule: Rule, trials: int = 2, seed: int = 0, rtol: float = 1e-3, shapes: int = 4, independent: bool = False) -> dict[str, Any] | None:
+def counterexample(rule: Rule, trials: int = 2, seed: int = 0, rtol: float = 1e-3, shapes: int = 4, independent: bool = False,
+                   memo: SideMemo | None = None) -> dict[str, Any] | None:
     """Evidence that the rule is false, or None when every trial agrees.
 
     The rule runs at its example shapes and at up to ``shapes`` other shapes where it is
@@ -108,13 +271,16 @@ def counterexample(rule: Rule, trials: int = 2, seed: int = 0, rtol: float = 1e-
         seed: the seed of the first trial (recorded in the counterexample, to reproduce it).
         rtol: tolerance relative to the largest finite magnitude of the target's output.
         shapes: how many shapes besides the example ones.
+        memo: the rule's :class:`SideMemo`, to share between calls on one rule (its sides'
+            graphs are built once); a memo of other sides is ignored.
 
     Returns:
         ``{"seed", "shapes", "source", "target", "max_abs_diff"}`` for the first mapped output that differs.
     """
+    memo = _memo_for(rule, memo)
     rng = np.random.default_rng(seed)
-    for at in [None, *random_shapes(rule, rng, shapes, independent=independent)]:
-        source, target = rule.side_graph("source", at), rule.side_graph("target", at)
+    for at in [None, *random_shapes(rule, rng, shapes, independent=independent, memo=memo)]:
+        source, target = memo.graph("source", at), memo.graph("target", at)
         for trial in range(trials):
             feeds = _feeds(rule, np.random.default_rng(seed + trial), at)
             with np.errstate(all="ignore"):

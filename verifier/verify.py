@@ -23,7 +23,7 @@ from taso.specs.z3model import axiom_rewrites, axiom_symbols, render_axiom
 
 from . import DEFAULT_TIMEOUT_S
 from .encode import encode_rule
-from .numeric import counterexample
+from .numeric import SideMemo, counterexample
 from .prove import prove
 
 __all__ = ["Settings", "relevant_axioms", "verify_rule", "verify_rules"]
@@ -107,8 +107,9 @@ def verify_rule(rule: Rule, settings: Settings = Settings()) -> Rule:
         rule.validate()
     except TasoError as e:
         return rule.with_status("refuted", {"reason": f"ill-typed: {e}"})
+    memo = SideMemo(rule)  # NOTE: both pre-checks and the encoding share the sides' graphs
     if settings.precheck:
-        found = counterexample(rule, trials=3)
+        found = counterexample(rule, trials=3, memo=memo)
         if found is not None:
             return rule.with_status("refuted", {"reason": "the sides differ on random inputs", "counterexample": found})
     try:
@@ -121,7 +122,7 @@ def verify_rule(rule: Rule, settings: Settings = Settings()) -> Rule:
                 break
             outcome = prove(encoding, axioms, budget, settings.explain, assume)
             if outcome.proved:
-                return _proved(rule, encoding, outcome, len(axioms), time.perf_counter() - start)
+                return _proved(rule, encoding, outcome, len(axioms), time.perf_counter() - start, memo)
             reason = outcome.reason
             if reason.endswith("timeout"):
                 break
@@ -133,7 +134,7 @@ def verify_rule(rule: Rule, settings: Settings = Settings()) -> Rule:
     return _unknown(rule, reason, time.perf_counter() - start)
 
 
-def _proved(rule: Rule, encoding, outcome, given: int, seconds: float) -> Rule:
+def _proved(rule: Rule, encoding, outcome, given: int, seconds: float, memo: SideMemo | None = None) -> Rule:
     proof: dict[str, Any] = {"prover": "z3", "seconds": round(seconds, 4), "axioms_given": given}
     if outcome.axioms_used is not None:
         proof["axioms"] = list(outcome.axioms_used)
@@ -143,7 +144,7 @@ def _proved(rule: Rule, encoding, outcome, given: int, seconds: float) -> Rule:
         rule = replace(rule, constraints=rule.constraints + tuple(proof["constraints_added"]))
     # A proof from sound axioms holds wherever the constraints do. If the sides differ at some
     # such shape, an axiom is false (or the facts contradict each other): never call it proved.
-    found = counterexample(rule, trials=2, seed=11, shapes=6, independent=True)
+    found = counterexample(rule, trials=2, seed=11, shapes=6, independent=True, memo=memo)
     if found is not None:
         return rule.with_status("unknown", {**proof, "reason": "Z3 proved it, but the sides differ at shapes its constraints allow: "
                                             "an axiom is false or the facts are contradictory", "counterexample": found})

@@ -1,0 +1,162 @@
+"""The verifier's fast paths (issue 27) against the slow definitions they replace.
+
+:class:`~taso.verifier.numeric.SideMemo` answers the pre-check's shape questions without IR
+graphs and builds each side's graph once per shape assignment; the prover keeps its set-up
+(solver parameters, rendered axioms, ground facts) between rules. Each must give exactly
+what the definition gives: the same shapes accepted, the same graphs, the same
+counterexamples, the same solver assertions. Nothing here is timed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from taso.errors import TasoError
+from taso.rules import Library, Rule
+from taso.verifier import numeric
+from taso.verifier.examples import EXAMPLES
+from taso.verifier.numeric import SideMemo, _fits, _perturbed_shapes, _renamed_shapes, close, counterexample
+
+from test_verifier import mutants
+
+
+# ---- the slow definitions, as the pre-check was before issue 27 ----------------------------------------------
+
+
+def _random_shapes_slow(rule, rng, count, tries=60, independent=True):
+    found = []
+    for attempt in range(tries):
+        shapes = (_perturbed_shapes if independent and attempt % 2 else _renamed_shapes)(rule, rng)
+        if shapes not in found and _fits(rule, shapes):
+            found.append(shapes)
+            if len(found) == count:
+                break
+    return found
+
+
+def _counterexample_slow(rule, trials=2, seed=0, rtol=1e-3, shapes=4, independent=False):
+    rng = np.random.default_rng(seed)
+    for at in [None, *_random_shapes_slow(rule, rng, shapes, independent=independent)]:
+        source, target = rule.side_graph("source", at), rule.side_graph("target", at)
+        for trial in range(trials):
+            feeds = numeric._feeds(rule, np.random.default_rng(seed + trial), at)
+            with np.errstate(all="ignore"):
+                got, want = numeric._run(source, feeds), numeric._run(target, feeds)
+            for s, t in rule.outputs:
+                a, b = np.asarray(got[s], np.float64), np.asarray(want[t], np.float64)
+                if not close(a, b, rtol):
+                    diff = float(np.nanmax(np.abs(a - b))) if a.shape == b.shape and a.size else float("inf")
+                    return {"seed": seed + trial, "shapes": {k: list(v) for k, v in (at or {}).items()}, "source": s, "target": t, "max_abs_diff": diff}
+    return None
+
+
+# ---- the rules ----------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _library_sample() -> tuple[Rule, ...]:
+    rules = Library.load(Path(__file__).resolve().parents[1] / "taso" / "data" / "library.jsonl.gz").rules
+    return tuple(rules[:: max(1, len(rules) // 120)])
+
+
+def _well_typed(rule: Rule) -> bool:
+    try:
+        rule.validate()
+    except TasoError:
+        return False
+    return True
+
+
+@functools.cache
+def _mutant_sample() -> tuple[Rule, ...]:
+    """Wrong rules (most refuted by the pre-check), ill-typed ones among them."""
+    out = []
+    for rule in [*EXAMPLES, *_library_sample()[::4]]:
+        out.extend(m for _, m in list(mutants(rule))[::3])
+    return tuple(out)
+
+
+def _graph_view(graph) -> tuple:
+    return (dict(graph.inputs), [(n.op.name, n.params, n.inputs, n.outputs, n.name) for n in graph.nodes],
+            list(graph.types.items()), graph.outputs, graph.meta)
+
+
+def _drawn(rule: Rule, seed: int, count: int = 40) -> list[Mapping[str, tuple[int, ...]]]:
+    rng = np.random.default_rng(seed)
+    return [(_perturbed_shapes if k % 2 else _renamed_shapes)(rule, rng) for k in range(count)]
+
+
+# ---- the tests -----------------------------------------------------------------------------------------------
+
+
+def test_the_samples_hold_what_the_tests_need():
+    library, wrong = _library_sample(), _mutant_sample()
+    assert len(library) >= 100 and sum(bool(r.constraints) for r in library) >= 50 and sum(bool(r.params) for r in library) >= 10
+    assert sum(not _well_typed(m) for m in wrong) >= 10
+    assert sum(_counterexample_slow(m, trials=3) is not None for m in wrong if _well_typed(m)) >= 50
+
+
+@pytest.mark.parametrize("which", ["library", "mutants"])
+def test_memo_fits_and_graphs_equal_side_graph_at_every_drawn_shape(which):
+    rules = _library_sample() if which == "library" else _mutant_sample()
+    accepted = rejected = 0
+    for rule in rules:
+        memo = SideMemo(rule)
+        for shapes in _drawn(rule, seed=len(rule.source) * 7 + len(rule.target)):
+            fits = memo.fits(rule, shapes)
+            assert fits == _fits(rule, shapes), (rule.id, shapes)
+            accepted += fits
+            rejected += not fits
+            for side in ("source", "target"):
+                try:
+                    slow = rule.side_graph(side, shapes)
+                except TasoError as e:
+                    with pytest.raises(type(e)):
+                        memo.graph(side, shapes)
+                    continue
+                assert _graph_view(memo.graph(side, shapes)) == _graph_view(slow), (rule.id, side, shapes)
+    assert accepted >= 50 and rejected >= 50
+
+
+def test_memo_serves_the_rule_after_a_proof_adds_constraints_and_checks_them():
+    checked = 0
+    for rule in _library_sample():
+        if not rule.constraints:
+            continue
+        memo = SideMemo(rule)
+        stricter = dataclasses.replace(rule, constraints=rule.constraints + ({"eq": [{"dim": [rule.inputs[0].name, 0]}, 2]},))
+        assert memo.serves(stricter)
+        for shapes in _drawn(rule, seed=3, count=20):
+            assert memo.fits(stricter, shapes) == _fits(stricter, shapes)
+            assert memo.fits(rule, shapes) == _fits(rule, shapes)
+            checked += 1
+    assert checked >= 500
+    other = dataclasses.replace(EXAMPLES[0], source=EXAMPLES[1].source)
+    assert not SideMemo(EXAMPLES[0]).serves(other)
+
+
+@pytest.mark.parametrize("which", ["library", "mutants"])
+def test_counterexample_with_the_memo_equals_the_slow_definition(which):
+    rules = [r for r in (_library_sample() if which == "library" else _mutant_sample())]
+    found = 0
+    for rule in rules:
+        memo = SideMemo(rule)
+        for kwargs in ({"trials": 3}, {"trials": 2, "seed": 11, "shapes": 6, "independent": True}):
+            try:
+                want = _counterexample_slow(rule, **kwargs)
+            except TasoError as e:
+                with pytest.raises(type(e)):
+                    counterexample(rule, memo=memo, **kwargs)
+                continue
+            got = counterexample(rule, memo=memo, **kwargs)
+            assert got == want, (rule.id, kwargs)
+            assert counterexample(rule, **kwargs) == want
+            found += got is not None
+    if which == "mutants":
+        assert found >= 50
