@@ -21,7 +21,7 @@ from taso.errors import TasoError
 from taso.rules import Library, Rule
 from taso.verifier import numeric
 from taso.verifier.examples import EXAMPLES
-from taso.verifier.numeric import SideMemo, _fits, _perturbed_shapes, _renamed_shapes, close, counterexample
+from taso.verifier.numeric import DIM_CHOICES, SideMemo, _fits, _perturbed_shapes, _renamed_shapes, close, counterexample
 
 from test_verifier import mutants
 
@@ -29,10 +29,40 @@ from test_verifier import mutants
 # ---- the slow definitions, as the pre-check was before issue 27 ----------------------------------------------
 
 
+def _run_slow(graph, feeds):
+    env = dict(feeds)
+    for node in graph.topological_order():
+        env.update(zip(node.outputs, node.op.evaluate([env[v] for v in node.inputs], node.params)))
+    return env
+
+
+def _close_slow(a, b, rtol):
+    if a.shape != b.shape:
+        return False
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    same_special = (a == b) | (np.isnan(a) & np.isnan(b))
+    finite_b = b[np.isfinite(b)]
+    scale = max(float(np.max(np.abs(finite_b))) if finite_b.size else 0.0, 1.0)
+    with np.errstate(invalid="ignore"):
+        near = np.abs(a - b) <= rtol * scale + rtol * np.abs(np.nan_to_num(b, posinf=0.0, neginf=0.0))
+    return bool(np.all(same_special | near))
+
+
+def _renamed_shapes_slow(rule, rng):
+    sizes = sorted({d for i in rule.inputs for d in i.type.shape if d != 1})
+    new = {d: int(rng.choice(DIM_CHOICES[1:])) if rng.random() < 0.6 else d for d in sizes}
+    new[1] = 1
+    return {i.name: tuple(new[d] for d in i.type.shape) for i in rule.inputs}
+
+
+def _perturbed_shapes_slow(rule, rng):
+    return {i.name: tuple(int(rng.choice(DIM_CHOICES)) if rng.random() < 0.3 else d for d in i.type.shape) for i in rule.inputs}
+
+
 def _random_shapes_slow(rule, rng, count, tries=60, independent=True):
     found = []
     for attempt in range(tries):
-        shapes = (_perturbed_shapes if independent and attempt % 2 else _renamed_shapes)(rule, rng)
+        shapes = (_perturbed_shapes_slow if independent and attempt % 2 else _renamed_shapes_slow)(rule, rng)
         if shapes not in found and _fits(rule, shapes):
             found.append(shapes)
             if len(found) == count:
@@ -47,10 +77,10 @@ def _counterexample_slow(rule, trials=2, seed=0, rtol=1e-3, shapes=4, independen
         for trial in range(trials):
             feeds = numeric._feeds(rule, np.random.default_rng(seed + trial), at)
             with np.errstate(all="ignore"):
-                got, want = numeric._run(source, feeds), numeric._run(target, feeds)
+                got, want = _run_slow(source, feeds), _run_slow(target, feeds)
             for s, t in rule.outputs:
                 a, b = np.asarray(got[s], np.float64), np.asarray(want[t], np.float64)
-                if not close(a, b, rtol):
+                if not _close_slow(a, b, rtol):
                     diff = float(np.nanmax(np.abs(a - b))) if a.shape == b.shape and a.size else float("inf")
                     return {"seed": seed + trial, "shapes": {k: list(v) for k, v in (at or {}).items()}, "source": s, "target": t, "max_abs_diff": diff}
     return None
@@ -160,3 +190,44 @@ def test_counterexample_with_the_memo_equals_the_slow_definition(which):
             found += got is not None
     if which == "mutants":
         assert found >= 50
+
+
+def test_shape_draws_are_the_slow_definitions_draws_from_the_same_stream():
+    for rule in [*EXAMPLES, *_library_sample()[::3]]:
+        for seed in range(12):
+            fast, slow = np.random.default_rng(seed), np.random.default_rng(seed)
+            for k in range(8):
+                if k % 2:
+                    got, want = _perturbed_shapes(rule, fast), _perturbed_shapes_slow(rule, slow)
+                else:
+                    got, want = _renamed_shapes(rule, fast), _renamed_shapes_slow(rule, slow)
+                assert got == want and all(type(d) is int for v in got.values() for d in v), (rule.id, seed, k)
+            assert fast.random() == slow.random()  # the same draws consumed
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")
+def test_close_equals_the_slow_definition_on_special_and_ordinary_values():
+    rng = np.random.default_rng(5)
+    specials = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1e308, -1e308, 1e-320, 1.0])
+    cases = 0
+    for trial in range(3000):
+        shape = tuple(rng.integers(0, 4, size=int(rng.integers(0, 3))))
+        b = rng.standard_normal(shape) * 10.0 ** int(rng.integers(-3, 4))
+        kind = trial % 5
+        if kind == 0:
+            a = b.copy()
+        elif kind == 1:
+            a = b + rng.standard_normal(shape) * 10.0 ** int(rng.integers(-8, 1))
+        elif kind == 2:
+            a = b * (1 + rng.choice([0.0, 1e-4, 1e-3, 2e-3], size=shape))
+        else:
+            a = b + rng.standard_normal(shape)
+            if a.size:
+                for array in (a, b) if kind == 4 else (a,):
+                    array.flat[int(rng.integers(0, array.size))] = rng.choice(specials)
+        for x, y in ((a, b), (b, a), (a.astype(np.float32), b)):
+            for rtol in (1e-3, 0.0, 1e-6, -1e-3):
+                assert close(x, y, rtol) == _close_slow(x, y, rtol), (x, y, rtol)
+                cases += 1
+    assert close(np.zeros(3), np.zeros(4), 1e-3) is False
+    assert cases >= 30000

@@ -151,6 +151,11 @@ def _shape_laws(op: str, params: Mapping[str, Any], ranks: tuple[int, ...]) -> l
     not contain arithmetic, and the law holds for every value anyway. That also makes the
     laws independent of the rule, so they are built once per process.
     """
+    if not any(_holds_z3(v) for v in params.values()):
+        # NOTE: the key below without building anything: nothing to generalize (issue 27)
+        laws = _LAWS.get((op, repr(sorted(params.items())), ranks))
+        if laws is not None:
+            return laws
     xs = [z3.Const(f"x{i}", TENSOR) for i in range(len(ranks))]
     bound: list[z3.ExprRef] = []
 
@@ -176,6 +181,10 @@ def _shape_laws(op: str, params: Mapping[str, Any], ranks: tuple[int, ...]) -> l
         laws.append(z3.ForAll(xs + bound, z3.Implies(premise, conclusion), patterns=[term]))
     _LAWS[key] = laws
     return laws
+
+
+def _holds_z3(value: Any) -> bool:
+    return isinstance(value, z3.ExprRef) or (isinstance(value, tuple) and any(_holds_z3(v) for v in value))
 
 
 def _constant_shape(op: str, params: Mapping[str, Any], term: z3.ExprRef) -> list[z3.BoolRef]:
@@ -225,7 +234,19 @@ def _input_term(name: str) -> z3.ExprRef:
     return z3.Const(f"in:{name}", TENSOR)
 
 
+_INPUT_FACTS: dict[tuple[str, int, int], list[tuple[str, z3.BoolRef]]] = {}
+
+
 def _input_facts(name: str, value: _Value) -> list[tuple[str, z3.BoolRef]]:
+    """The facts of an input, built once per name, term and rank in a process (the same formulas each time)."""
+    key = (name, value.term.get_id(), value.rank)
+    facts = _INPUT_FACTS.get(key)
+    if facts is None:
+        facts = _INPUT_FACTS[key] = _input_facts_of(name, value)
+    return list(facts)
+
+
+def _input_facts_of(name: str, value: _Value) -> list[tuple[str, z3.BoolRef]]:
     dims = [dim_of(value.term, k) for k in range(value.rank)]
     return [(f"input {name} is well typed", app(OK, value.term)), (f"rank of input {name}", app(RANK, value.term) == value.rank),
             *((f"dim {k} of input {name} is positive", d >= 1) for k, d in enumerate(dims))]
@@ -241,8 +262,11 @@ def _symbolic(expr: Any, inputs: Mapping[str, z3.ExprRef], ranks: Mapping[str, i
     return expr
 
 
-def encode_rule(rule: Rule) -> Encoding:
+def encode_rule(rule: Rule, graphs: Mapping[str, Any] | None = None) -> Encoding:
     """The Z3 encoding of a well-formed rule.
+
+    ``graphs`` may hold the sides' graphs at the example shapes (``rule.side_graph(side)``,
+    already built), by side; missing ones are built.
 
     Raises:
         Unsupported: an op without specification, or a use its specification does not cover.
@@ -262,7 +286,7 @@ def encode_rule(rule: Rule) -> Encoding:
         builder.facts.append((f"constraint {c['eq']}", _equal(left, right)))
     values = {}
     for side in ("source", "target"):
-        values[side] = _build_side(rule, side, inputs, builder, terms, ranks)
+        values[side] = _build_side(rule, side, inputs, builder, terms, ranks, (graphs or {}).get(side))
     goals = []
     for s, t in rule.outputs:
         source, target = values["source"][s], values["target"][t]
@@ -274,13 +298,14 @@ def encode_rule(rule: Rule) -> Encoding:
                     tuple(builder.shape_laws.values()), rule)
 
 
-def _build_side(rule: Rule, side: str, inputs: Mapping[str, _Value], builder: _Builder, terms, ranks) -> dict[str, _Value]:
+def _build_side(rule: Rule, side: str, inputs: Mapping[str, _Value], builder: _Builder, terms, ranks, graph=None) -> dict[str, _Value]:
     """Every value of one side, node by node, with shape expressions left symbolic."""
     symbolic: dict[int, dict[str, Any]] = {}
     for p in rule.params:
         if p["side"] == side:
             symbolic.setdefault(int(p["node"]), {})[p["param"]] = _symbolic(p["value"], terms, ranks)
-    graph = rule.side_graph(side)
+    if graph is None:
+        graph = rule.side_graph(side)
     by_name = {node.name: node for node in graph.nodes}
     values = dict(inputs)
     for index, rule_node in enumerate(getattr(rule, side)):

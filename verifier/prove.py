@@ -55,26 +55,51 @@ def _solver(encoding: Encoding, axioms: Sequence[Axiom], explain: bool) -> z3.So
     solver = z3.Solver()
     for key, value in _SOLVER_PARAMS.items():
         solver.set(key, value)
+    add = _adder(solver)
     for axiom in axioms:
         if explain:
             solver.assert_and_track(render_axiom(axiom), z3.Bool(f"axiom {axiom.name}"))
         else:
-            solver.add(render_axiom(axiom))
+            add(render_axiom(axiom))
     for index, (name, instance) in enumerate(encoding.definitions):
         if explain:
             solver.assert_and_track(instance, z3.Bool(f"axiom {name}#{index}"))
         else:
-            solver.add(instance)
+            add(instance)
     for _, fact in encoding.facts:
-        solver.add(fact)
-    solver.add(*encoding.shape_laws)
+        add(fact)
+    for law in encoding.shape_laws:
+        add(law)
     # NOTE: each goal's negation hides behind a literal assumed only while proving it: no push/pop,
     # which would cost a copy of the whole quantifier state per goal.
     for index, (_, _, goal) in enumerate(encoding.goals):
-        solver.add(z3.Implies(_goal_literal(index), z3.Not(goal)))
+        add(z3.Implies(_goal_literal(index), z3.Not(goal)))
     symbols = set(encoding.symbols).union(*(axiom_symbols(a) for a in axioms))
-    solver.add(*closure_laws(frozenset(symbols)))
+    for law in closure_laws(frozenset(symbols)):
+        add(law)
     return solver
+
+
+def _adder(solver: z3.Solver):
+    """``solver.add`` of one formula, the same ``Z3_solver_assert`` call without z3py's per-call coercions (issue 27).
+
+    ``add`` builds a Bool sort and compares each formula's sort with it in Python, about
+    three times the cost of the assertion itself; a formula already a Boolean expression
+    (or a ``ForAll``) of the solver's context goes straight to the C API, anything else
+    through ``add`` as before. The solver receives the same assertions in the same order.
+    """
+    ctx = solver.ctx
+    ref, handle = ctx.ref(), solver.solver
+    exact = z3.BoolRef
+
+    def add(formula) -> None:
+        kind = type(formula)
+        if (kind is exact or (kind is z3.QuantifierRef and formula.is_forall())) and formula.ctx is ctx:
+            z3.Z3_solver_assert(ref, handle, formula.as_ast())
+        else:
+            solver.add(formula)
+
+    return add
 
 
 class _Failed(Exception):
@@ -129,10 +154,11 @@ def prove(encoding: Encoding, axioms: Sequence[Axiom], timeout_s: float, explain
     deadline = start + timeout_s
     solver = _solver(encoding, axioms, explain)
     literals: dict[int, z3.BoolRef] = {}
+    add = _adder(solver)
     if assume:
         for index, (_, formula) in enumerate(encoding.assumptions):
             literals[index] = z3.Bool(f"assume {index}")
-            solver.add(z3.Implies(literals[index], formula))
+            add(z3.Implies(literals[index], formula))
     try:
         core = _prove_goals(solver, encoding, list(literals.values()), deadline)
     except _Failed as e:

@@ -113,7 +113,7 @@ def verify_rule(rule: Rule, settings: Settings = Settings()) -> Rule:
         if found is not None:
             return rule.with_status("refuted", {"reason": "the sides differ on random inputs", "counterexample": found})
     try:
-        encoding = encode_rule(rule)
+        encoding = encode_rule(rule, {side: memo.graph(side, None) for side in ("source", "target")})
         reason = "timeout"
         for axioms, assume in _attempts(encoding.symbols, settings):
             budget = settings.timeout_s - (time.perf_counter() - start)
