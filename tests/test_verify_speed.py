@@ -231,3 +231,114 @@ def test_close_equals_the_slow_definition_on_special_and_ordinary_values():
                 cases += 1
     assert close(np.zeros(3), np.zeros(4), 1e-3) is False
     assert cases >= 30000
+
+
+# ---- the prover's set-up -----------------------------------------------------------------------------------
+
+
+def _solver_slow(encoding, axioms, explain):
+    """``prove._solver`` before issue 27: every formula through ``solver.add``."""
+    import z3
+
+    from taso.specs.z3model import axiom_symbols, closure_laws, render_axiom
+    from taso.verifier.prove import _SOLVER_PARAMS, _goal_literal
+
+    solver = z3.Solver()
+    for key, value in _SOLVER_PARAMS.items():
+        solver.set(key, value)
+    for axiom in axioms:
+        if explain:
+            solver.assert_and_track(render_axiom(axiom), z3.Bool(f"axiom {axiom.name}"))
+        else:
+            solver.add(render_axiom(axiom))
+    for index, (name, instance) in enumerate(encoding.definitions):
+        if explain:
+            solver.assert_and_track(instance, z3.Bool(f"axiom {name}#{index}"))
+        else:
+            solver.add(instance)
+    for _, fact in encoding.facts:
+        solver.add(fact)
+    solver.add(*encoding.shape_laws)
+    for index, (_, _, goal) in enumerate(encoding.goals):
+        solver.add(z3.Implies(_goal_literal(index), z3.Not(goal)))
+    symbols = set(encoding.symbols).union(*(axiom_symbols(a) for a in axioms))
+    solver.add(*closure_laws(frozenset(symbols)))
+    return solver
+
+
+def _encodable(rules):
+    from taso.specs import Unsupported
+    from taso.verifier.encode import encode_rule
+
+    for rule in rules:
+        if not _well_typed(rule):
+            continue
+        try:
+            yield rule, encode_rule(rule)
+        except Unsupported:
+            continue
+
+
+def _ids(formulas) -> list[int]:
+    return [f.get_id() for f in formulas]
+
+
+def test_the_solver_gets_the_slow_definitions_assertions_in_its_order():
+    from taso.verifier import prove
+    from taso.verifier.verify import Settings, _attempts
+
+    compared = 0
+    for rule, encoding in _encodable([*EXAMPLES, *_library_sample()[::2], *_mutant_sample()[::5]]):
+        axioms = _attempts(encoding.symbols, Settings())[0][0]
+        for explain in (False, True):
+            fast, slow = prove._solver(encoding, axioms, explain), _solver_slow(encoding, axioms, explain)
+            assert _ids(fast.assertions()) == _ids(slow.assertions()), rule.id
+            compared += 1
+    assert compared >= 100
+
+
+def test_the_prover_adds_assumptions_as_before():
+    import z3
+
+    from taso.verifier import prove
+    from taso.verifier.verify import Settings, _attempts
+
+    checked = 0
+    for rule, encoding in _encodable(_library_sample()[::3]):
+        if not encoding.assumptions:
+            continue
+        solver = z3.Solver()
+        add = prove._adder(solver)
+        for index, (_, formula) in enumerate(encoding.assumptions):
+            add(z3.Implies(z3.Bool(f"assume {index}"), formula))
+        slow = z3.Solver()
+        for index, (_, formula) in enumerate(encoding.assumptions):
+            slow.add(z3.Implies(z3.Bool(f"assume {index}"), formula))
+        assert _ids(solver.assertions()) == _ids(slow.assertions())
+        checked += 1
+        outcome = prove.prove(encoding, _attempts(encoding.symbols, Settings())[0][0], 10.0, assume=True)
+        assert outcome.proved or outcome.reason
+    assert checked >= 10
+    other = z3.Solver()
+    prove._adder(other)(True)  # not a Z3 formula: through solver.add, as before
+    assert _ids(other.assertions()) == _ids([z3.BoolVal(True)])
+
+
+def test_encodings_from_the_memos_equal_fresh_ones():
+    from taso.verifier import encode
+
+    rules = [rule for rule, _ in _encodable([*EXAMPLES, *_library_sample()])]
+    warm = [encode.encode_rule(rule) for rule in rules]
+    encode._LAWS.clear()
+    encode._INPUT_FACTS.clear()
+    for rule, known in zip(rules, warm):
+        for fresh in (encode.encode_rule(rule, {side: rule.side_graph(side) for side in ("source", "target")}), encode.encode_rule(rule)):
+            assert [label for label, _ in fresh.facts] == [label for label, _ in known.facts]
+            assert _ids(f for _, f in fresh.facts) == _ids(f for _, f in known.facts), rule.id
+            assert _ids(fresh.shape_laws) == _ids(known.shape_laws), rule.id
+            assert [(n, f.get_id()) for n, f in fresh.definitions] == [(n, f.get_id()) for n, f in known.definitions]
+            assert [(s, t, g.get_id()) for s, t, g in fresh.goals] == [(s, t, g.get_id()) for s, t, g in known.goals]
+            assert fresh.symbols == known.symbols
+        encode._LAWS.clear()
+        encode._INPUT_FACTS.clear()
+    assert len(rules) >= 100
