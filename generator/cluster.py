@@ -502,7 +502,7 @@ def verify_rules_on_ray(rules: Sequence, settings, address: str | None = None, n
         address: a Ray cluster to join; None starts a local one.
         num_cpus: CPUs of a local cluster (None: all).
         progress: wraps the stream of finished rules (e.g. a tqdm bar).
-        on_result: called with each verified rule as it finishes (a journal).
+        on_result: called with (position in ``rules``, verified rule) as each finishes (a journal).
     """
     from taso.rules import Rule
 
@@ -524,7 +524,7 @@ def verify_rules_on_ray(rules: Sequence, settings, address: str | None = None, n
 
         for index in wrap(_windowed(ray, submit, len(rules), window, limit, results)):
             if on_result:
-                on_result(verified(index))  # in finishing order: a journal keys its lines by rule id
+                on_result(index, verified(index))  # in finishing order
         return [verified(i) for i in range(len(rules))]
     finally:
         if started:

@@ -89,17 +89,22 @@ def run(args: argparse.Namespace) -> int:
     _refuse_overwriting_input(args.candidates, args.output)
     journal = Journal(f"{args.output}.journal", settings, args.resume)
     todo = [r for r in candidates.rules if r.id not in journal.done]
+
+    def record(index: int, rule) -> None:
+        journal.record(todo[index].id, rule)
+
     start = time.perf_counter()
     if args.ray is not None:
         from taso.generator.cluster import verify_rules_on_ray
 
         fresh = verify_rules_on_ray(todo, settings, args.ray or None, args.jobs if args.jobs > 1 else None,
-                                    progress_bar(len(todo), args.quiet), on_result=journal.record)
+                                    progress_bar(len(todo), args.quiet), on_result=record)
     else:
-        fresh = verify_rules(todo, settings, args.jobs, progress_bar(len(todo), args.quiet), on_result=journal.record)
+        fresh = verify_rules(todo, settings, args.jobs, progress_bar(len(todo), args.quiet), on_result=record)
     seconds = time.perf_counter() - start
-    by_id = {**journal.done, **{r.id: r for r in fresh}}
-    results = [by_id[r.id] for r in candidates.rules]
+    # By candidate id: a proof that adds shape constraints gives the rule a new id.
+    verified = {**journal.done, **{c.id: r for c, r in zip(todo, fresh, strict=True)}}
+    results = [verified[c.id] for c in candidates.rules]
     proved = [r for r in results if r.status == "proved"]
     Library(proved, library_header(candidates, results, settings, args.jobs, seconds)).save(args.output)
     journal.close(remove=True)

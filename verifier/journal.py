@@ -1,7 +1,8 @@
 """A journal of finished verifications, so that a killed ``taso verify`` resumes where it stopped.
 
 Every rule is appended, with its status and proof, as one JSON line the moment its
-verification finishes (flushed, so a kill loses at most the rules in flight). The first
+verification finishes, under the id of the candidate it was (a proof that adds shape
+constraints changes a rule's id) (flushed, so a kill loses at most the rules in flight). The first
 line records the verifier's settings and version: ``--resume`` reuses a journal only when
 they are the ones of the resumed run, and ignores a last line cut short by the kill.
 """
@@ -29,7 +30,7 @@ class Journal:
         resume: reuse the rules the file holds; without it the file is started afresh.
 
     Attributes:
-        done: rule id -> the verified rule, for the rules reused.
+        done: candidate id -> the verified rule, for the rules reused.
     """
 
     def __init__(self, path: str, settings, resume: bool):
@@ -57,14 +58,14 @@ class Journal:
                             f"(--timeout, --no-precheck, --record-axioms); run without --resume")
         for line in lines[1:]:
             try:
-                rule = Rule.from_json(json.loads(line))
+                entry = json.loads(line)
+                self.done[entry["candidate"]] = Rule.from_json(entry["rule"])
             except (ValueError, KeyError, TypeError, TasoError):
                 continue  # the line a kill cut short (the last one)
-            self.done[rule.id] = rule
 
-    def record(self, rule: Rule) -> None:
-        """Appends one finished rule."""
-        self._file.write(json.dumps(rule.to_json()) + "\n")
+    def record(self, candidate_id: str, rule: Rule) -> None:
+        """Appends one finished rule, verified from the candidate ``candidate_id``."""
+        self._file.write(json.dumps({"candidate": candidate_id, "rule": rule.to_json()}) + "\n")
         self._file.flush()
 
     def close(self, remove: bool) -> None:

@@ -160,7 +160,7 @@ def _verify_json(job: tuple[dict, Settings]) -> dict:
 
 
 def verify_rules(rules: Sequence[Rule], settings: Settings = Settings(), jobs: int = 1,
-                 progress: Callable[[Iterable], Iterator] | None = None, on_result: Callable[[Rule], None] | None = None) -> list[Rule]:
+                 progress: Callable[[Iterable], Iterator] | None = None, on_result: Callable[[int, Rule], None] | None = None) -> list[Rule]:
     """Verifies rules in ``jobs`` processes; returns them in input order, each with its status.
 
     Args:
@@ -168,14 +168,15 @@ def verify_rules(rules: Sequence[Rule], settings: Settings = Settings(), jobs: i
         settings: the verification settings.
         jobs: worker processes (1 verifies in this process).
         progress: wraps the stream of results (e.g. ``lambda it: tqdm(it, total=n)``).
-        on_result: called with each verified rule as soon as it is, in input order (a journal).
+        on_result: called with (position in ``rules``, verified rule) as soon as a rule is verified (a journal;
+            a proof that adds shape constraints changes the rule's id, so the position says which candidate it was).
     """
     wrap = progress or (lambda it: it)
-    record = on_result or (lambda rule: None)
+    record = on_result or (lambda index, rule: None)
     if jobs <= 1 or len(rules) <= 1:
         results = []
         for rule in wrap(verify_rule(r, settings) for r in rules):
-            record(rule)
+            record(len(results), rule)
             results.append(rule)
         return results
     payload = [(r.to_json(), settings) for r in rules]
@@ -190,5 +191,5 @@ def verify_rules(rules: Sequence[Rule], settings: Settings = Settings(), jobs: i
     with context.Pool(min(jobs, len(rules))) as pool:
         for data in wrap(pool.imap(_verify_json, payload, chunksize=chunk)):
             results.append(Rule.from_json(data))
-            record(results[-1])
+            record(len(results) - 1, results[-1])
     return results
