@@ -275,18 +275,26 @@ class RepeatedGraphs:
 
 
 class InMemoryGraphs:
-    """Graphs already gathered in memory (the Ray back end's), as one key range of :class:`RepeatedGraphs`."""
+    """Graphs already gathered in memory (the Ray back end's), cut into key ranges like :class:`RepeatedGraphs`.
 
-    ranges = 1
+    Args:
+        keys, rows: the graphs whose key another graph has, packed.
+        packer: how the rows are packed.
+        range_graphs: about how many of these graphs one range holds.
+    """
 
-    def __init__(self, keys: np.ndarray, rows: np.ndarray, packer: Packer):
-        self._keys, self._rows, self._packer = keys, rows, packer
+    def __init__(self, keys: np.ndarray, rows: np.ndarray, packer: Packer, range_graphs: int = RANGE_KEYS // 4):
+        order = np.argsort(keys, kind="stable")
+        self._keys, self._rows, self._packer = keys[order], rows[order], packer
+        self.ranges = max(1, -(-len(keys) // range_graphs))
+        self._cuts = np.concatenate([[0], np.searchsorted(self._keys, key_range_bounds(self.ranges)), [len(keys)]])
 
     def rows(self, r: int) -> tuple[np.ndarray, np.ndarray]:
-        return self._keys, self._rows
+        return self._keys[self._cuts[r] : self._cuts[r + 1]], self._rows[self._cuts[r] : self._cuts[r + 1]]
 
     def graphs(self, r: int) -> list[tuple[int, GraphSpec]]:
-        return list(zip(self._keys.tolist(), self._packer.unpack_many(self._rows)))
+        keys, rows = self.rows(r)
+        return list(zip(keys.tolist(), self._packer.unpack_many(rows)))
 
 
 class Workers:

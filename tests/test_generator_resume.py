@@ -161,3 +161,20 @@ def test_streamed_candidates_equal_pairing_every_graph_then_dropping_common_subg
         expected = [c for c in (canonical[i] for i in first_per_form(c.form for c in canonical)) if not shares_subgraph(c.candidate)]
     assert source.ranges > 3 and len(expected) > 50
     assert [streamed[form] for form in sorted(streamed)] == [(c.candidate.key, c.candidate.a.spec, c.candidate.b.spec) for c in expected]
+
+
+def test_graphs_gathered_in_memory_are_cut_into_key_ranges_like_the_spilled_ones():
+    """The Ray back end's repeated graphs (InMemoryGraphs) stream by key range too, with the same graphs."""
+    from taso.generator.parallel import InMemoryGraphs
+
+    with Workers(SETTINGS) as workers:
+        stored, _ = workers.spill()
+        spilled = RepeatedGraphs(stored, workers.packer, range_keys=1 << 40)
+        keys, rows = spilled.rows(0)
+        gathered = InMemoryGraphs(keys, rows, workers.packer, range_graphs=50)
+        by_range = [gathered.graphs(r) for r in range(gathered.ranges)]
+        everything = spilled.graphs(0)
+    assert gathered.ranges > 5 and sorted(g for part in by_range for g in part) == sorted(everything)
+    tops = [max(k for k, _ in part) for part in by_range if part]
+    bottoms = [min(k for k, _ in part) for part in by_range if part]
+    assert all(top < bottom for top, bottom in zip(tops, bottoms[1:])), "ranges come in key order"
