@@ -69,10 +69,11 @@ class Row:
     runs: dict[str, Run] = field(default_factory=dict)
 
 
-def optimize(path: Path, out: Path, report: Path, engine: str, time_limit: float | None, shape_args: list[str]) -> Run:
+def optimize(path: Path, out: Path, report: Path, engine: str, time_limit: float | None, shape_args: list[str],
+             extra: tuple[str, ...] = ()) -> Run:
     """``taso optimize`` in a child process: its report, seconds and peak memory (from the report's stages)."""
     command = [sys.executable, "-m", "taso", "optimize", str(path), "-o", str(out), "--cost", "ort-cpu", "--search", engine,
-               "--report", str(report), "--quiet", *shape_args] + (["--time-limit", str(time_limit)] if time_limit else [])
+               "--report", str(report), "--quiet", *shape_args, *extra] + (["--time-limit", str(time_limit)] if time_limit else [])
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as err:
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, text=True)
