@@ -165,7 +165,9 @@ def _candidates(graph: Graph, crule: CompiledRule, p: _PatternNode, values: dict
     for position, name in enumerate(p.outputs):
         if name in values:  # a later-matched consumer fixed what p must produce
             producer = graph.producer(values[name])
-            return [producer] if producer is not None and producer.outputs[position] == values[name] else []
+            # a producer of another op may have fewer outputs than p (a sigmoid where p is a split's second part)
+            fits = producer is not None and position < len(producer.outputs) and producer.outputs[position] == values[name]
+            return [producer] if fits else []
     for name in p.inputs:
         if name in values:
             return [user for user, _ in graph.uses(values[name]) if user.op.name == p.op_name]

@@ -160,3 +160,20 @@ def test_dropping_partial_matches_outside_the_proof_keeps_exactly_the_matches_no
             accepted = [(tuple(id(n) for n in m.nodes), tuple(sorted(m.values.items()))) for m in find_matches(graph, crule, structural=True)
                         if decline_reason(graph, crule, m.nodes, m.values) is None]
             assert kept == accepted, crule.label
+
+
+def test_a_pattern_output_past_the_producers_outputs_is_no_match_not_an_error():
+    """Seeded at the relu, the pattern's split must produce the relu's input as its second output; the graph's producer
+    there (a sigmoid) has one output. Found by depth-4 rules (split, then an op on one part) in the search."""
+    from rule_examples import _inp
+
+    from taso.rules import Rule, RuleNode
+
+    split = RuleNode("split", {"axis": 1, "sizes": (2, 2)}, ("x",), ("a", "b"))
+    rule = Rule(inputs=(_inp("x", "act", (2, 4)),), source=(split, RuleNode("relu", {}, ("b",), ("c",))),
+                target=(split, RuleNode("relu", {}, ("b",), ("d",))), outputs=(("c", "d"),), name="split-then-relu")
+    graph = Graph({"x": TensorType((2, 4))}, {}, [_n("sigmoid", ["x"], ["s"]), _n("relu", ["s"], ["out"])], ["out"])
+    relu = graph.index.nodes_of("relu")[0]
+    crule = CompiledRule(rule)
+    seed = next(i for i, p in enumerate(crule.nodes) if p.op_name == "relu")
+    assert list(find_matches(graph, crule, seed=(seed, relu))) == []
