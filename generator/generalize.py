@@ -41,7 +41,7 @@ from taso import ops as registry
 from taso.errors import GraphError, ShapeError, TasoError
 from taso.ir import Params, TensorType
 from taso.ops.base import Op
-from taso.rules import STATUSES, Rule, RuleFormatError, RuleNode, resolve_expr
+from taso.rules import STATUSES, Rule, RuleFormatError, RuleNode
 
 from .pairing import close
 
@@ -423,12 +423,7 @@ def _typed_side(rule: Rule, side: str, shapes: Mapping[str, tuple[int, ...]]) ->
     parameter check, twice per side and rule. The nodes must come in topological order, as a
     rule's do.
     """
-    types = {i.name: i.type if i.name not in shapes else TensorType(tuple(shapes[i.name]), i.type.dtype) for i in rule.inputs}
-    dims = {name: t.shape for name, t in types.items()}
-    overrides: dict[int, dict[str, Any]] = {}
-    for p in rule.params:
-        if p["side"] == side:
-            overrides.setdefault(int(p["node"]), {})[p["param"]] = resolve_expr(p["value"], dims)
+    types, overrides = rule.side_inputs(side, shapes)
     nodes = []
     for index, node in enumerate(getattr(rule, side)):
         given = {**node.params, **overrides[index]} if index in overrides else node.params
@@ -439,6 +434,7 @@ def _typed_side(rule: Rule, side: str, shapes: Mapping[str, tuple[int, ...]]) ->
         except (KeyError, TasoError) as e:
             raise RuleFormatError(f"rule {rule.id}: {side} node {index} ({node.op}): {e}") from None
         if outs is None:
+            dims = {i.name: types[i.name].shape for i in rule.inputs}
             raise RuleFormatError(f"rule {rule.id}: {side} does not type-check at shapes {dims}")
         types.update(zip(node.outputs, outs))
         nodes.append((op, params, node))

@@ -188,6 +188,17 @@ class Rule:
         return replace(self, status=status, proof=proof)
 
     # ---- conversion to graphs -------------------------------------------------------------------
+    def side_inputs(self, side: str, shapes: Mapping[str, Sequence[int]] | None = None) -> tuple[dict[str, TensorType], dict[int, dict[str, Any]]]:
+        """The input types at ``shapes`` (example shapes elsewhere), and the side's shape-dependent parameters
+        resolved against them: node index -> {param: value}."""
+        types = {i.name: (i.type if shapes is None or i.name not in shapes else TensorType(tuple(shapes[i.name]), i.type.dtype)) for i in self.inputs}
+        dims = {k: t.shape for k, t in types.items()}
+        overrides: dict[int, dict[str, Any]] = {}
+        for p in self.params:
+            if p["side"] == side:
+                overrides.setdefault(int(p["node"]), {})[p["param"]] = resolve_expr(p["value"], dims)
+        return types, overrides
+
     def side_graph(self, side: str, shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
         """One side as an IR graph over the inputs (example shapes unless ``shapes`` is given).
 
@@ -198,12 +209,7 @@ class Rule:
         """
         if side not in ("source", "target"):
             raise ValueError("side must be 'source' or 'target'")
-        types = {i.name: (i.type if shapes is None or i.name not in shapes else TensorType(tuple(shapes[i.name]), i.type.dtype)) for i in self.inputs}
-        dims = {k: t.shape for k, t in types.items()}
-        overrides: dict[int, dict[str, Any]] = {}
-        for p in self.params:
-            if p["side"] == side:
-                overrides.setdefault(int(p["node"]), {})[p["param"]] = resolve_expr(p["value"], dims)
+        types, overrides = self.side_inputs(side, shapes)
         nodes = []
         for index, rn in enumerate(getattr(self, side)):
             try:

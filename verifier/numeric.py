@@ -15,7 +15,7 @@ from taso.errors import TasoError
 from taso.ir import Graph, GraphMeta, Node, TensorType
 from taso.ops import get as get_op
 from taso.ops.base import as_array
-from taso.rules import Rule, resolve_expr
+from taso.rules import Rule
 
 __all__ = ["counterexample", "random_shapes", "close", "SideMemo"]
 
@@ -224,13 +224,8 @@ class SideMemo:
 
     def _infer_side(self, side: str, shapes: Mapping[str, tuple[int, ...]]) -> tuple[dict[str, TensorType], list[tuple]] | None:
         rule = self.rule
-        types = {i.name: (i.type if i.name not in shapes else TensorType(tuple(shapes[i.name]), i.type.dtype)) for i in rule.inputs}
-        dims = {k: t.shape for k, t in types.items()}
-        overrides: dict[int, dict[str, Any]] = {}
         try:
-            for p in rule.params:
-                if p["side"] == side:
-                    overrides.setdefault(int(p["node"]), {})[p["param"]] = resolve_expr(p["value"], dims)
+            types, overrides = rule.side_inputs(side, shapes)
         except TasoError:
             return None
         nodes = getattr(rule, side)
