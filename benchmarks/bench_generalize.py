@@ -16,10 +16,7 @@ Run: python benchmarks/bench_generalize.py [--max-ops 3] [--ops OPS] [--every 1]
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import re
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -27,6 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _before import modules_at  # noqa: E402 - a sibling script, not a package
 
 from taso.generator import Settings, emit, generalize, pairing, parse_ops, prune  # noqa: E402
 from taso.generator.enumerate import Enumerator, GraphSpec  # noqa: E402
@@ -41,18 +40,7 @@ CHANGED = ("graphs", "pairing", "prune", "generalize", "emit")  # in import orde
 
 def before_modules() -> dict[str, object]:
     """The changed modules at ``BEFORE``, imported as ``taso.generator._before_<name>``, importing each other."""
-    modules = {}
-    for name in CHANGED:
-        source = subprocess.run(["git", "-C", str(ROOT), "show", f"{BEFORE}:generator/{name}.py"], check=True, capture_output=True,
-                                text=True).stdout
-        source = re.sub(rf"from \.({'|'.join(CHANGED)}) import", r"from ._before_\1 import", source)
-        full = f"taso.generator._before_{name}"
-        module = importlib.util.module_from_spec(importlib.util.spec_from_loader(full, loader=None))
-        module.__package__ = "taso.generator"
-        sys.modules[full] = module
-        exec(compile(source, f"{BEFORE[:7]}:generator/{name}.py", "exec"), module.__dict__)
-        modules[name] = module
-    return modules
+    return modules_at(BEFORE, "generator", "taso.generator", CHANGED)
 
 
 def candidates(settings: Settings, every: int) -> dict[str, list]:

@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from _before import modules_at  # noqa: E402 - a sibling script, not a package
 
 from taso.rules import Library  # noqa: E402
 from taso.verifier import Settings, verify_rules  # noqa: E402
@@ -46,19 +46,7 @@ _MODULES = ("numeric", "encode", "prove", "verify")  # in import order: each imp
 
 def before_verifier():
     """``verifier/verify.py`` at ``BEFORE`` as a module, its relative imports of numeric, encode and prove also read from ``BEFORE``."""
-    modules = {}
-    for name in _MODULES:
-        source = subprocess.run(["git", "-C", str(ROOT), "show", f"{BEFORE}:verifier/{name}.py"], check=True, capture_output=True,
-                                text=True).stdout
-        for other in _MODULES:
-            source = source.replace(f"from .{other} import", f"from ._before_{other} import")
-        qualified = f"taso.verifier._before_{name}"
-        module = importlib.util.module_from_spec(importlib.util.spec_from_loader(qualified, loader=None))
-        module.__package__ = "taso.verifier"
-        sys.modules[qualified] = module
-        exec(compile(source, f"{BEFORE[:7]}:verifier/{name}.py", "exec"), module.__dict__)
-        modules[name] = module
-    return modules["verify"]
+    return modules_at(BEFORE, "verifier", "taso.verifier", _MODULES)["verify"]
 
 
 def _comparable(rule) -> dict:
