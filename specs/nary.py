@@ -12,6 +12,7 @@ For arity n, with parts ``x0 .. x{n-1}`` and sizes ``s0 .. s{n-1}``:
 
 * ``split-concat-n-i``: splitting a concatenation at its seams gives part i back;
 * ``matmul-concat-rows-n``: a product distributes over concatenated rows of its left factor;
+* ``matmul-concat-columns-n``: and over concatenated columns of its right factor;
 * ``add-split-broadcast-n-i`` / ``mul-``: an operand that does not extend along the split
   axis applies to the whole before the split as to part i after it.
 
@@ -67,6 +68,14 @@ def _rows(n: int):
     return sample
 
 
+def _columns(n: int):
+    def sample(rng: np.random.Generator):
+        m, k = shape(rng, 2)
+        return {"z": (m, k), **{f"x{i}": (k, int(rng.integers(1, 4))) for i in range(n)}}
+
+    return sample
+
+
 def _trailing_operand(n: int):
     """A tensor ``x`` split along ``ax`` into sizes ``s_i``, and ``y`` broadcast against its trailing dims (behind the axis)."""
     parts = _concatenable(n, ranks=(2, 3, 4), axis_below_last=True)
@@ -94,6 +103,8 @@ def nary_axioms(n: int) -> tuple[Axiom, ...]:
         *(Axiom(f"split-concat-{n}-{i}", split(joined, axis=ax, sizes=ss)[i], xs[i], whole, when=seams) for i in range(n)),
         Axiom(f"matmul-concat-rows-{n}", matmul(concat(*xs, axis=0), z), concat(*(matmul(p, z) for p in xs), axis=0), _rows(n),
               when=(eq(rank(xs[0]), 2), eq(rank(z), 2))),
+        Axiom(f"matmul-concat-columns-{n}", matmul(z, concat(*xs, axis=1)), concat(*(matmul(z, p) for p in xs), axis=1), _columns(n),
+              when=(eq(rank(z), 2), eq(rank(xs[0]), 2))),
         *(Axiom(f"{name}-split-broadcast-{n}-{i}", op(name)(cut[i], y), split(op(name)(x, y), axis=ax, sizes=ss)[i], _trailing_operand(n),
                 when=(ok(cut[i]), ge(ax, 0), lt(ax, rank(x) - rank(y)))) for name in ("add", "mul") for i in range(n)),
     )

@@ -29,7 +29,7 @@ from .ir import Graph, Node
 from .rewrite import CompiledRule, Match
 from .rules import Library, Rule
 
-__all__ = ["Family", "SharedWeightRows", "FAMILIES", "GroupLibrary", "MIN_GROUP", "MAX_GROUP", "GROUP_LIBRARY", "GroupMatch", "Groups", "find_groups"]
+__all__ = ["Family", "SharedWeightRows", "SharedInputColumns", "FAMILIES", "GroupLibrary", "MIN_GROUP", "MAX_GROUP", "GROUP_LIBRARY", "GroupMatch", "Groups", "find_groups"]
 
 MIN_GROUP = 3  # two sites are the pairwise library's job
 MAX_GROUP = 64  # the largest arity shipped proved; a larger group is merged in chunks of this size
@@ -50,6 +50,7 @@ class Family(ABC):
 
     name: str
     doc: str
+    site_input: str = field(default="x", init=False)  # the per-site input: sites whose inputs are computed by another site are not merged
 
     @abstractmethod
     def rule(self, k: int) -> Rule:
@@ -121,9 +122,52 @@ class SharedWeightRows(Family):
                 yield dict(zip(("w", "b"), key)), sites
 
 
+@dataclass(frozen=True)
+class SharedInputColumns(Family):
+    """k products ``x @ w_i`` -> one product of ``x`` by the columns of all ``w_i``, split back.
+
+    ``[x @ w_0, ..., x @ w_{k-1}]`` = ``split(x @ concat(w_0, ..., w_{k-1}, axis=1), axis=1)`` for 2-D ``x`` and ``w_i``:
+    the gates of a recurrent cell computed from one state by separate weights. With weights for ``w_i`` the
+    concatenation is folded into one initializer at export.
+    """
+
+    site_input: str = field(default="w", init=False)
+
+    @functools.cache
+    def rule(self, k: int) -> Rule:
+        ws = [f"w{i}" for i in range(k)]
+        inputs = [{"name": "x", "class": "act", "shape": [2, 4], "dtype": "float32"}]
+        inputs += [{"name": w, "class": "mat", "shape": [4, 4], "dtype": "float32"} for w in ws]
+        plain = {"activation": "none"}
+        parts = [f"o{i}" for i in range(k)]
+        return Rule.from_json({
+            "name": f"{self.name}-{k}", "inputs": inputs,
+            "source": [{"op": "matmul", "params": plain, "inputs": ["x", w], "outputs": [f"s{i}"]} for i, w in enumerate(ws)],
+            "target": [{"op": "concat", "params": {"axis": 1}, "inputs": ws, "outputs": ["t0"]},
+                       {"op": "matmul", "params": plain, "inputs": ["x", "t0"], "outputs": ["t1"]},
+                       {"op": "split", "params": {"axis": 1, "sizes": [2] * k}, "inputs": ["t1"], "outputs": parts}],
+            "outputs": [[f"s{i}", o] for i, o in enumerate(parts)],
+            "params": [{"side": "target", "node": 2, "param": "sizes", "value": [{"dim": [w, 1]} for w in ws]}],
+            "constraints": [{"eq": [{"dim": ["x", 1]}, {"dim": [w, 0]}]} for w in ws],
+        })
+
+    def groups(self, graph: Graph) -> Iterator[tuple[dict[str, str], list[Site]]]:
+        by_input: dict[str, list[Site]] = {}
+        for node in graph.index.nodes_of("matmul"):
+            if node.params["activation"] != "none" or node.outputs[0] in graph.outputs:
+                continue
+            x, w = node.inputs
+            if graph.type(x).rank == 2 and graph.type(w).rank == 2:
+                by_input.setdefault(x, []).append(Site((node,), {"w": w}))
+        for x, sites in by_input.items():
+            if len(sites) >= MIN_GROUP:
+                yield {"x": x}, sites
+
+
 FAMILIES: tuple[Family, ...] = (
     SharedWeightRows("shared-weight-rows", "k products sharing a weight -> one product over their concatenated rows, split back"),
     SharedWeightRows("shared-weight-rows-bias", "k products sharing a weight and a bias -> one product and bias over their concatenated rows, split back", bias=True),
+    SharedInputColumns("shared-input-columns", "k products sharing an input -> one product by their concatenated weight columns, split back"),
 )
 _BY_NAME = {family.name: family for family in FAMILIES}  # a rule at arity k is named "<family>-<k>"
 
@@ -210,10 +254,11 @@ def find_groups(graph: Graph, library: GroupLibrary, families: Sequence[Family] 
     for family in families:
         for shared, sites in family.groups(graph):
             sites.sort(key=lambda site: index.position(site.nodes[0].outputs[0]))
-            if all(index.depends_on([later.values["x"]], set(earlier.nodes[-1].outputs)) for earlier, later in zip(sites, sites[1:])):
+            read = family.site_input
+            if all(index.depends_on([later.values[read]], set(earlier.nodes[-1].outputs)) for earlier, later in zip(sites, sites[1:])):
                 found.keep_apart(sites)
                 continue
-            kept = index.independent([[s.values["x"]] for s in sites], [s.nodes[-1].outputs for s in sites])
+            kept = index.independent([[s.values[read]] for s in sites], [s.nodes[-1].outputs for s in sites])
             chosen = [sites[i] for i in kept]
             for start in range(0, len(chosen), MAX_GROUP):
                 chunk = chosen[start:start + MAX_GROUP]

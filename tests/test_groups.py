@@ -142,6 +142,30 @@ def test_a_group_merge_is_not_used_when_its_label_is_excluded_or_groups_are_off(
         assert "shared-weight-rows-4" not in report.applied
 
 
+def _gates(k: int, chained: bool = False) -> Graph:
+    """k products x @ w_i of one input by weights of their own (or, when ``chained``, each by the previous product), summed."""
+    rng = np.random.default_rng(1)
+    weights = {f"w{i}": rng.standard_normal((8, 8)).astype(np.float32) for i in range(1 if chained else k)}
+    nodes = [_n("matmul", ["x", f"g{i - 1}" if chained and i else f"w{i}"], [f"g{i}"]) for i in range(k)]
+    nodes += [_n("add", [f"s{i - 1}" if i > 1 else "g0", f"g{i}"], [f"s{i}"]) for i in range(1, k)]
+    return Graph({"x": TensorType((8, 8))}, weights, nodes, [f"s{k - 1}"])
+
+
+def test_products_sharing_an_input_merge_into_one_product_by_the_concatenated_weights():
+    graph = _gates(6)
+    (merge,) = find_groups(graph, GroupLibrary.shipped()).merges
+    assert merge.match.rule.label == "shared-input-columns-6" and len(merge.sites) == 6
+    best, report = search(graph, [], AnalyticCost(), SearchConfig(budget=5))
+    assert report.applied == {"shared-input-columns-6": 1} and best.op_histogram()["matmul"] == 1
+    feeds = {"x": np.random.default_rng(2).standard_normal((8, 8)).astype(np.float32)}
+    assert_close(run_ort(taso.export_onnx(best), feeds), run_ort(taso.export_onnx(graph), feeds))
+
+
+def test_products_whose_weight_is_the_previous_product_are_a_chain_and_never_merged():
+    found = find_groups(_gates(5, chained=True), GroupLibrary.shipped())
+    assert not found.merges and len(found.apart) == 5
+
+
 # ---- on exporters' files ------------------------------------------------------------------------------
 
 
