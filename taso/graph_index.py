@@ -51,6 +51,11 @@ class GraphIndex:
 
     # ---- matching -----------------------------------------------------------------------------
     @cached_property
+    def kinds(self) -> dict[str, tuple[int, str]]:
+        """Each value's (rank, element kind): what the matcher checks every bound rule input against."""
+        return {value: (t.rank, t.element_kind) for value, t in self.graph.types.items()}
+
+    @cached_property
     def _by_op(self) -> dict[str, list[Node]]:
         index: dict[str, list[Node]] = {}
         for node in self._nodes:

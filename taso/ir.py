@@ -71,6 +71,11 @@ class TensorType:
         return len(self.shape)
 
     @property
+    def element_kind(self) -> str:
+        """What a proof's input stands for: "real" for floats of every width (the reals the proofs speak of), else the dtype."""
+        return "real" if self.dtype.startswith(("float", "bfloat")) else self.dtype
+
+    @property
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
 

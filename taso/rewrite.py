@@ -46,7 +46,7 @@ class CompiledRule:
         self.label = rule.name or self.rule_id  # how reports name the rule
         self.variables = frozenset(i.name for i in rule.inputs)
         # The proof assumed each input's rank (and element kind): a match elsewhere is outside it.
-        self.input_kinds = tuple((i.name, i.type.rank, _element_kind(i.type.dtype)) for i in rule.inputs)
+        self.input_kinds = tuple((i.name, i.type.rank, i.type.element_kind) for i in rule.inputs)
         self.kind_of = {name: (rank, kind) for name, rank, kind in self.input_kinds}
         shape_params: dict[int, set[str]] = {}
         for p in rule.params:
@@ -200,11 +200,30 @@ def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | Non
     """
     order = crule.order if seed is None else crule.order_from(seed[0])
     chosen: dict[int, Node] = {}
+    members: dict[int, tuple[int, int]] = {}  # group -> (the member chosen nodes belong to, how many chosen nodes)
+    kinds = graph.index.kinds
+    apart = apart or {}
 
-    def splits_a_group(node: Node) -> bool:
-        where = apart.get(id(node))
-        return where is not None and any((other := apart.get(id(n))) is not None and other[0] == where[0] and other[1] != where[1]
-                                         for n in chosen.values())
+    def splits_a_group(where: tuple[int, int] | None) -> bool:
+        """Whether a node of this group and member would join a chosen node of the same group and another member."""
+        if where is None or where[0] not in members:
+            return False
+        return members[where[0]][0] != where[1]
+
+    def choose(p_index: int, node: Node, where: tuple[int, int] | None) -> None:
+        chosen[p_index] = node
+        if where is not None:
+            member, count = members.get(where[0], (where[1], 0))
+            members[where[0]] = (member, count + 1)
+
+    def unchoose(p_index: int, where: tuple[int, int] | None) -> None:
+        del chosen[p_index]
+        if where is not None:
+            member, count = members[where[0]]
+            if count == 1:
+                del members[where[0]]
+            else:
+                members[where[0]] = (member, count - 1)
 
     def extend(depth: int, values: dict) -> Iterator[Match]:
         if depth == len(order):
@@ -225,31 +244,38 @@ def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | Non
             seen.add(id(node))
             if len(node.outputs) != len(p.outputs) or not params_fit(p, node):
                 continue
-            if apart and splits_a_group(node):
+            where = apart.get(id(node))
+            if splits_a_group(where):
                 continue
             for operands in _operand_orders(p):
                 bound = _bind(values, operands, node.inputs)
-                if bound is None or (not structural and not _kinds_fit(graph, crule, operands, node.inputs)):
+                if bound is None or (not structural and not _kinds_fit(kinds, crule, operands, node.inputs)):
                     continue
                 bound = _bind(bound, p.outputs, node.outputs)
                 if bound is None:
                     continue
-                chosen[p.index] = node
+                choose(p.index, node, where)
                 yield from extend(depth + 1, bound)
-                del chosen[p.index]
+                unchoose(p.index, where)
 
     yield from extend(0, {})
 
 
-def _kinds_fit(graph: Graph, crule: CompiledRule, names: Sequence[str], graph_values: Sequence[str]) -> bool:
+def _kinds_fit(kinds: Mapping[str, tuple[int, str]], crule: CompiledRule, names: Sequence[str], graph_values: Sequence[str]) -> bool:
     """Every rule input among ``names`` binds a value of the rank and element kind its proof assumed: checked as each
-    is bound, so a partial match outside the proof is dropped at once (it would be declined once complete)."""
-    return all(_assumed(graph.type(value), *crule.kind_of[name]) for name, value in zip(names, graph_values) if name in crule.kind_of)
+    is bound, so a partial match outside the proof is dropped at once (it would be declined once complete).
+    ``kinds``: each graph value's (rank, element kind), :attr:`GraphIndex.kinds`."""
+    kind_of = crule.kind_of
+    for name, value in zip(names, graph_values):
+        wanted = kind_of.get(name)
+        if wanted is not None and kinds[value] != wanted:
+            return False
+    return True
 
 
 def _assumed(t: TensorType, rank: int, kind: str) -> bool:
     """Whether a value of type ``t`` is within what a proof assumed of an input: its rank and element kind."""
-    return t.rank == rank and _element_kind(t.dtype) == kind
+    return t.rank == rank and t.element_kind == kind
 
 
 def _bind(values: dict, names: Sequence[str], graph_values: Sequence[str]) -> dict | None:
@@ -263,11 +289,6 @@ def _bind(values: dict, names: Sequence[str], graph_values: Sequence[str]) -> di
         elif current != value:
             return None
     return values if new is None else new
-
-
-def _element_kind(dtype: str) -> str:
-    """Floats of every width stand for the reals the proof speaks of; any other dtype only for itself."""
-    return "real" if dtype.startswith(("float", "bfloat")) else dtype
 
 
 def _outside_proof(graph: Graph, crule: CompiledRule, values: dict) -> str | None:
