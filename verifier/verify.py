@@ -7,6 +7,7 @@ Each rule ends with one status (see :func:`verify_rule`), recorded with
 from __future__ import annotations
 
 import functools
+import gc
 import multiprocessing
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -179,7 +180,7 @@ def verify_rules(rules: Sequence[Rule], settings: Settings = Settings(), jobs: i
             record(len(results), rule)
             results.append(rule)
         return results
-    payload = [(r.to_json(), settings) for r in rules]
+    payload = ((r.to_json(), settings) for r in rules)  # made as the pool takes them: never all at once
     methods = multiprocessing.get_all_start_methods()
     if "fork" in methods:
         for axiom in AXIOMS:  # NOTE: rendered once here, inherited by every forked worker
@@ -188,8 +189,14 @@ def verify_rules(rules: Sequence[Rule], settings: Settings = Settings(), jobs: i
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     chunk = max(1, min(8, len(rules) // (jobs * 8)))
     results = []
-    with context.Pool(min(jobs, len(rules))) as pool:
-        for data in wrap(pool.imap(_verify_json, payload, chunksize=chunk)):
-            results.append(Rule.from_json(data))
-            record(len(results) - 1, results[-1])
+    # NOTE: a forked worker's garbage collector would visit (and so copy) every object it inherited, the
+    # candidates first; frozen, they stay shared pages (a depth-4 run: 113,035 candidates, 2.9 GB in the parent).
+    gc.freeze()
+    try:
+        with context.Pool(min(jobs, len(rules))) as pool:
+            for data in wrap(pool.imap(_verify_json, payload, chunksize=chunk)):
+                results.append(Rule.from_json(data))
+                record(len(results) - 1, results[-1])
+    finally:
+        gc.unfreeze()
     return results
