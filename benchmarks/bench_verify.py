@@ -44,9 +44,9 @@ BEFORE = "df307ca44074cde86f0d068f5ed9d5b95feb9920"  # the verifier before issue
 _MODULES = ("numeric", "encode", "prove", "verify")  # in import order: each imports only earlier ones
 
 
-def before_verifier():
-    """``verifier/verify.py`` at ``BEFORE`` as a module, its relative imports of numeric, encode and prove also read from ``BEFORE``."""
-    return modules_at(BEFORE, "verifier", "taso.verifier", _MODULES)["verify"]
+def before_verifier(commit: str = BEFORE):
+    """``verifier/verify.py`` at ``commit`` as a module, its relative imports of numeric, encode and prove also read from there."""
+    return modules_at(commit, "verifier", "taso.verifier", _MODULES)["verify"]
 
 
 def _comparable(rule) -> dict:
@@ -73,12 +73,12 @@ def _before_sample(args) -> list:
 def compare_before(args) -> None:
     from taso.verifier import verify as now
 
-    before = before_verifier()
+    before = before_verifier(args.commit)
     rules = _before_sample(args)
     sides = {"before": (before.verify_rule, before.Settings(args.timeout)), "now": (now.verify_rule, now.Settings(args.timeout))}
     print(f"{len(rules)} {'mutants of ' if args.mutants else ''}rules ({'the first' if args.head else 'sampled'} from "
           f"{args.candidates or 'the shipped library'}), "
-          f"before = {BEFORE[:7]}, {args.rounds} rounds")
+          f"before = {args.commit[:7]}, {args.rounds} rounds")
 
     def run(which: str) -> tuple[float, list[dict]]:
         verify_rule, settings = sides[which]
@@ -120,6 +120,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="copies of the examples (default 5)")
     parser.add_argument("--timeout", type=float, default=10.0)
     parser.add_argument("--before", action="store_true", help=f"compare the verifier now with the one at {BEFORE[:7]} (issue 27)")
+    parser.add_argument("--commit", default=BEFORE, help=f"with --before: the earlier verifier's commit (default {BEFORE[:7]})")
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds of each side with --before (default 3)")
     parser.add_argument("--mutants", action="store_true", help="with --before: single mutations of the sampled rules instead "
                         "(wrong or ill-typed rules mostly: refutations compared too), at most --sample of them")

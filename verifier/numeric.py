@@ -281,7 +281,7 @@ def random_shapes(rule: Rule, rng: np.random.Generator, count: int, tries: int =
     """
     memo = _memo_for(rule, memo)
     found: list[dict[str, tuple[int, ...]]] = []
-    for attempt in range(tries):
+    for attempt in range(tries if count > 0 else 0):
         shapes = (_perturbed_shapes if independent and attempt % 2 else _renamed_shapes)(rule, rng)
         if shapes not in found and memo.fits(rule, shapes):
             found.append(shapes)
