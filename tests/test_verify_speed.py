@@ -342,3 +342,62 @@ def test_encodings_from_the_memos_equal_fresh_ones():
         encode._LAWS.clear()
         encode._INPUT_FACTS.clear()
     assert len(rules) >= 100
+
+
+# ---- one solver per axiom set, and the shape search after Z3 (second round) -----------------------------------
+
+
+def test_rules_share_a_solver_per_axiom_set_and_leave_it_as_they_found_it():
+    from taso.verifier import prove
+    from taso.verifier.verify import Settings, _attempts
+
+    pairs = list(_encodable(EXAMPLES))[:6]
+    for rule, encoding in pairs:
+        axioms = _attempts(encoding.symbols, Settings())[0][0]
+        solver = prove._shared_solver(axioms, False)
+        before = _ids(solver.assertions())
+        outcome = prove.prove(encoding, axioms, 10.0)
+        assert outcome.proved, (rule.id, outcome.reason)
+        assert prove._shared_solver(axioms, False) is solver, "the same axioms get the same solver"
+        assert solver.num_scopes() == 0 and _ids(solver.assertions()) == before, "the rule's scope is popped"
+
+
+def test_a_rule_the_shared_solver_does_not_prove_is_tried_again_from_a_fresh_solver(monkeypatch):
+    from taso.verifier import prove
+    from taso.verifier.verify import Settings, _attempts
+
+    rule, encoding = next(_encodable(EXAMPLES))
+    axioms = _attempts(encoding.symbols, Settings())[0][0]
+    shared = prove._shared_solver(axioms, False)
+    attempts = []
+    real = prove._attempt
+
+    def first_fails(solver, *args):
+        attempts.append(solver is shared)
+        return prove.Outcome(False, "output s = t not proved: (incomplete quantifiers)", 0.0) if len(attempts) == 1 else real(solver, *args)
+
+    monkeypatch.setattr(prove, "_attempt", first_fails)
+    assert prove.prove(encoding, axioms, 10.0).proved
+    assert attempts == [True, False], "the shared solver first, then a fresh one"
+    attempts.clear()
+    monkeypatch.setattr(prove, "_attempt", lambda solver, *args: attempts.append(solver) or prove.Outcome(False, "output s = t not proved: timeout", 0.0))
+    assert not prove.prove(encoding, axioms, 10.0).proved and len(attempts) == 1, "no second attempt once the time is up"
+
+
+def test_a_wrong_rule_is_refuted_with_the_counterexample_the_full_precheck_finds():
+    from taso.verifier.verify import Settings, verify_rule
+
+    refuted = 0
+    for mutant in _mutant_sample():
+        verified = verify_rule(mutant, Settings(timeout_s=2.0))
+        if verified.status == "refuted" and "counterexample" in verified.proof:
+            found = verified.proof["counterexample"]
+            at_examples = counterexample(mutant, trials=1, shapes=0)
+            assert found == (at_examples or counterexample(mutant, trials=3)), mutant.id
+            refuted += 1
+    assert refuted >= 20
+
+
+def test_random_shapes_for_no_shapes_draws_none():
+    rule = EXAMPLES[0]
+    assert numeric.random_shapes(rule, np.random.default_rng(0), 0) == []
