@@ -12,9 +12,9 @@ verifier with the n-way laws of :mod:`taso.specs.nary` and shipped, with its pro
 ``taso/data/groups.jsonl.gz`` (``python -m taso.verifier.build_groups``). The optimizer
 uses an arity only when the rule it builds for it has the id of a proved rule in that file.
 
-Matching is linear: sites are grouped by what they share (the weight, and the bias), so a
-64-step cell's group is found in one pass over its products, never by the backtracking
-matcher that a 64-node pattern would send into a combinatorial search.
+Matching is linear: sites are grouped by what they share (the weight and the bias, or the
+input), so a 64-step cell's group is found in one pass over its products, never by the
+backtracking matcher that a 64-node pattern would send into a combinatorial search.
 """
 
 from __future__ import annotations
