@@ -86,8 +86,9 @@ def _shared_solver(axioms: Sequence[Axiom], explain: bool) -> z3.Solver:
     return solver
 
 
-def _solver(encoding: Encoding, axioms: Sequence[Axiom], explain: bool, solver: z3.Solver | None = None) -> z3.Solver:
-    solver = solver or _axiom_solver(axioms, explain)
+def _solver(encoding: Encoding, axioms: Sequence[Axiom], explain: bool) -> z3.Solver:
+    """A fresh solver holding the axioms and the rule (what the vacuity check inspects)."""
+    solver = _axiom_solver(axioms, explain)
     _add_rule(solver, encoding, axioms, explain)
     return solver
 
