@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from .ir import Graph, Node
-from .rewrite import CompiledRule, Match
+from .rewrite import CompiledRule, Match, decline_reason
 from .rules import Library, Rule
 
 __all__ = ["Family", "SharedWeightRows", "SharedInputColumns", "FAMILIES", "GroupLibrary", "MIN_GROUP", "MAX_GROUP", "GROUP_LIBRARY", "GroupMatch", "Groups", "find_groups"]
@@ -270,7 +270,8 @@ def find_groups(graph: Graph, library: GroupLibrary, families: Sequence[Family] 
                     nodes.extend(site.nodes)
                     values.update({f"{name}{i}": value for name, value in site.values.items()})
                     values[f"s{i}"] = site.nodes[-1].outputs[0]
-                found.merges.append(GroupMatch(Match(crule, tuple(nodes), values), tuple(chunk)))
+                if decline_reason(graph, crule, tuple(nodes), values) is None:  # the check every pairwise match passes
+                    found.merges.append(GroupMatch(Match(crule, tuple(nodes), values), tuple(chunk)))
                 found.keep_apart(chunk)
     return found
 

@@ -161,6 +161,14 @@ def test_products_sharing_an_input_merge_into_one_product_by_the_concatenated_we
     assert_close(run_ort(taso.export_onnx(best), feeds), run_ort(taso.export_onnx(graph), feeds))
 
 
+def test_a_group_outside_its_proofs_element_kind_is_not_merged():
+    graph = _gates(4)
+    ints = Graph({"x": TensorType((8, 8), "int32")}, {k: v.astype(np.int32) for k, v in graph.weights.items()},
+                 list(graph.nodes), list(graph.outputs))
+    assert find_groups(graph, GroupLibrary.shipped()).merges, "the float graph is merged"
+    assert not find_groups(ints, GroupLibrary.shipped()).merges, "the proofs speak of reals: int32 products stay apart"
+
+
 def test_products_whose_weight_is_the_previous_product_are_a_chain_and_never_merged():
     found = find_groups(_gates(5, chained=True), GroupLibrary.shipped())
     assert not found.merges and len(found.apart) == 5
