@@ -41,6 +41,9 @@ class BenchRow:
     speedup_vs_ortall: float
     speedup_vs_noopt: float
     rules_applied: dict
+    kept: str = "optimized"  # what taso wrote: "optimized", "re-export" or "input"
+    guard_speedup: float | None = None  # the search's graph measured end to end by the guard (GPU runs)
+    max_abs_error: float = 0.0  # the kept graph's outputs against the original's on the device (GPU runs)
 
 
 def _load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto, str | None]:
@@ -86,39 +89,11 @@ def _optimize(model: onnx.ModelProto, path: str | None, cost: str, threads: int,
     return source, optimize_model(source, load_rules(args.library), cost, SearchConfig(args.alpha, args.budget, args.time_limit), threads)
 
 
-def bench_model_gpu(name: str, model: onnx.ModelProto, args) -> BenchRow:
-    """Original vs optimized on the CuPy executor (CUDA events, interleaved), cross-checked on ONNX Runtime's CUDA provider."""
-    from .gpu import DeviceGraph, require_cupy, time_cuda
-    from .optimize import model_bytes
-    from .timing import interleaved_medians, interleaved_times
-    from .validate import random_inputs
-
-    cp = require_cupy()
-    source, outcome = _optimize(model, None, args.cost if not args.cost.startswith("ort-cpu") else "cupy", 1, args)
-    graph, best, report = source.graph, outcome.graph, outcome.report
-    optimized = model if outcome.model is None else onnx.load_from_string(model_bytes(outcome.model))
-    host_feeds = random_inputs(graph)
-    feeds = {k: cp.asarray(v) for k, v in host_feeds.items()}
-    runners = {"cupy_original": DeviceGraph(graph, cp), "cupy_taso": DeviceGraph(best, cp)}
-    seconds = interleaved_medians([lambda r=runner: time_cuda(cp, lambda: r(feeds), repeat=10) for runner in runners.values()], args.rounds)
-    ms = {k: s * 1e3 for k, s in zip(runners, seconds)}
-    if "CUDAExecutionProvider" in ort.get_available_providers():  # an independent GPU runtime
-        cross = interleaved_times([model.SerializeToString(), optimized.SerializeToString()], host_feeds, rounds=args.rounds,
-                                  labels=("the original model", "the taso-optimized model"), providers=("CUDAExecutionProvider",))
-        ms.update({key: s * 1e3 for key, s in zip(("ort_cuda_original", "ort_cuda_taso"), cross)})
-    return BenchRow(name, "cupy", 1, len(graph), len(best), round(report.seconds, 2), round(report.predicted_speedup, 3), ms,
-                    ms["cupy_original"] / ms["cupy_taso"], ms.get("ort_cuda_original", float("nan")) / ms.get("ort_cuda_taso", float("nan")),
-                    dict(report.applied))
-
-
 def _markdown(rows: list[BenchRow], hardware: str) -> str:
     if rows and rows[0].runtime == "cupy":
-        lines = [f"Hardware: {hardware}", "", "| model | CuPy original (ms) | CuPy taso (ms) | speedup | ORT-CUDA speedup (cross-check) | nodes | search (s) |",
-                 "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r.model} | {r.ms['cupy_original']:.3f} | {r.ms['cupy_taso']:.3f} | {r.speedup_vs_ortall:.2f}x | "
-                  f"{'n/a (no CUDA provider)' if r.speedup_vs_noopt != r.speedup_vs_noopt else f'{r.speedup_vs_noopt:.2f}x'} | {r.nodes_before} -> {r.nodes_after} | {r.search_seconds:.1f} |" for r in rows]
-        lines.append(f"\nGeometric mean speedup on the CuPy executor: {statistics.geometric_mean([r.speedup_vs_ortall for r in rows]):.3f}x over {len(rows)} models")
-        return "\n".join(lines) + "\n"
+        from .bench_gpu import gpu_markdown
+
+        return gpu_markdown(rows, hardware)
     lines = [f"Hardware: {hardware}", "",
              "| model | threads | ORT no-opt (ms) | ORT all (ms) | taso + ORT all (ms) | speedup vs ORT all | nodes | search (s) |",
              "|---|---|---|---|---|---|---|---|"]
@@ -140,14 +115,9 @@ def _chart(rows: list[BenchRow], hardware: str, path: str) -> None:
     import matplotlib.pyplot as plt
 
     if rows and rows[0].runtime == "cupy":
-        fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(rows)), 4))
-        ax.bar([r.model for r in rows], [r.speedup_vs_ortall for r in rows], label="taso on the CuPy executor")
-        ax.axhline(1.0, color="black", linewidth=0.6)
-        ax.set_ylabel("speedup over the original graph")
-        ax.set_title(f"taso on {hardware}", fontsize=9)
-        fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+        from .bench_gpu import gpu_chart
+
+        gpu_chart(rows, hardware, path)
         return
 
     labels = [f"{r.model}\n{r.threads}t" for r in rows]
@@ -208,7 +178,9 @@ def run(args: argparse.Namespace) -> int:
     for name in args.models:
         label, model, path = _load_model(name, args.batch)
         if args.runtime == "cupy":
-            row = bench_model_gpu(label, model, args)
+            from .bench_gpu import bench_model_gpu
+
+            row = bench_model_gpu(label, model, args, path)
             rows.append(row)
             print(f"{label:<16} CuPy {row.ms['cupy_original']:.3f} ms -> {row.ms['cupy_taso']:.3f} ms  {row.speedup_vs_ortall:.2f}x", file=sys.stderr)
             continue

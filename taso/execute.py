@@ -80,7 +80,7 @@ def run_values(graph: Graph, inputs: Mapping[str, np.ndarray], keep: set[str] | 
                 raise TasoError(f"{node.op.name} node {node.name!r} produced shape {tuple(value.shape)}, its type says {t}")
             value = value if value.dtype.name == t.dtype else value.astype(t.dtype)
             env[name] = device.asarray(value) if on_host else value
-        for v in node.inputs:
+        for v in dict.fromkeys(node.inputs):  # a node may read one value twice (add(p, p)): free it once
             if last_use.get(v) == i and v not in keep and v not in graph.weights and v not in graph.inputs:
                 del env[v]
     return {k: env[k] for k in keep}

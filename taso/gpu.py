@@ -7,6 +7,7 @@ the CuPy wheel matching the CUDA major version: cupy-cuda12x or cupy-cuda13x).
 
 from __future__ import annotations
 
+import gc
 import statistics
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -17,7 +18,7 @@ from .errors import TasoError
 from .execute import run_values, to_host
 from .ir import Graph
 
-__all__ = ["cupy_or_none", "require_cupy", "gpu_fingerprint", "time_cuda", "DeviceGraph"]
+__all__ = ["cupy_or_none", "require_cupy", "gpu_fingerprint", "time_cuda", "DeviceGraph", "EndToEndTimer"]
 
 
 def cupy_or_none() -> ModuleType | None:
@@ -46,18 +47,28 @@ def gpu_fingerprint(cp: ModuleType) -> str:
 
 
 def time_cuda(cp: ModuleType, fn: Callable[[], object], warmup: int = 3, repeat: int = 20) -> float:
-    """Median seconds of ``fn`` measured with CUDA events (device time, launch gaps included)."""
+    """Median seconds of ``fn`` measured with CUDA events (device time, launch gaps included).
+
+    The garbage collector is paused while timing, as ``timeit`` does: the executor dispatches from Python, and a
+    collection landing in one variant's runs would be charged to it.
+    """
     for _ in range(warmup):
         fn()
     cp.cuda.Device().synchronize()
     times = []
-    for _ in range(repeat):
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(repeat):
+            start, end = cp.cuda.Event(), cp.cuda.Event()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(cp.cuda.get_elapsed_time(start, end) / 1e3)
+    finally:
+        if collecting:
+            gc.enable()
     return statistics.median(times)
 
 
@@ -76,3 +87,25 @@ class DeviceGraph:
         values = self({k: self.cp.asarray(v) for k, v in inputs.items()})
         names = self.graph.meta.output_names or self.graph.outputs
         return {n: to_host(values[v]) for n, v in zip(names, self.graph.outputs)}
+
+
+class EndToEndTimer:
+    """Two graphs resident on the device, timed side by side with CUDA events in interleaved rounds (clock and thermal
+    drift hit both alike). The executor dispatches each op from Python, so a run's time is mostly host time: the
+    collector is kept out of the timed runs, and each series is a fresh verdict."""
+
+    def __init__(self, original: Graph, optimized: Graph):
+        from .validate import random_inputs
+
+        self.cp = require_cupy()
+        self.feeds = {k: self.cp.asarray(v) for k, v in random_inputs(original).items()}
+        self.runners = [DeviceGraph(g, self.cp) for g in (original, optimized)]
+
+    def speedup(self, rounds: int = 7) -> float:
+        """One series: the original's median over the optimized graph's."""
+        from .timing import interleaved_medians
+
+        cp, feeds = self.cp, self.feeds
+        before, after = interleaved_medians([lambda r=r: time_cuda(cp, lambda: r(feeds), repeat=10) for r in self.runners], rounds)
+        return before / after
+

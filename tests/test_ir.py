@@ -72,6 +72,13 @@ def test_use_def_chains_follow_the_nodes():
     assert g.uses("y") == []
 
 
+def test_the_executor_runs_a_node_that_reads_one_value_twice():
+    """add(r, r) after a search merged two equal branches: the executor frees r once (a real GPU run crashed on NASNet-A)."""
+    g = Graph({"x": TensorType((2, 3))}, {}, [_node("relu", ["x"], ["r"]), _node("add", ["r", "r"], ["y"])], ["y"])
+    x = np.array([[-1, 2, 3], [4, -5, 6]], np.float32)
+    np.testing.assert_array_equal(g.run({"x": x})["y"], 2 * np.maximum(x, 0))
+
+
 def test_pruned_drops_dead_nodes_and_weights():
     g = _mlp()
     dead = g.replace(add=[_node("relu", ["x"], ["unused"])], new_weights={"junk": np.zeros(3, np.float32)})

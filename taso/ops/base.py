@@ -208,6 +208,12 @@ def is_device_array(value) -> bool:
     return hasattr(value, "__cuda_array_interface__")
 
 
+def contiguous(array):
+    """A C-ordered array on the array's own device: ``np.ascontiguousarray`` would copy a device array to the host
+    (CuPy refuses that implicit conversion)."""
+    return array_module(array).ascontiguousarray(array)
+
+
 def as_array(value):
     """An array from an op's result: device arrays as they are, anything else through np.asarray."""
     return value if is_device_array(value) else np.asarray(value)

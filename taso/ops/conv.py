@@ -6,7 +6,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ..ir import TensorType
-from .base import FINGERPRINT_PRIME, OnnxMapping, Param, array_module, define, modular_inverse, require
+from .base import FINGERPRINT_PRIME, OnnxMapping, Param, array_module, contiguous, define, modular_inverse, require
 from .elementwise import ACTIVATION_PARAM, apply_activation, emit_with_activation, exact_with_activation
 
 
@@ -99,7 +99,7 @@ def _conv2d(xs, p):
     y = y.reshape(g, n, oh, ow, m // g).transpose(1, 0, 4, 2, 3).reshape(n, m, oh, ow)
     if len(xs) == 3:
         y = y + xs[2].reshape(1, m, 1, 1)
-    return np.ascontiguousarray(apply_activation(p["activation"], y.astype(x.dtype, copy=False)))
+    return contiguous(apply_activation(p["activation"], y.astype(x.dtype, copy=False)))
 
 
 def _import_conv(ctx) -> bool:
@@ -194,7 +194,7 @@ def _max_pool(xs, p):
     x = xs[0]
     fill = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
     win = _windows(x, p["kernel"], p["strides"], p["pads"], p["dilations"], fill, _ceil_extra(x.shape, p))
-    return np.ascontiguousarray(win.max(axis=(4, 5)))
+    return contiguous(win.max(axis=(4, 5)))
 
 
 def _avg_pool(xs, p):

@@ -23,7 +23,7 @@ def _bn_gain(scale, var, epsilon: float):
     |var| agrees wherever ONNX is defined (a variance is never negative) and makes the op
     total, so rules about it can be checked on unconstrained random tensors.
     """
-    return np.asarray(scale, np.float64) / np.sqrt(np.abs(np.asarray(var, np.float64)) + epsilon)
+    return scale.astype(np.float64) / np.sqrt(np.abs(var.astype(np.float64)) + epsilon)
 
 
 def _channel_view(vector, rank: int, axis: int):

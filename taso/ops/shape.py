@@ -11,7 +11,7 @@ import numpy as np
 
 from ..dims import Dim, UndecidableDim, broadcast_dims, floordiv, is_static_shape, prod
 from ..ir import TensorType
-from .base import OnnxMapping, Param, as_dims, define, define_importer, normalize_axis, require
+from .base import OnnxMapping, Param, as_dims, contiguous, define, define_importer, normalize_axis, require
 
 
 def _int64(values) -> np.ndarray:
@@ -180,7 +180,7 @@ def _split_shape(types, p) -> list[TensorType]:
 def _split(xs, p):
     x = xs[0]
     bounds = np.cumsum(p["sizes"])[:-1]
-    return [np.ascontiguousarray(part) for part in np.split(x, bounds, axis=p["axis"])]
+    return [contiguous(part) for part in np.split(x, bounds, axis=p["axis"])]
 
 
 def _import_split(ctx) -> bool:
@@ -259,7 +259,7 @@ def _slice(xs, p):
     index = [slice(None)] * xs[0].ndim
     for axis, start, end, step in zip(p["axes"], p["starts"], p["ends"], p["steps"]):
         index[axis] = slice(start, end, step)
-    return np.ascontiguousarray(xs[0][tuple(index)])
+    return contiguous(xs[0][tuple(index)])
 
 
 # Bounds this large mean "to the end" (exporters write INT64_MAX or INT32_MAX): no dim is this large.
