@@ -175,6 +175,27 @@ def test_a_table_that_went_stale_is_remeasured_when_used_not_trusted(tmp_path, f
     model.close()
 
 
+def test_a_stale_table_is_not_remeasured_past_the_search_deadline(tmp_path, fake):
+    """Re-measuring an untrusted entry obeys the time limit as measuring a missing one does: past it, the cached value
+    stands (a stale table once made eqsat's 1 s extraction re-measure for 22 s)."""
+    import time
+
+    graph = _model((64, 32, 48, 16, 8, 4))
+    keys = _keys(graph)
+    path = _seeded(tmp_path, graph, [10e-6] * len(keys))
+    stale = CostCache(path)
+    assert stale.mark_stale(fingerprint(1)) == len(keys)
+    stale.save()
+    measurements = fake({k: 40e-6 for k in keys})
+    late = OrtCpuCost(cache=CostCache(path, spot_check=NEVER_DRAWN))
+    late.deadline = time.perf_counter() - 1.0  # the search's time is up
+    assert late.graph_cost(graph) == pytest.approx(10e-6 * len(keys)) and measurements.calls == []
+    in_time = OrtCpuCost(cache=CostCache(path, spot_check=NEVER_DRAWN))
+    assert in_time.graph_cost(graph) == pytest.approx(40e-6 * len(keys)) and len(measurements.calls) == len(keys)
+    late.close()
+    in_time.close()
+
+
 def test_an_old_format_cache_still_loads_and_its_entries_are_checked_first(tmp_path, fake):
     graph = _model((64, 32, 48, 16))
     keys = _keys(graph)
