@@ -6,9 +6,8 @@ e-nodes read it: a shared subgraph is paid for once, which is what running the g
 
 * x_n in {0, 1} per e-node; each output's class has a chosen e-node;
 * a chosen e-node's every child class has a chosen e-node;
-* no cycle (a rule like ``x = split(concat(x, y))[0]`` puts cycles in the e-graph): a choice
-  that closes one gets a row forbidding that cycle's e-nodes together, and the program is
-  solved again (lazy cycle cuts; at most as many solves as cycles met).
+* an order t_c per class with t_c >= t_d + 1 whenever a chosen e-node of c reads d, so the
+  choice has no cycle (a rule like ``x = split(concat(x, y))[0]`` puts cycles in the e-graph).
 
 Costs come from the same cost model as the backtracking search: one node at a time, zero
 for a node computed from weights alone (folded at export). When the solver finds no
@@ -87,7 +86,7 @@ class Extraction:
 
     graph: Graph
     cost: float  # the sum of the chosen e-nodes' costs
-    method: str  # "ilp", "ilp, N cycles cut", either with " (time limit)", or "greedy"
+    method: str  # "ilp", "ilp (time limit)" or "greedy"
     seconds: float
     enodes: int  # e-nodes the choice was made among
     rewrites: list[str]  # the rule of each rewrite whose target the graph holds (a rule once per place it applied)
@@ -215,44 +214,24 @@ def _ilp(choice: _Choice, enodes: list[ENode], costs: list[float], roots: list[i
          seconds: float) -> tuple[dict[int, int] | None, str]:
     """The exact choice by HiGHS (class -> e-node index), or None when it found none in ``seconds``.
 
-    Cycles are cut lazily (Tensat filters them; here the solver does): the program is solved
-    without any acyclicity rows, and when its choice closes a cycle, a row forbidding that
-    cycle's e-nodes together is added and it is solved again. Each solve stays a covering program,
-    fast and tight; big-M order rows on every edge of the class graph's cyclic components made the
-    relaxation weak (Inception-v3's program ran out of time with them). The greedy choice is the
-    starting solution of each solve, so the solver always holds one.
+    Order variables are made only for the classes on a cycle of the class graph (its strongly
+    connected components; saturation's cycle filter leaves few or none): elsewhere no choice
+    can close a cycle, and big-M rows on every edge made the relaxation weak. The greedy choice
+    is the starting solution, so the solver always holds one.
     """
     program = _Program(enodes, costs, roots)
-    deadline = time.perf_counter() + seconds
-    cuts = 0
-    while True:
-        program.highs.setOptionValue("time_limit", max(deadline - time.perf_counter(), 0.05))
-        program.start_from(start, roots)
-        chosen, exact = program.solve()
-        label = f"ilp, {cuts} cycle{'s' if cuts != 1 else ''} cut" if cuts else "ilp"
-        if chosen is None:
-            return None, f"{label} (time limit)"
-        cycle = _cycle(enodes, chosen, roots)
-        if not cycle:
-            return chosen, (label if exact else f"{label} (time limit)")
-        if time.perf_counter() >= deadline:
-            return None, f"{label} (time limit)"
-        program.forbid([chosen[c] for c in cycle])
-        cuts += 1
-
-
-def _cycle(enodes: list[ENode], chosen: dict[int, int], roots: list[int]) -> list[int]:
-    """The classes of a cycle the choice closes, in order, or an empty list."""
-    try:
-        _post_order(roots, lambda c: enodes[chosen[c]].children if c in chosen else ())
-    except _Cycle as e:
-        return e.cycle
-    return []
+    cyclic = _cyclic_classes(enodes, program.usable)
+    program.order(set(cyclic))
+    program.highs.setOptionValue("time_limit", float(seconds))
+    program.start_from(start, roots)
+    chosen, exact = program.solve()
+    ordered = " with order constraints" if cyclic else ""
+    return chosen, (f"ilp{ordered}" if exact else f"ilp{ordered} (time limit)")
 
 
 class _Program:
-    """The extraction integer program: x_n per usable e-node, the roots chosen, a chosen e-node's children covered, and
-    the cycles :meth:`forbid` is given cut."""
+    """The extraction integer program: x_n per usable e-node, the roots chosen, a chosen e-node's children covered; order
+    variables and constraints for the classes :meth:`order` is given."""
 
     def __init__(self, enodes: list[ENode], costs: list[float], roots: list[int]):
         import highspy
@@ -270,6 +249,8 @@ class _Program:
         for i in self.usable:
             for d in dict.fromkeys(enodes[i].children):
                 rows.add([(self.x[m], 1.0) for m in self.by_class.get(d, [])] + [(self.x[i], -1.0)], 0.0, inf)
+        self.position: dict[int, int] = {}  # ordered class -> its order variable's column
+        self.big = len({n.cls for n in enodes}) + 1  # more than any class's height
         self.highs = _quiet_highs()
         self.highs.setOptionValue("output_flag", False)
         self.highs.setOptionValue("threads", 1)
@@ -280,7 +261,7 @@ class _Program:
         """A choice (class -> e-node) as the solver's starting solution, when it is acyclic."""
         import highspy
 
-        warm = _warm_start(self.enodes, pick, roots, self.x, self.highs.getNumCol())
+        warm = _warm_start(self.enodes, pick, roots, self.x, self.position, self.highs.getNumCol())
         if warm is not None:
             solution = highspy.HighsSolution()
             solution.col_value = warm
@@ -302,12 +283,25 @@ class _Program:
                 chosen[c] = picked[0]
         return chosen, self.highs.getModelStatus() == highspy.HighsModelStatus.kOptimal
 
-    def forbid(self, members: list[int]) -> None:
-        """A row that these e-nodes (a cycle) are never all chosen: the sum of their x at most len - 1."""
+    def order(self, classes: set[int]) -> None:
+        """Order variables for these classes, and the order constraints (t_c >= t_d + 1 where a chosen e-node of c
+        reads d) of every e-node between two ordered classes."""
         import highspy
 
-        cols = np.array([self.x[i] for i in members], dtype=np.int32)
-        self.highs.addRow(-highspy.kHighsInf, float(len(members) - 1), len(cols), cols, np.ones(len(cols)))
+        new = sorted(classes - self.position.keys())
+        for c in new:
+            self.position[c] = self.highs.getNumCol()
+            self.highs.addCol(0.0, 0.0, float(self.big - 1), 0, np.array([], dtype=np.int32), np.array([]))
+        fresh = set(new)
+        for i in self.usable:
+            n = self.enodes[i]
+            if n.cls not in self.position:
+                continue
+            for d in dict.fromkeys(n.children):
+                if d in self.position and (n.cls in fresh or d in fresh):
+                    # t_c - t_d - big * x_n >= 1 - big: the order holds where n is chosen
+                    cols = np.array([self.position[n.cls], self.position[d], self.x[i]], dtype=np.int32)
+                    self.highs.addRow(1.0 - self.big, highspy.kHighsInf, 3, cols, np.array([1.0, -1.0, -float(self.big)]))
 
 
 def _lp(costs: list[float], upper: list[float], rows: _Rows, integrality):
@@ -359,28 +353,20 @@ def _cyclic_classes(enodes: list[ENode], usable: list[int]) -> dict[int, int]:
     return found
 
 
-class _Cycle(ValueError):
-    def __init__(self, cycle: list[int]):
-        super().__init__("the choice has a cycle")
-        self.cycle = cycle
-
-
 def _post_order(roots: list[int], children) -> list[int]:
     """The classes the roots need, each after the classes it reads (``children(c)``: the classes c's chosen e-node reads).
 
     Raises:
-        _Cycle: the choice reads a class it is computed from (a ValueError, with the cycle's classes).
+        ValueError: the choice reads a class it is computed from (a cycle).
     """
     order: list[int] = []
     done: set[int] = set()
-    path: list[int] = []  # the classes being expanded, outermost first
     on_path: set[int] = set()
     for root in roots:
         stack = [(root, False)]
         while stack:
             c, expanded = stack.pop()
             if expanded:
-                path.pop()
                 on_path.discard(c)
                 done.add(c)
                 order.append(c)
@@ -388,17 +374,17 @@ def _post_order(roots: list[int], children) -> list[int]:
             if c in done:
                 continue
             if c in on_path:
-                raise _Cycle(path[path.index(c):])
-            path.append(c)
+                raise ValueError("the choice has a cycle")
             on_path.add(c)
             stack.append((c, True))
             stack.extend((d, False) for d in reversed(children(c)) if d not in done)
     return order
 
 
-def _warm_start(enodes: list[ENode], pick: dict[int, int], roots: list[int], x: dict[int, int], n_cols: int) -> list[float] | None:
-    """The greedy choice as a solution of the integer program (its e-nodes the roots need, chosen); None when it is
-    not a solution (a class without a usable pick, or a cycle)."""
+def _warm_start(enodes: list[ENode], pick: dict[int, int], roots: list[int], x: dict[int, int], position: dict[int, int],
+                n_cols: int) -> list[float] | None:
+    """The greedy choice as a solution of the integer program: its e-nodes chosen, each class ordered by its height;
+    None when it is not a solution (a class without a usable pick, or a cycle)."""
 
     def children(c: int) -> tuple[int, ...]:
         if c not in pick or pick[c] not in x:
@@ -410,8 +396,12 @@ def _warm_start(enodes: list[ENode], pick: dict[int, int], roots: list[int], x: 
     except ValueError:
         return None
     values = [0.0] * n_cols
+    height: dict[int, int] = {}
     for c in order:
+        height[c] = 1 + max((height[d] for d in enodes[pick[c]].children), default=-1)
         values[x[pick[c]]] = 1.0
+        if c in position:
+            values[position[c]] = float(height[c])
     return values
 
 
