@@ -115,6 +115,25 @@ def test_an_egraph_with_a_cycle_is_extracted_without_one():
     _same_on_ort(graph, result.graph)
 
 
+def test_a_cheap_cycle_is_not_extracted():
+    """p = x @ w is joined with split(concat(p, q))[0]: without its order constraints the program would compute p
+    from the split of a concat of p (a cheap cycle instead of a big product). The product stays; the graph is a DAG."""
+    from taso.eqsat.terms import INSERT, join
+
+    rng = np.random.default_rng(0)
+    inputs = {"x": TensorType((64, 512)), "y": TensorType((64, 8))}
+    nodes = [_n("matmul", ["x", "w"], ["p"]), _n("relu", ["y"], ["q"]), _n("concat", ["p", "q"], ["c"], axis=1),
+             _n("split", ["c"], ["a", "b"], axis=1, sizes=(512, 8)), _n("relu", ["a"], ["r"]), _n("tanh", ["b"], ["t"])]
+    graph = Graph(inputs, {"w": rng.standard_normal((512, 512)).astype(np.float32)}, nodes, ["r", "t"])
+    egraph = saturation.EGraph(graph)
+    egraph.run(join(egraph.handles["a"], egraph.handles["p"]) + "\n" + join(egraph.handles["b"], egraph.handles["q"]) + "\n" + INSERT)
+    result = extraction.extract(egraph, AnalyticCost(), 5.0)
+    assert result.method == "ilp with order constraints"
+    taso.check(result.graph)  # raises on a cycle
+    assert sorted(n.op.name for n in result.graph.nodes) == ["matmul", "relu", "relu", "tanh"]
+    _same_on_ort(graph, result.graph)
+
+
 def test_a_match_outside_the_proof_is_declined(rules):
     """A rule proved for rank-2 inputs is not applied to rank-3 values, exactly as the backtracking matcher declines it."""
     from taso.rewrite import CompiledRule
