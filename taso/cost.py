@@ -710,7 +710,7 @@ def make_cost_model(name: str, threads: int = 1, cache: CostCache | None = None,
         try:
             from .cost_cupy import CupyCost
         except ImportError as e:
-            raise TasoError(f"the cupy cost model needs a GPU and CuPy (pip install 'taso[gpu]'): {e}") from None
+            raise TasoError(f"the cupy cost model needs a GPU and CuPy (pip install 'taso[gpu]' for CUDA 13, 'taso[gpu-cuda12]' for CUDA 12): {e}") from None
         return CupyCost(cache=cache)
     raise TasoError(f"unknown cost model {name!r}; choose one of {', '.join(COST_MODELS)}")
 

@@ -1,8 +1,8 @@
 """GPU support through CuPy: device detection, the device executor, CUDA-event timing, the GPU fingerprint.
 
 Everything here imports CuPy lazily, so taso installs and runs without a GPU; functions
-that need one raise a TasoError that says how to get it (``pip install 'taso[gpu]'`` with
-the CuPy wheel matching the CUDA major version: cupy-cuda12x or cupy-cuda13x).
+that need one raise a TasoError that says how to get it: the CuPy wheel matching the driver's
+CUDA major version, ``pip install 'taso[gpu]'`` (cupy-cuda13x) or ``'taso[gpu-cuda12]'``.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def cupy_or_none() -> ModuleType | None:
 def require_cupy() -> ModuleType:
     cp = cupy_or_none()
     if cp is None:
-        raise TasoError("no usable GPU: install CuPy for your CUDA major version (pip install 'taso[gpu]', "
-                        "or cupy-cuda13x for CUDA 13) on a machine with an NVIDIA GPU")
+        raise TasoError("no usable GPU: install CuPy for your driver's CUDA major version (pip install 'taso[gpu]' for "
+                        "CUDA 13, 'taso[gpu-cuda12]' for CUDA 12) on a machine with an NVIDIA GPU")
     return cp
 
 
