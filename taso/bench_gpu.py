@@ -30,9 +30,9 @@ _RTOL, _ATOL = 1e-3, 1e-4
 def bench_model_gpu(name: str, model: onnx.ModelProto, args, path: str | None = None):
     """Original against what taso keeps, on the CuPy executor; the row records the GPU outputs' largest difference."""
     from .bench import BenchRow, _optimize
-    from .gpu import DeviceGraph, require_cupy, time_cuda
+    from .gpu import DeviceGraph, interleaved_device_times, require_cupy
     from .optimize import model_bytes
-    from .timing import interleaved_medians, interleaved_times
+    from .timing import interleaved_times
     from .validate import random_inputs
 
     cp = require_cupy()
@@ -44,7 +44,7 @@ def bench_model_gpu(name: str, model: onnx.ModelProto, args, path: str | None = 
     if outcome.kept != "input":
         runners["cupy_taso"] = DeviceGraph(kept, cp)
     error = _largest_difference(runners, feeds, name)
-    seconds = interleaved_medians([lambda r=runner: time_cuda(cp, lambda: r(feeds), repeat=10) for runner in runners.values()], args.rounds)
+    seconds = interleaved_device_times(cp, list(runners.values()), feeds, args.rounds)
     ms = {k: s * 1e3 for k, s in zip(runners, seconds)}
     ms.setdefault("cupy_taso", ms["cupy_original"])  # the input kept: the user's file is the input's bytes
     if "CUDAExecutionProvider" in ort.get_available_providers() and outcome.model is not None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import gc
 import statistics
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import ModuleType
 
 import numpy as np
@@ -18,7 +18,7 @@ from .errors import TasoError
 from .execute import run_values, to_host
 from .ir import Graph
 
-__all__ = ["cupy_or_none", "require_cupy", "gpu_fingerprint", "time_cuda", "DeviceGraph", "EndToEndTimer"]
+__all__ = ["cupy_or_none", "require_cupy", "gpu_fingerprint", "time_cuda", "DeviceGraph", "EndToEndTimer", "interleaved_device_times"]
 
 
 def cupy_or_none() -> ModuleType | None:
@@ -103,9 +103,14 @@ class EndToEndTimer:
 
     def speedup(self, rounds: int = 7) -> float:
         """One series: the original's median over the optimized graph's."""
-        from .timing import interleaved_medians
-
-        cp, feeds = self.cp, self.feeds
-        before, after = interleaved_medians([lambda r=r: time_cuda(cp, lambda: r(feeds), repeat=10) for r in self.runners], rounds)
+        before, after = interleaved_device_times(self.cp, self.runners, self.feeds, rounds)
         return before / after
+
+
+def interleaved_device_times(cp: ModuleType, runners: Sequence[DeviceGraph], feeds: Mapping[str, object], rounds: int) -> list[float]:
+    """Seconds per run of each graph on the same device inputs: each round times every graph once (CUDA events, the
+    median of 10 runs), in turn; the result is each graph's median over the rounds."""
+    from .timing import interleaved_medians
+
+    return interleaved_medians([lambda r=r: time_cuda(cp, lambda: r(feeds), repeat=10) for r in runners], rounds)
 
