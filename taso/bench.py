@@ -127,10 +127,18 @@ def _chart(rows: list[BenchRow], hardware: str, path: str) -> None:
     for i, (variant, title) in enumerate(zip(VARIANTS, ("ORT no-opt", "ORT ENABLE_ALL", "taso + ORT ENABLE_ALL"))):
         base = [r.ms["original_ortall"] / r.ms[variant] for r in rows]
         ax.bar([xi + (i - 1) * width for xi in x], base, width, label=title)
+    finish_chart(fig, ax, list(x), labels, "speedup over ORT ENABLE_ALL", f"taso on {hardware}", path)
+
+
+def finish_chart(fig, ax, ticks: list, labels: list[str], ylabel: str, title: str, path: str, title_size: int = 9,
+                 **tick_style) -> None:
+    """What every bench chart ends with: a line at 1x, its labels and legend, the PNG written and the figure closed."""
+    import matplotlib.pyplot as plt
+
     ax.axhline(1.0, color="black", linewidth=0.6)
-    ax.set_xticks(list(x), labels, fontsize=8)
-    ax.set_ylabel("speedup over ORT ENABLE_ALL")
-    ax.set_title(f"taso on {hardware}", fontsize=9)
+    ax.set_xticks(ticks, labels, fontsize=8, **tick_style)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=title_size)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -10,6 +10,7 @@ independent runtime's view of the same rewrite.
 
 from __future__ import annotations
 
+import math
 import statistics
 
 import numpy as np
@@ -22,10 +23,6 @@ __all__ = ["TASO_V100", "bench_model_gpu", "gpu_markdown", "gpu_chart"]
 
 # TASO's end-to-end speedups over TensorRT-era cuDNN/cuBLAS baselines on a V100 (SOSP'19, Figure 7).
 TASO_V100 = {"resnet50": 1.0, "nasnet_a": 1.3, "resnext50": 2.8, "nasrnn": 1.4, "bert": 1.4, "inception_v3": 1.1, "squeezenet": 1.3}
-
-# The kept graph's outputs on the GPU against the original's, both float32 on the same device.
-_RTOL, _ATOL = 1e-3, 1e-4
-
 
 def bench_model_gpu(name: str, model: onnx.ModelProto, args, path: str | None = None):
     """Original against what taso keeps, on the CuPy executor; the row records the GPU outputs' largest difference."""
@@ -63,22 +60,21 @@ def _largest_difference(runners: dict, feeds: dict, name: str) -> float:
     """The largest absolute difference between the kept graph's GPU outputs and the original's (0 when the input is kept).
 
     Raises:
-        OutputMismatchError: they differ beyond float32 rounding.
+        OutputMismatchError: they differ beyond the output check's tolerance (:mod:`taso.validate`).
     """
     from .execute import to_host
+    from .validate import compare_outputs
 
     if len(runners) == 1:
         return 0.0
-    before, after = (runner(feeds) for runner in runners.values())
-    original, kept = runners["cupy_original"].graph, runners["cupy_taso"].graph
-    worst = 0.0
-    for a_name, b_name in zip(original.outputs, kept.outputs):
-        a, b = to_host(before[a_name]), to_host(after[b_name])
-        worst = max(worst, float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0)
-        if not np.allclose(b, a, rtol=_RTOL, atol=_ATOL):
-            raise OutputMismatchError(f"{name}: the optimized graph's output {b_name!r} differs from the original's on the GPU "
-                                      f"(largest difference {worst:.3g})")
-    return worst
+    original, kept = runners["cupy_original"], runners["cupy_taso"]
+    before, after = original(feeds), kept(feeds)
+    want = {o: to_host(before[o]) for o in original.graph.outputs}
+    got = {o: to_host(after[k]) for o, k in zip(original.graph.outputs, kept.graph.outputs)}
+    comparison = compare_outputs(want, got)
+    if not comparison.ok:
+        raise OutputMismatchError(f"{name}: on the GPU, the optimized graph's {comparison.describe()}")
+    return comparison.worst_abs
 
 
 def gpu_markdown(rows, hardware: str) -> str:
@@ -87,7 +83,7 @@ def gpu_markdown(rows, hardware: str) -> str:
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         published = TASO_V100.get(r.model)
-        cross = "n/a (no CUDA provider)" if r.speedup_vs_noopt != r.speedup_vs_noopt else f"{r.speedup_vs_noopt:.2f}x"
+        cross = "n/a (no CUDA provider)" if math.isnan(r.speedup_vs_noopt) else f"{r.speedup_vs_noopt:.2f}x"
         kept = r.kept if r.guard_speedup is None else f"{r.kept} (guard measured the search's graph {r.guard_speedup:.2f}x)"
         lines.append(f"| {r.model} | {r.ms['cupy_original']:.3f} | {r.ms['cupy_taso']:.3f} | {r.speedup_vs_ortall:.2f}x | {kept} | "
                      f"{'' if published is None else f'{published:.1f}x'} | {cross} | {r.nodes_before} -> {r.nodes_after} | "
@@ -99,6 +95,8 @@ def gpu_markdown(rows, hardware: str) -> str:
 def gpu_chart(rows, hardware: str, path: str) -> None:
     import matplotlib
 
+    from .bench import finish_chart
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -106,11 +104,5 @@ def gpu_chart(rows, hardware: str, path: str) -> None:
     x = np.arange(len(rows))
     ax.bar(x - 0.2, [r.speedup_vs_ortall for r in rows], 0.4, label="taso (this project), CuPy executor")
     ax.bar(x + 0.2, [TASO_V100.get(r.model, np.nan) for r in rows], 0.4, label="TASO on V100 (published)")
-    ax.axhline(1.0, color="black", linewidth=0.6)
-    ax.set_xticks(list(x), [r.model.removesuffix(".onnx") for r in rows], fontsize=8, rotation=30, ha="right")
-    ax.set_ylabel("speedup over the original graph")
-    ax.set_title(f"taso on {hardware}", fontsize=8)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    finish_chart(fig, ax, list(x), [r.model.removesuffix(".onnx") for r in rows], "speedup over the original graph", f"taso on {hardware}",
+                 path, title_size=8, rotation=30, ha="right")

@@ -143,7 +143,7 @@ class OrtCpuCost(CostModel):
             return self._with_activation(node, graph, consts)
         cached = self._table.get(key)
         if cached is not None:
-            seconds = self._from_cache(key, cached, functools.partial(self.fresh, node, graph, consts), node, graph)
+            seconds = self._from_cache(key, cached, node, graph, consts)
         elif time.perf_counter() + self._expected_measuring(node, graph) > self.deadline:
             return self.estimate(node, graph, key, consts)  # a cold cache must not overrun the search's time limit
         else:
@@ -167,7 +167,7 @@ class OrtCpuCost(CostModel):
         if size >= _RATE_MIN_BYTES:
             self._seconds_per_byte = max(self._seconds_per_byte, (seconds - _SESSION_SECONDS) / size)
 
-    def _from_cache(self, key: str, cached: float, fresh: Measure, node: Node, graph: Graph) -> float:
+    def _from_cache(self, key: str, cached: float, node: Node, graph: Graph, consts) -> float:
         """A cached entry, re-measured instead when the cache no longer trusts it, compared with a fresh measurement when the spot-check draws it.
 
         An untrusted entry is re-measured only while the search's time allows, as a missing one is; past that its cached
@@ -175,6 +175,7 @@ class OrtCpuCost(CostModel):
         """
         check = self.cache.spot_check(self._fingerprint)
         entry = self.cache.entry(self._fingerprint, key)
+        fresh: Measure = functools.partial(self.fresh, node, graph, consts)
         if entry is not None and not entry.trusted:
             if time.perf_counter() + self._expected_measuring(node, graph) > self.deadline:
                 return cached

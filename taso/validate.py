@@ -22,7 +22,7 @@ from .dims import bare_symbol
 from .errors import TasoError, first_line
 from .ir import TensorType
 
-__all__ = ["Comparison", "Reference", "ReferenceRun", "ReferenceFailure", "run_reference", "compare_with", "compare_models", "InputDrawer", "random_inputs", "random_input_sets", "integer_ranges", "integer_choices", "load_inputs", "RTOL", "ATOL_SCALE",
+__all__ = ["Comparison", "Reference", "ReferenceRun", "ReferenceFailure", "run_reference", "compare_with", "compare_outputs", "compare_models", "InputDrawer", "random_inputs", "random_input_sets", "integer_ranges", "integer_choices", "load_inputs", "RTOL", "ATOL_SCALE",
            "check_sizes", "describe_sizes"]
 
 RTOL = 1e-3
@@ -440,6 +440,15 @@ def _agree_into(result: Comparison, name: str, want: np.ndarray, got: np.ndarray
     if not np.all(diff <= ATOL_SCALE * scale + RTOL * np.abs(np.nan_to_num(want64))):
         result.ok = False
     return True
+
+
+def compare_outputs(want: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> Comparison:
+    """Two runs' outputs (by name, ``want``'s order), compared as :func:`compare_with` compares a model's: one input set."""
+    result = Comparison(True, input_sets=1)
+    for name, array in want.items():
+        if not _agree_into(result, name, np.asarray(array), np.asarray(got[name])):
+            break
+    return result
 
 
 def compare_models(original: onnx.ModelProto | str | bytes, optimized: onnx.ModelProto | str | bytes,

@@ -89,8 +89,9 @@ def _device(value):
 
 
 def _asarray(value, dtype=None):
-    return value.astype(dtype) if isinstance(value, DeviceArray) and dtype is not None else (
-        value if isinstance(value, DeviceArray) else DeviceArray(np.asarray(value, dtype)))
+    if isinstance(value, DeviceArray):
+        return value if dtype is None else value.astype(dtype)
+    return DeviceArray(np.asarray(value, dtype))
 
 
 def _module_function(name):
