@@ -25,16 +25,36 @@ import numpy as np
 
 from .errors import TasoError
 from .ir import Graph, Node, TensorType, folds_when_constant
+from .ops import ELEMENTWISE
 
 __all__ = ["CostModel", "Neighbourhood", "AnalyticCost", "CostCache", "CostEntry", "SpotCheck", "SpotCheckPolicy", "SPOT_CHECK_OFF", "Verdict",
            "node_key", "flops", "make_cost_model", "noise_band", "format_cost_report", "COST_MODELS"]
 
 
 def node_key(node: Node, graph: Graph, consts=None) -> str:
-    """What determines a node's cost: op, params, input types and which inputs are constant."""
+    """What determines a node's cost: op, params, input types and which inputs are constant.
+
+    An elementwise node without broadcasting runs one flat loop whatever the layout, so it is
+    keyed by its element count (:func:`_flat_types`): Tanh on [1, 128] and on [128, 1] is one
+    kernel with one price. Measured apart, microsecond kernels differ by the profiler's noise,
+    and the search once bought that noise with 128 Transposes around the Tanhs of an LSTM.
+    """
     consts = graph.constant_values() if consts is None else consts
-    inputs = ";".join(f"{graph.type(v).key}{'c' if v in consts else ''}" for v in node.inputs)
+    types = [graph.type(v) for v in node.inputs]
+    types = _flat_types(node, graph, types) or types
+    inputs = ";".join(f"{t.key}{'c' if v in consts else ''}" for v, t in zip(node.inputs, types))
     return f"{node.op.name}|{node.params.canonical()}|{inputs}"
+
+
+def _flat_types(node: Node, graph: Graph, types: list[TensorType]) -> list[TensorType] | None:
+    """The input types of a layout-free elementwise node as flat vectors (a scalar operand as [1]); None for any other node."""
+    if node.op.name not in ELEMENTWISE:
+        return None
+    sizes = [t.concrete().size for t in types]  # at the measurement sizes, as every entry is measured
+    full = {t.shape for t, size in zip(types, sizes) if size > 1}
+    if len(full) > 1:
+        return None  # a broadcast: its loops depend on the shapes
+    return [TensorType((size,), t.dtype) for t, size in zip(types, sizes)]
 
 
 def flops(node: Node, in_types: list[TensorType], out_types: list[TensorType]) -> float:
