@@ -17,8 +17,8 @@ import multiprocessing
 import statistics
 import sys
 
-from taso.cost import _random_array
-from taso.cost_ort import OrtCpuCost
+from taso.cost import random_array
+from taso.cost.ort_cpu import OrtCpuCost
 from taso.ir import Graph, GraphMeta
 from taso.models import build
 from taso.onnx import export_onnx, load_onnx
@@ -41,10 +41,10 @@ def _sessions(model: str, limit: int) -> list[tuple[str, bytes, dict]]:
             continue
         seen.add(key)
         inputs = {v: graph.type(v) for v in node.inputs if v not in consts}
-        weights = {v: _random_array(graph.type(v), rng) for v in node.inputs if v in consts}
+        weights = {v: random_array(graph.type(v), rng) for v in node.inputs if v in consts}
         single = Graph(inputs, weights, [node], list(node.outputs), meta=GraphMeta(opset=17, output_names=tuple(node.outputs)))
         out.append((f"{node.op.name} {str(graph.type(node.inputs[0]))}", export_onnx(single, check=False).SerializeToString(),
-                    {v: _random_array(t, rng) for v, t in inputs.items()}))
+                    {v: random_array(t, rng) for v, t in inputs.items()}))
         if len(out) == limit:
             break
     return out

@@ -166,7 +166,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cost_ort import cpu_name
+    from .cost.ort_cpu import cpu_name
 
     try:
         threads = [int(t) for t in str(args.threads).split(",") if t.strip()]

@@ -1,7 +1,7 @@
 """Timing whole models on ONNX Runtime: one place for every wall-clock measurement taso takes.
 
 ``taso optimize``'s end-to-end guard (:mod:`taso.optimize`), ``taso bench`` and the ort-cpu
-cost model's calibration (:mod:`taso.cost_ort`) all time models here, the same way:
+cost model's calibration (:mod:`taso.cost.ort_cpu`) all time models here, the same way:
 
 * a session with the deployment's options (:func:`session_options`: intra-op threads,
   sequential execution, ENABLE_ALL or no graph optimization);
@@ -15,7 +15,7 @@ cost model's calibration (:mod:`taso.cost_ort`) all time models here, the same w
 * the median over rounds, per model.
 
 A model ONNX Runtime cannot load or run raises :class:`TimingError`, which names it.
-(Per-kernel profiling for operator costs stays in :func:`taso.cost_ort.profile_kernels`.)
+(Per-kernel profiling for operator costs stays in :func:`taso.cost.ort_cpu.profile_kernels`.)
 """
 
 from __future__ import annotations

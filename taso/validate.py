@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .cost import _random_array
+from .cost import random_array
 from .dims import bare_symbol
 from .errors import TasoError, first_line
 from .ir import TensorType
@@ -286,7 +286,7 @@ def _draw(types: Mapping[str, TensorType], ranges: Mapping[str, tuple[int, int]]
             low, high = ranges.get(name, _DEFAULT_INT_RANGE)
             feeds[name] = rng.integers(low, max(high, low + 1), t.shape).astype(t.dtype)
         else:
-            feeds[name] = _random_array(t, rng)
+            feeds[name] = random_array(t, rng)
     return feeds
 
 

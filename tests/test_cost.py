@@ -9,7 +9,7 @@ import numpy as np
 from taso import ops
 from taso.cli import main
 from taso.cost import AnalyticCost, CostCache, node_key
-from taso.cost_ort import OrtCpuCost
+from taso.cost.ort_cpu import OrtCpuCost
 from taso.ir import Graph, Node, TensorType
 
 
@@ -100,7 +100,7 @@ def test_a_damaged_cache_is_ignored(tmp_path):
 
 
 def test_profiled_kernel_times_are_split_per_run_and_skip_warm_up():
-    from taso.cost_ort import REFERENCE, _kernel_times
+    from taso.cost.ort_cpu import REFERENCE, _kernel_times
 
     def run(ts):
         return {"cat": "Session", "name": "model_run", "ts": ts, "dur": 50}
@@ -129,7 +129,7 @@ def test_measured_costs_order_tiny_and_large_operators_sensibly(tmp_path, monkey
 def test_a_profile_without_runs_is_a_clear_error():
     import pytest
 
-    from taso.cost_ort import _kernel_times
+    from taso.cost.ort_cpu import _kernel_times
     from taso.errors import TasoError
 
     with pytest.raises(TasoError, match="--cost analytic"):

@@ -9,7 +9,7 @@ import pytest
 import taso
 from taso import ops
 from taso.cost import AnalyticCost, Neighbourhood
-from taso.cost_ort import OrtCpuCost
+from taso.cost.ort_cpu import OrtCpuCost
 from taso.ir import Graph, Node, TensorType
 from taso.rewrite import CompiledRule, plans
 

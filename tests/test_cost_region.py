@@ -13,7 +13,7 @@ import pytest
 
 from taso import ops
 from taso.cost import make_cost_model
-from taso.cost_region import RegionCost, region_pair, region_signature
+from taso.cost.region import RegionCost, region_pair, region_signature
 from taso.explain import find_rules
 from taso.ir import Graph, Node, TensorType
 from taso.optimize import load_rules
@@ -116,7 +116,7 @@ def test_a_region_cost_persists_per_hardware(tmp_path, monkeypatch):
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     graph = _unrolled(2)
     plan = _plans(graph)[0]
-    from taso.cost_ort import OrtCpuCost
+    from taso.cost.ort_cpu import OrtCpuCost
 
     first = _Timed(OrtCpuCost())
     first.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan)
@@ -146,7 +146,7 @@ def test_the_region_model_is_chosen_by_name():
 
 
 def test_a_gain_most_rounds_do_not_agree_on_counts_as_none():
-    from taso.cost_region import _significant_difference
+    from taso.cost.region import _significant_difference
 
     before = [10.0] * 9
     assert _significant_difference(before, [9.0] * 9) == -1.0  # every round faster: a gain

@@ -149,7 +149,7 @@ def test_cupy_executor_matches_numpy(name, options):
 
 @needs_gpu
 def test_cupy_costs_are_positive_and_cached(tmp_path, monkeypatch):
-    from taso.cost_cupy import CupyCost
+    from taso.cost.cupy_gpu import CupyCost
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     graph = taso.load_onnx(taso.models.build("nasrnn", steps=1, hidden=64))

@@ -343,7 +343,7 @@ def test_paddle_resize_keeps_empty_optional_inputs_empty(opset, roi, scales, siz
 def test_paddle_resize_is_native_and_its_measured_cost_uses_its_real_sizes(tmp_path, monkeypatch):
     """Defect 5: the ort-cpu cost model timed the opaque Resize with sizes = 0 ('Scale value should
     be greater than 0'); a native resize carries its sizes as parameters and is timed with them."""
-    from taso.cost_ort import OrtCpuCost
+    from taso.cost.ort_cpu import OrtCpuCost
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     graph = taso.load_onnx(_paddle_resize(13, "", "", True))
@@ -353,7 +353,7 @@ def test_paddle_resize_is_native_and_its_measured_cost_uses_its_real_sizes(tmp_p
 
 def test_measured_cost_of_an_opaque_resize_uses_its_real_sizes(tmp_path, monkeypatch):
     """An opaque Resize (tf_crop_and_resize) is timed with its real sizes: random constants (zeros for integers) made ONNX Runtime refuse it."""
-    from taso.cost_ort import OrtCpuCost
+    from taso.cost.ort_cpu import OrtCpuCost
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     nodes = [_const("roi", [0, 0, 0.1, 0.1, 1, 1, 0.9, 0.9], np.float32), _const("sizes", [1, 3, 6, 6]),

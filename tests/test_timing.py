@@ -134,7 +134,7 @@ def test_a_candidate_that_may_pay_gets_every_round():
 
 def test_sessions_with_several_threads_do_not_spin_and_their_costs_are_cached_apart():
     """Spinning workers of one session land in the next interleaved measurement (benchmarks/bench_spinning.py)."""
-    from taso.cost_ort import fingerprint
+    from taso.cost.ort_cpu import fingerprint
     from taso.timing import session_options
 
     assert session_options(2).get_session_config_entry("session.intra_op.allow_spinning") == "0"

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .cost import CostModel, _random_array
-from .ir import Graph, GraphMeta, Node, TensorType
+from ..ir import Graph, GraphMeta, Node, TensorType
+from .model import CostModel, random_array
 
 __all__ = ["RegionCost", "region_pair", "region_signature"]
 
@@ -114,13 +114,13 @@ class RegionCost(CostModel):
 
     def _time_delta(self, before: Graph, after: Graph) -> float | None:
         """Seconds ``after`` takes more than ``before`` (negative: the rewrite pays), timed interleaved."""
-        from .onnx import export_onnx
-        from .timing import interleaved_samples, mean_run, warm_session
+        from ..onnx import export_onnx
+        from ..timing import interleaved_samples, mean_run, warm_session
 
         measures = []
         try:
             for position, region in enumerate((before, after)):
-                feeds = {v: _random_array(t, self._rng) for v, t in region.inputs.items()}
+                feeds = {v: random_array(t, self._rng) for v, t in region.inputs.items()}
                 measures.append(warm_session(position, "a region", export_onnx(region, check=False).SerializeToString(), feeds, self.threads))
         except Exception:  # noqa: BLE001 - a region taso cannot export or ORT cannot take is priced per node instead
             return None
@@ -214,7 +214,7 @@ def _region(view, core: list[Node], around: list[Node], consts, graph_outputs: s
             if value in view.weights:
                 weights[value] = view.weights[value]
             elif value in consts:
-                weights[value] = _random_array(view.type(value), rng)  # a folded constant: its value does not change the kernels
+                weights[value] = random_array(view.type(value), rng)  # a folded constant: its value does not change the kernels
             else:
                 inputs[value] = view.type(value).concrete()
     outputs = [o for n in around for o in n.outputs] + [o for n in core for o in n.outputs if o in graph_outputs]

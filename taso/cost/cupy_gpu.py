@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cost import CostCache, CostModel, _random_array
-from .gpu import DeviceGraph, gpu_fingerprint, require_cupy, time_cuda
-from .ir import Graph, GraphMeta, Node
+from ..gpu import DeviceGraph, gpu_fingerprint, require_cupy, time_cuda
+from ..ir import Graph, GraphMeta, Node
+from .cache import CostCache
+from .model import CostModel, random_array
 
 __all__ = ["CupyCost"]
 
@@ -38,7 +39,7 @@ class CupyCost(CostModel):
         for v in node.inputs:
             (weights if v in consts else inputs)[v] = graph.type(v).concrete()
         node = node.concrete()
-        arrays = {v: _random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
+        arrays = {v: random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
         single = Graph(inputs, {v: arrays[v] for v in weights}, [node], list(node.outputs), meta=GraphMeta(output_names=tuple(node.outputs)))
         runner = DeviceGraph(single, self.cp)
         feeds = {v: self.cp.asarray(arrays[v]) for v in inputs}

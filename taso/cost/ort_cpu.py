@@ -18,7 +18,7 @@ whatever the load was when each one was taken.
 Each entry also keeps its noise band (the spread of the runs it came from) and when it was
 measured, and is not trusted forever: a search re-measures a small sample of the entries it
 takes from the cache, replaces one that disagrees beyond the band, and treats the whole table
-as stale when much of the sample disagrees (see :class:`taso.cost.SpotCheckPolicy`).
+as stale when much of the sample disagrees (see :class:`taso.cost.cache.SpotCheckPolicy`).
 ``taso info --costs --check N`` re-measures N entries from their keys alone
 (:func:`check_cached_costs`), before figures are quoted.
 """
@@ -41,12 +41,12 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from .cost import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, CostModel, Measure, Neighbourhood, SpotCheck, SpotCheckPolicy,
-                   _random_array, node_key, noise_band)
-from .errors import TasoError
-from .ir import Graph, GraphMeta, Node, Params, TensorType
-from .ops import ACTIVATION_OPS, HAS_ACTIVATION, get
-from .timing import median_run, open_session, session_options
+from ..errors import TasoError
+from ..ir import Graph, GraphMeta, Node, Params, TensorType
+from ..ops import ACTIVATION_OPS, HAS_ACTIVATION, get
+from ..timing import median_run, open_session, session_options
+from .cache import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, Measure, SpotCheck, SpotCheckPolicy, noise_band)
+from .model import CostModel, Neighbourhood, node_key, random_array
 
 __all__ = ["OrtCpuCost", "cpu_name", "fingerprint", "profile_kernels", "check_cached_costs"]
 
@@ -198,10 +198,10 @@ class OrtCpuCost(CostModel):
             (weights if v in consts else inputs)[v] = graph.type(v).concrete()
         node = node.concrete()  # measured at the measurement sizes: a one-node model has no value to take a symbol's size from
         # A weight keeps its value: a shape operand (Resize sizes, OneHot depth) filled at random is another kernel, or none.
-        arrays = {v: graph.weights[v] if v in graph.weights else _random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
+        arrays = {v: graph.weights[v] if v in graph.weights else random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
         single = Graph(inputs, {v: arrays[v] for v in weights}, [node], list(node.outputs),
                        meta=GraphMeta(opset=max(graph.meta.opset, 13), output_names=tuple(node.outputs)))
-        from .onnx import export_onnx
+        from ..onnx import export_onnx
 
         try:
             model = export_onnx(single, check=False).SerializeToString()
@@ -448,7 +448,7 @@ def _single_node(key: str) -> tuple[Node, Graph] | None:
             return None  # its value may pick the kernel (a shape, sizes, Pow's exponent) and is not in the key
         names.append(f"in{i}")
         if constant:
-            weights[names[-1]] = _random_array(t, rng)
+            weights[names[-1]] = random_array(t, rng)
         else:
             inputs[names[-1]] = t
     try:

@@ -1,0 +1,21 @@
+"""Costs: what a graph takes to run on the target, priced node by node.
+
+| module | job |
+|---|---|
+| :mod:`~taso.cost.model` | the interface (:class:`CostModel`), the cache key of a node, the roofline (:class:`AnalyticCost`) |
+| :mod:`~taso.cost.cache` | measured entries on disk per hardware fingerprint, with noise bands and spot-checks |
+| :mod:`~taso.cost.ort_cpu` | costs measured on ONNX Runtime's CPU provider (profiled, load-normalized) |
+| :mod:`~taso.cost.region` | ort-cpu plus the fusions a rewrite breaks or makes, timed as small regions |
+| :mod:`~taso.cost.cupy_gpu` | costs measured on the GPU through CuPy (CUDA events) |
+| :mod:`~taso.cost.registry` | the models by name (``--cost``), each back end imported only when chosen |
+
+Dependencies point one way: back ends import the interface and the cache, never each other's
+callers; the registry is the only module that names them all.
+"""
+
+from .cache import SPOT_CHECK_OFF, CostCache, CostEntry, SpotCheck, SpotCheckPolicy, Verdict, format_cost_report, noise_band
+from .model import AnalyticCost, CostModel, Neighbourhood, flops, node_key, random_array
+from .registry import COST_MODELS, make_cost_model
+
+__all__ = ["CostModel", "Neighbourhood", "AnalyticCost", "CostCache", "CostEntry", "SpotCheck", "SpotCheckPolicy", "SPOT_CHECK_OFF", "Verdict",
+           "node_key", "flops", "random_array", "make_cost_model", "noise_band", "format_cost_report", "COST_MODELS"]
