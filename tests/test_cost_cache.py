@@ -9,7 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 
 from taso.cli import main
-from taso.cost import FIXED, STALE, SUSPECT, CostCache, SpotCheck, SpotCheckPolicy, node_key
+from taso.cost import CostCache, SpotCheck, SpotCheckPolicy, node_key
+from taso.cost.cache import FIXED, STALE, SUSPECT
 from taso.cost.ort_cpu import OrtCpuCost, fingerprint
 from taso.ir import Graph
 from taso.onnx import load_onnx
