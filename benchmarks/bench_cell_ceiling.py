@@ -41,8 +41,9 @@ Options: --rounds N (interleaved rounds, default 11), --series N (fresh-session 
 The full run is 36 configurations x 2 thread counts = 72 ``taso optimize`` runs (about 7-13 s each at the
 default 9 s search limit), 72 interleaved timings and 72 exports (dynamo's take up to ~10 s at 64 steps).
 Measured on a shared 2-core machine: the quick run (4 rows) takes about 45 s, the largest configuration
-(lstm h512 x64 dynamo, one thread count) about 45 s from nothing; so expect the full run to take roughly
-30-45 minutes (more with ``--time-limit`` above 9). Re-running reuses the exports and taso's outputs.
+(lstm h512 x64 dynamo, one thread count) about 45 s from nothing; ``--threads 1 --redo`` over all 36
+configurations took 13 minutes, and timing them again from the files it left (3 series) about a minute
+(more with ``--time-limit`` above 9). Re-running reuses the exports and taso's outputs.
 Timings at 2 threads are only meaningful on a machine with 2 idle cores.
 """
 
