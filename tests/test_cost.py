@@ -100,7 +100,7 @@ def test_a_damaged_cache_is_ignored(tmp_path):
 
 
 def test_profiled_kernel_times_are_split_per_run_and_skip_warm_up():
-    from taso.cost.ort_cpu import REFERENCE, _kernel_times
+    from taso.cost.ort_cpu import FLOOR, REFERENCE, _kernel_times
 
     def run(ts):
         return {"cat": "Session", "name": "model_run", "ts": ts, "dur": 50}
@@ -110,9 +110,34 @@ def test_profiled_kernel_times_are_split_per_run_and_skip_warm_up():
 
     events = [run(0), kernel("Add_0", 1, 99), kernel(REFERENCE, 2, 99),  # warm-up, skipped
               run(100), kernel("Conv_0", 101, 7), kernel("Relu_1", 110, 3), kernel(REFERENCE, 120, 20),
-              run(200), kernel(REFERENCE, 201, 40), kernel("Conv_0", 230, 9)]
-    kernels, reference = _kernel_times(events, skip=1)
-    assert np.allclose(kernels, [10e-6, 9e-6], rtol=1e-9, atol=0) and np.allclose(reference, [20e-6, 40e-6], rtol=1e-9, atol=0)
+              run(200), kernel(REFERENCE, 201, 40), kernel(FLOOR, 210, 4), kernel("Conv_0", 230, 9)]
+    profile = _kernel_times(events, skip=1)
+    assert np.allclose(profile.kernels, [10e-6, 9e-6], rtol=1e-9, atol=0)
+    assert np.allclose(profile.reference, [20e-6, 40e-6], rtol=1e-9, atol=0)
+    assert np.allclose(profile.floor, [0.0, 4e-6], rtol=1e-9, atol=0)
+
+
+def test_the_profiler_floor_is_taken_from_each_run_of_the_node_own_session(tmp_path, monkeypatch):
+    """The profiler's time for a kernel that does nothing moves between sessions (2 us in one, 4 in the next, at 1 thread;
+    4-8 us at 2 threads): a node is priced net of its own session's floor, not of one measured once for the machine."""
+    from taso.cost import ort_cpu
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    floors = iter([2e-6, 6e-6])
+
+    def profile(model, feeds, threads, min_total=ort_cpu.FULL_SECONDS, **_):
+        floor = next(floors, 2e-6)
+        return ort_cpu.KernelProfile([floor + 3e-6] * 8, [100e-6] * 8, [floor] * 8)  # a 3 us kernel, under either floor
+
+    monkeypatch.setattr(ort_cpu, "profile_kernels", profile)
+    monkeypatch.setattr(ort_cpu, "median_run", lambda session, feeds, min_seconds=0.0: 1e-6)
+    model = ort_cpu.OrtCpuCost(threads=1)
+    tanh = ops.get("tanh")
+    node = Node(tanh, tanh.make_params(), ("x",), ("y",), "tanh")
+    graph = Graph({"x": TensorType((1, 64))}, {}, [node], ["y"])
+    first, _ = model.fresh(node, graph, set())
+    second, _ = model.fresh(node, graph, set())
+    assert abs(first - second) < 1e-12 and abs(first - 3e-6) < 1e-9
 
 
 def test_measured_costs_order_tiny_and_large_operators_sensibly(tmp_path, monkeypatch):

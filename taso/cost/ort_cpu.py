@@ -35,6 +35,7 @@ import random
 import re
 import tempfile
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -78,7 +79,7 @@ def cpu_name() -> str:
 def fingerprint(threads: int = 1) -> str:
     """The cache table of this machine, ONNX Runtime build and thread count."""
     spinning = "|no-spinning" if threads > 1 else ""  # see taso.timing.session_options
-    return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}{spinning}|ENABLE_ALL|profiled"
+    return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}{spinning}|ENABLE_ALL|profiled|floor-per-run"
 
 
 class OrtCpuCost(CostModel):
@@ -103,7 +104,6 @@ class OrtCpuCost(CostModel):
         self._table = self.cache.table(self._fingerprint)
         self._rng = np.random.default_rng(0)
         self._unit: float | None = None  # the reference kernel's seconds when this table was started
-        self._floor = 0.0  # what the profiler reports for a kernel that does nothing
         self._dispatch = 0.0  # what a trivial node costs inside a running graph
         self.measured = 0  # nodes measured: new entries, and cached ones no longer trusted
         self._seconds_per_byte = 0.0  # the slowest measuring seen, per byte of a node's tensors
@@ -113,26 +113,25 @@ class OrtCpuCost(CostModel):
         return self._fingerprint
 
     def _calibrate(self) -> None:
-        """The table's unit (the reference kernel's speed), the profiler's floor, and the in-graph cost of a trivial node."""
+        """The table's unit (the reference kernel's speed) and the in-graph cost of a trivial node."""
         if self._unit is not None:
             return
-        keys = (f"{CALIBRATION}unit", f"{CALIBRATION}floor", f"{CALIBRATION}dispatch")
+        keys = (f"{CALIBRATION}unit", f"{CALIBRATION}dispatch")
         if all(k in self._table for k in keys):
-            self._unit, self._floor, self._dispatch = (self._table[k] for k in keys)
+            self._unit, self._dispatch = (self._table[k] for k in keys)
             return
-        kernels, reference = profile_kernels(_negations(1), {"x": np.ones(1, np.float32)}, self.threads)
-        self._unit = _robust_mean(reference)
-        self._floor = self._normalized(kernels, reference)
+        self._unit = _robust_mean(profile_kernels(_negations(1), {"x": np.ones(1, np.float32)}, self.threads).reference)
         # NOTE: wall clock, not the profiler: a node's in-graph cost outside its kernel is what we add back.
         one, many = (median_run(open_session(_negations(n), self.threads, optimize=False), {"x": np.ones(1, np.float32)}, min_seconds=0.05)
                      for n in (1, 65))
         self._dispatch = max((many - one) / 64, 0.0)
-        for key, value in zip(keys, (self._unit, self._floor, self._dispatch)):
+        for key, value in zip(keys, (self._unit, self._dispatch)):
             self.cache.record(self._fingerprint, key, value)
 
     def time_model(self, model: bytes, feeds: dict) -> float:
         """Kernel seconds of one run of ``model``, rescaled to the reference's speed when the table was started."""
-        return self._normalized(*profile_kernels(model, feeds, self.threads))
+        profile = profile_kernels(model, feeds, self.threads)
+        return self._normalized(profile.kernels, profile.reference)
 
     def _normalized(self, kernels: list[float], reference: list[float]) -> float:
         """Per-run kernel seconds over the reference's, in the table's unit."""
@@ -205,8 +204,7 @@ class OrtCpuCost(CostModel):
 
         try:
             model = export_onnx(single, check=False).SerializeToString()
-            kernels, reference = profile_kernels(model, {v: arrays[v] for v in inputs}, self.threads,
-                                                 min_total=QUICK_SECONDS if quick else FULL_SECONDS)
+            profile = profile_kernels(model, {v: arrays[v] for v in inputs}, self.threads, min_total=QUICK_SECONDS if quick else FULL_SECONDS)
         except Exception:  # noqa: BLE001 - ONNX Runtime's own exception types; only an opaque node may fail here
             if node.op.name != "opaque":
                 raise
@@ -214,8 +212,10 @@ class OrtCpuCost(CostModel):
             # a random sample rate takes the branch that cannot run at the fixed length); it costs
             # the same in every candidate, so the in-graph cost of a node stands for it.
             return self._dispatch, BAND_FLOOR
-        ratios = [k / r for k, r in zip(kernels, reference)]
-        seconds = max(_robust_mean(ratios) * self._unit - self._floor, 0.0) + self._dispatch
+        # Each run's floor is subtracted before the run is rescaled: the profiler's time for a kernel that does
+        # nothing moves from session to session (2-4 us at 1 thread, 4-8 us at 2), and it is in every kernel's time.
+        ratios = [(k - f) / r for k, f, r in zip(profile.kernels, profile.floor, profile.reference)]
+        seconds = max(_robust_mean(ratios) * self._unit, 0.0) + self._dispatch
         return seconds, noise_band(seconds, _interquartile_range(ratios) * self._unit)
 
     def _with_activation(self, node: Node, graph: Graph, consts) -> float:
@@ -276,26 +276,40 @@ def _bias_row(bias: tuple[int, ...], data: tuple[int, ...]) -> bool:
 
 
 REFERENCE = "__taso_reference"
+FLOOR = "__taso_floor"
 _SESSION_SECONDS = 0.005  # exporting a node, building its session and reading its profile, beside its runs
 FULL_SECONDS = 0.02  # a measurement's runs; a quick one (a spot-check's screen) runs a quarter of that
 QUICK_SECONDS = 0.005
 
 
+@dataclass(frozen=True)
+class KernelProfile:
+    """Per run of a profiled session, seconds: in the model's own kernels, in the reference kernel beside them, and
+    in the floor kernel (a Neg of one float: what the profiler reports for a kernel that does nothing, in that run)."""
+
+    kernels: list[float]
+    reference: list[float]
+    floor: list[float]
+
+
 def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = FULL_SECONDS, min_runs: int = 7,
-                    max_runs: int = 400) -> tuple[list[float], list[float]]:
-    """Per run: seconds in the model's kernels, and in a reference MatMul run beside them.
+                    max_runs: int = 400) -> KernelProfile:
+    """Profiles runs of ``model`` with a reference MatMul and a floor kernel beside it.
 
     ONNX Runtime's profiler times each kernel inside the session, so no Python call overhead
     has to be subtracted from microsecond-sized operators; the reference kernel (a 128x256 by
     256x256 MatMul added as an independent node) runs in the same session run, under the same
-    machine load, and each run's kernel time is later divided by its reference time. Runs
-    go on until ``min_total`` seconds have passed: a few for a big kernel, hundreds for a
-    microsecond one, whose profiled times come in whole microseconds.
+    machine load, and each run's kernel time is later divided by its reference time. The floor
+    kernel runs there too: the profiler's own overhead in a kernel's time differs between
+    sessions (a 1-float Neg took 2.0 us in one session and 4.0 in the next), so it is measured
+    in each run, not once per machine. Runs go on until ``min_total`` seconds have passed: a few
+    for a big kernel, hundreds for a microsecond one, whose profiled times come in whole microseconds.
     """
     proto = onnx.load_model_from_string(model)
     _add_reference(proto.graph)
+    _add_floor(proto.graph)
     rng = np.random.default_rng(0)
-    feeds = {**feeds, f"{REFERENCE}_x": rng.standard_normal((128, 256)).astype(np.float32)}
+    feeds = {**feeds, f"{REFERENCE}_x": rng.standard_normal((128, 256)).astype(np.float32), f"{FLOOR}_x": np.ones(1, np.float32)}
     options = session_options(threads)
     with tempfile.TemporaryDirectory() as tmp:
         options.enable_profiling = True
@@ -314,31 +328,37 @@ def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 
     return _kernel_times(events, skip=3)
 
 
-def _kernel_times(events: list[dict], skip: int) -> tuple[list[float], list[float]]:
-    """Sums the profiled kernel times of each session run (after ``skip`` warm-up runs)."""
+def _kernel_times(events: list[dict], skip: int) -> KernelProfile:
+    """Sums the profiled kernel times of each session run (after ``skip`` warm-up runs): the model's, the reference's, the floor's."""
     windows = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"][skip:]
-    kernels = sorted((e["ts"], e["dur"], e["name"].startswith(REFERENCE)) for e in events
+    kernels = sorted((e["ts"], e["dur"], _kernel_role(e["name"])) for e in events
                      if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"))
-    out_kernels, out_reference = [], []
+    profile = KernelProfile([], [], [])
     index = 0
     for start, end in windows:
-        work = reference = 0.0
+        seconds = {"work": 0.0, REFERENCE: 0.0, FLOOR: 0.0}
         while index < len(kernels) and kernels[index][0] < start:
             index += 1
         while index < len(kernels) and kernels[index][0] <= end:
-            _, dur, is_reference = kernels[index]
-            if is_reference:
-                reference += dur
-            else:
-                work += dur
+            _, dur, role = kernels[index]
+            seconds[role] += dur * 1e-6
             index += 1
-        if reference > 0:
-            out_kernels.append(work * 1e-6)
-            out_reference.append(reference * 1e-6)
-    if not out_reference:
+        if seconds[REFERENCE] > 0:
+            profile.kernels.append(seconds["work"])
+            profile.reference.append(seconds[REFERENCE])
+            profile.floor.append(seconds[FLOOR])
+    if not profile.reference:
         raise TasoError(f"the ort-cpu cost model found no timed runs in ONNX Runtime {ort.__version__}'s profile "
                         "(its profile format may have changed); use --cost analytic")
-    return out_kernels, out_reference
+    return profile
+
+
+def _kernel_role(name: str) -> str:
+    """Whose kernel a profile event times: the reference's, the floor's, or the model's own ("work")."""
+    for role in (REFERENCE, FLOOR):
+        if name.startswith(role):
+            return role
+    return "work"
 
 
 def _interquartile_range(values: list[float]) -> float:
@@ -367,6 +387,12 @@ def _add_reference(graph: onnx.GraphProto) -> None:
     graph.input.append(helper.make_tensor_value_info(f"{REFERENCE}_x", TensorProto.FLOAT, [128, 256]))
     graph.output.append(helper.make_tensor_value_info(f"{REFERENCE}_y", TensorProto.FLOAT, [128, 256]))
     graph.node.append(helper.make_node("MatMul", [f"{REFERENCE}_x", f"{REFERENCE}_w"], [f"{REFERENCE}_y"], name=REFERENCE))
+
+
+def _add_floor(graph: onnx.GraphProto) -> None:
+    graph.input.append(helper.make_tensor_value_info(f"{FLOOR}_x", TensorProto.FLOAT, [1]))
+    graph.output.append(helper.make_tensor_value_info(f"{FLOOR}_y", TensorProto.FLOAT, [1]))
+    graph.node.append(helper.make_node("Neg", [f"{FLOOR}_x"], [f"{FLOOR}_y"], name=FLOOR))
 
 
 def _negations(n: int) -> bytes:
