@@ -46,6 +46,7 @@ DEFAULT_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "library.jsonl
 
 # The optimized model must beat the input by this factor end to end to be kept.
 MIN_CONFIRMED_SPEEDUP = 1.02
+_FRESH_LOOK_PREDICTED = 1.10  # a predicted speedup at least this, not measured, is timed again in fresh sessions
 # A model whose run takes this long is timed once per round, not as the fastest of three (taso.timing.interleaved_times).
 _LONG_RUN = 0.05
 
@@ -573,9 +574,31 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, fallb
             release_mapped_weights()
             model = checks.sessions.pop(name, None) or _runnable(candidates[name][1])
             timer = _time_beside_input(outcome, source, timer, name, model, checks.timing_feeds, threads)
-            if timer is not None and _confirmed(outcome, timer, name, checks, threads):
+            confirmed = timer is not None and _confirmed(outcome, timer, name, checks, threads)
+            if timer is not None and not confirmed and _worth_fresh_sessions(outcome, name):
+                timer = _time_beside_input(outcome, source, timer, name, _runnable(candidates[name][1]), checks.timing_feeds, threads,
+                                           reopen_input=True)
+                confirmed = timer is not None and _confirmed(outcome, timer, name, checks, threads)
+            if confirmed:
                 outcome.graph, outcome.model, outcome.kept = *candidates[name], name
                 return
+
+
+def _worth_fresh_sessions(outcome: Outcome, name: str) -> bool:
+    """Whether the optimized model, predicted clearly faster but not measured so, is timed again in fresh sessions.
+
+    One session's memory layout can slow a model by 30% for as long as the session lives, and a
+    second series on the same sessions agrees with the first: a 32-step LSTMCell merge predicted
+    1.29x measured 0.78x in one guard and 1.28-1.31x in the next three. So once, when the
+    prediction was at least ``_FRESH_LOOK_PREDICTED``, both models are opened again and the
+    fresh sessions must pass the same two series. Noted in the report either way.
+    """
+    predicted = outcome.report.predicted_speedup
+    if name != "optimized" or predicted < _FRESH_LOOK_PREDICTED:
+        return False
+    outcome.notes.append(f"the optimized model measured {outcome.speedups.get(name, 0.0):.2f}x where {predicted:.2f}x was predicted: "
+                         "timed again in fresh sessions")
+    return True
 
 
 def _keep_if_faster_on_gpu(outcome: Outcome, source: ModelSource, candidates: dict, clock: StageClock) -> None:
@@ -607,9 +630,10 @@ def _confirmed(outcome: Outcome, timer: InterleavedTimer, name: str, checks: _Ch
 
 
 def _time_beside_input(outcome: Outcome, source: ModelSource, timer: InterleavedTimer | None, name: str, model, feeds,
-                       threads: int) -> InterleavedTimer | None:
-    """One series of the input and the candidate ``name`` (the input's session is opened once and kept); its speedup goes
-    to ``outcome.speedups``. A re-export ONNX Runtime cannot run is dropped with a note (None: nothing timed).
+                       threads: int, reopen_input: bool = False) -> InterleavedTimer | None:
+    """One series of the input and the candidate ``name`` (the input's session is opened once and kept, or opened again
+    with ``reopen_input``); its speedup goes to ``outcome.speedups``. A re-export ONNX Runtime cannot run is dropped with
+    a note (None: nothing timed).
 
     Raises:
         TasoError: ONNX Runtime cannot run the input model (exit 2).
@@ -619,6 +643,8 @@ def _time_beside_input(outcome: Outcome, source: ModelSource, timer: Interleaved
         if timer is None:
             timer = InterleavedTimer([source.timing_source(), model], feeds, threads, labels=["the input", name], long_run=_LONG_RUN)
         else:
+            if reopen_input:
+                timer.replace(0, source.timing_source(), "the input")
             timer.replace(1, model, name)
         before, after = timer.times(decided=nothing_pays(MIN_CONFIRMED_SPEEDUP))
     except TimingError as e:
