@@ -189,7 +189,7 @@ def _write_report(path: str, before, outcome, plan, cost_fingerprint: str) -> No
     data = {**outcome.report.to_json(), "nodes_before": len(before), "nodes_after": len(outcome.graph), "kept": outcome.kept,
             "cleanup": outcome.cleanup.to_json() if outcome.cleanup else None,
             "folding": {"folded": len(plan.folded), "unfolded": [{"op": n.op.name, "output": n.outputs[0], "why": why} for n, why in plan.unfolded]},
-            "measured_speedups": outcome.speedups, "check": outcome.comparison.describe() if outcome.comparison else None,
+            "measured_speedups": outcome.speedups, "notes": outcome.notes, "check": outcome.comparison.describe() if outcome.comparison else None,
             "measurement_sizes": dict(before.meta.sizes), "checked_sizes": outcome.checked_sizes,
             "cost_model": cost_fingerprint, **outcome.clock.to_json()}
     write_model(json.dumps(data, indent=2).encode(), path)
