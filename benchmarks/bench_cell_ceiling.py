@@ -12,7 +12,7 @@ them. It is exported by the same exporter as the original and asserted to comput
 function (ONNX Runtime, random inputs at batch 1 and 3, within 1e-4 relative).
 
 For each configuration (cell, hidden, steps, exporter) and thread count, three files are timed side
-by side in interleaved runs (``taso.timing.interleaved_times``, ONNX Runtime ENABLE_ALL, batch 1,
+by side in interleaved runs (``taso.timing.fresh_session_speedups``, ONNX Runtime ENABLE_ALL, batch 1,
 float32 random input), ``--series`` of them (3), each in fresh sessions, and the median of each ratio
 is reported: one session's memory layout can make a model 30% slower for as long as the session
 lives (the LSTM h256x64 ceiling measured 1.91x in one series, 1.33-1.37x in four fresh ones). The files are
@@ -53,7 +53,6 @@ import argparse
 import itertools
 import json
 import math
-import statistics
 import subprocess
 import sys
 import time
@@ -294,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
 
-    from taso.timing import interleaved_times
+    from taso.timing import fresh_session_speedups
 
     rows: list[Row] = []
     for cell, hidden, steps, exporter in itertools.product(choice["cells"], choice["hidden"], choice["steps"], choice["exporters"]):
@@ -307,10 +306,10 @@ def main(argv: list[str] | None = None) -> int:
         feeds = {"x": np.random.default_rng(0).standard_normal((1, steps, hidden)).astype(np.float32)}
         for threads in choice["threads"]:
             taso = run_taso(path_original, threads, args.time_limit, args.redo)
-            series = [interleaved_times([str(path_original), str(taso.path), str(path_ceiling)], feeds, threads, rounds=args.rounds,
-                                        labels=["original", "taso", "ceiling"]) for _ in range(args.series)]
-            row = Row(config, threads, statistics.median(s[0] / s[1] for s in series), statistics.median(s[0] / s[2] for s in series),
-                      taso.kept, taso.wall_s, taso.cached, taso.predicted)
+            _, (_, taso_speedup, ceiling_speedup) = fresh_session_speedups(
+                [str(path_original), str(taso.path), str(path_ceiling)], feeds, threads, args.rounds, args.series,
+                labels=["original", "taso", "ceiling"])
+            row = Row(config, threads, taso_speedup, ceiling_speedup, taso.kept, taso.wall_s, taso.cached, taso.predicted)
             rows.append(row)
             print(f"  {config} t{threads}: taso {row.taso:.2f}x, ceiling {row.ceiling:.2f}x, taso/ceiling {row.ratio:.2f}", flush=True)
 

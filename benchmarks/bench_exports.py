@@ -16,14 +16,16 @@ the corpus (benchmarks/corpus.py; build it first), and models of taso's own zoo
   for taso once a simplifier ran. Above taso alone by more than 2%, the peer did something taso
   does not.
 
-The variants of one model are timed in one :func:`taso.timing.interleaved_times` call (rounds
-interleaved in a rotating order, the median of each round's fastest run), so a load change hits
-them alike; ratios are input time / variant time (above 1: faster than the input). The best peer
+The variants of one model are timed together in interleaved series (rounds in a rotating order,
+the median of each round's fastest run), so a load change hits them alike; ratios are input time
+/ variant time (above 1: faster than the input), the median over ``--series`` series (3), each in
+fresh sessions (:func:`taso.timing.fresh_session_speedups`: one session's memory layout once
+measured the BERT encoder's taso output at 0.97x, 1.11x when timed again). The best peer
 is picked by a first, shorter interleaved timing of the two. Prints one Markdown table and the
 geometric means, writes JSON after every model, prints progress on stderr.
 
 Run: python benchmarks/corpus.py build && python benchmarks/bench_exports.py [--threads 1 --threads 2]
-     [--model torch-script/lstm_cell_unrolled16 --model zoo/nasrnn ...] [--time-limit 9] [--rounds 9] [--json FILE]
+     [--model torch-script/lstm_cell_unrolled16 --model zoo/nasrnn ...] [--time-limit 9] [--rounds 9] [--series 3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402 - sibling scripts, not a package
 from bench_corpus import read_report  # noqa: E402
 
-from taso.timing import TimingError, interleaved_times  # noqa: E402
+from taso.timing import TimingError, fresh_session_speedups, interleaved_times  # noqa: E402
 from taso.validate import compare_models, random_input_sets  # noqa: E402
 
 TRANSFORMERS = ("transformer_encoder", "transformer_decoder", "gpt2_decoder", "distilbert_encoder", "bert_encoder")
@@ -167,7 +169,7 @@ def _change(report: dict) -> tuple[bool, str]:
     return False, f"no ({'re-export kept' if kept == 're-export' else 'input kept'}; {why})"
 
 
-def bench_model(entry: corpus.Entry, threads: list[int], time_limit: float, rounds: int, workdir: Path, log) -> list[Row]:
+def bench_model(entry: corpus.Entry, threads: list[int], time_limit: float, rounds: int, workdir: Path, log, series: int = 3) -> list[Row]:
     """One model at every thread count: the peers once, taso per thread count (alone and after the best peer), all timed interleaved."""
     model = onnx.load(str(entry.path()))
     static = corpus.with_static_inputs(model, entry.input_shapes)
@@ -206,21 +208,21 @@ def bench_model(entry: corpus.Entry, threads: list[int], time_limit: float, roun
         if proc.returncode == 0 and not same:
             variants.append(("taso", out))
         try:
-            seconds = dict(zip((v[0] for v in variants),
-                               interleaved_times([str(p) for _, p in variants], input_sets[0], t, rounds, labels=[v[0] for v in variants])))
+            input_seconds, ratios = fresh_session_speedups([str(p) for _, p in variants], input_sets[0], t, rounds, series,
+                                                           labels=[v[0] for v in variants])
         except TimingError as e:
             row.errors.append(str(e))
             log(f"  {t} thread(s): {e}")
             rows.append(row)
             continue
-        row.input_ms = seconds["input"] * 1e3
-        row.peers = {peer: (seconds["input"] / seconds[peer] if peer in seconds else None) for peer in PEERS}
-        if "taso" in seconds:
-            row.taso = seconds["input"] / seconds["taso"]
+        speedups = dict(zip((v[0] for v in variants), ratios))
+        row.input_ms = input_seconds * 1e3
+        row.peers = {peer: speedups.get(peer) for peer in PEERS}
+        if "taso" in speedups:
+            row.taso = speedups["taso"]
         elif same:
             row.taso, row.taso_note = 1.0, "input bytes kept"
-        if "taso after the best peer" in seconds:
-            row.taso_after_peer = seconds["input"] / seconds["taso after the best peer"]
+        row.taso_after_peer = speedups.get("taso after the best peer")
         log(f"  {t} thread(s): input {row.input_ms:.3f} ms, " + ", ".join(f"{p} {_ratio(v)}" for p, v in row.peers.items())
             + f", taso {_ratio(row.taso)}, taso after {row.best_peer or '—'} {_ratio(row.taso_after_peer)} "
             f"(predicted {_ratio(row.predicted)}; {row.change or row.taso_note}; optimize {row.optimize_seconds:.0f} s)")
@@ -287,7 +289,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                                                          "(default: the transformer and recurrent exports of both exporters, nasnet_a_cell, captcha_crnn, zoo nasrnn, squeezenet, bert_base)")
     parser.add_argument("--threads", type=int, action="append", help="intra-op threads, repeatable (default 1 and 2)")
     parser.add_argument("--time-limit", type=float, default=9.0, help="taso optimize's search seconds per model and thread count (default 9, taso's)")
-    parser.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds (default 9)")
+    parser.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds per series (default 9)")
+    parser.add_argument("--series", type=int, default=3, help="timing series, each in fresh sessions; the median ratio is reported (default 3)")
     parser.add_argument("--json", type=Path, default=Path("bench_exports.json"), help="where to write the rows (default bench_exports.json)")
     return parser.parse_args(argv)
 
@@ -310,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"  skipped: {entry}")
                 rows += [Row(name, t, 0, taso_note=entry) for t in threads]
                 continue
-            rows += bench_model(entry, threads, args.time_limit, args.rounds, Path(tmp), log)
+            rows += bench_model(entry, threads, args.time_limit, args.rounds, Path(tmp), log, args.series)
             args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")  # kept after every model
     rows.sort(key=lambda r: (r.threads, names.index(r.model)))
     print(markdown(rows))

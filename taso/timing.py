@@ -251,6 +251,21 @@ def interleaved_times(
     return timer.times(rounds, decided)
 
 
+def fresh_session_speedups(models: Sequence[str | bytes], feeds: Mapping[str, np.ndarray], threads: int = 1, rounds: int = 7,
+                           series: int = 3, *, labels: Sequence[str] | None = None) -> tuple[float, list[float]]:
+    """The first model's seconds per run and each model's speedup over it (first / model), each the median over
+    ``series`` interleaved series (:func:`interleaved_times`), every series in fresh sessions.
+
+    One session's memory layout can make a model 30% slower for as long as the session lives:
+    an LSTMCell ceiling measured 1.91x in one series and 1.33-1.37x in four fresh ones.
+
+    Raises:
+        TimingError: ONNX Runtime cannot load or run one of the models.
+    """
+    timed = [interleaved_times(models, feeds, threads, rounds, labels=labels) for _ in range(series)]
+    return statistics.median(t[0] for t in timed), [statistics.median(t[0] / t[k] for t in timed) for k in range(len(models))]
+
+
 def _measure(position: int, label: str, session: ort.InferenceSession, feeds, runs: int, seconds: float) -> Callable[[], float]:
     """One model's timing for one round. NOTE: it holds no reference to its timer: a cycle through the timer would keep
     every session (GBs of repacked weights) alive until the cyclic collector happened to run."""

@@ -141,3 +141,20 @@ def test_sessions_with_several_threads_do_not_spin_and_their_costs_are_cached_ap
     with pytest.raises(RuntimeError, match="does not have configuration"):
         session_options(1).get_session_config_entry("session.intra_op.allow_spinning")  # one thread: ONNX Runtime's default
     assert "|no-spinning|" in fingerprint(2) and "spinning" not in fingerprint(1)
+
+
+def test_fresh_session_speedups_take_the_median_of_each_ratio_over_series_in_fresh_sessions(monkeypatch):
+    """A series run in one bad session (0.5x here) is outvoted by the fresh ones; each series opens its own sessions."""
+    import taso.timing as timing
+
+    series = iter([[1.0, 0.5, 2.0], [1.2, 0.6, 1.2], [0.9, 0.45, 0.9]])  # input, a 2x variant, a 1x one (0.5x in one bad session)
+    calls = []
+
+    def one_series(models, feeds, threads=1, rounds=7, **options):
+        calls.append(list(models))
+        return next(series)
+
+    monkeypatch.setattr(timing, "interleaved_times", one_series)
+    first, speedups = timing.fresh_session_speedups(["a.onnx", "b.onnx", "c.onnx"], {}, 1, rounds=5, series=3)
+    assert len(calls) == 3 and first == 1.0
+    assert speedups == [1.0, 2.0, 1.0]
