@@ -14,7 +14,7 @@ function (ONNX Runtime, random inputs at batch 1 and 3, within 1e-4 relative).
 For each configuration (cell, hidden, steps, exporter) and thread count, three files are timed side
 by side in interleaved runs (``taso.timing.fresh_session_speedups``, ONNX Runtime ENABLE_ALL, batch 1,
 float32 random input), ``--series`` of them (3), each in fresh sessions, and the median of each ratio
-is reported: one session's memory layout can make a model 30% slower for as long as the session
+is reported: a session can run a model 30% slower than a fresh one for as long as the session
 lives (the LSTM h256x64 ceiling measured 1.91x in one series, 1.33-1.37x in four fresh ones). The files are
 the original export, ``python -m taso optimize ORIGINAL --threads T``'s output
 (default settings; its wall time and whether it kept the optimized model, from ``--report``), and

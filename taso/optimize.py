@@ -587,7 +587,7 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, fallb
 def _worth_fresh_sessions(outcome: Outcome, name: str) -> bool:
     """Whether the optimized model, predicted clearly faster but not measured so, is timed again in fresh sessions.
 
-    One session's memory layout can slow a model by 30% for as long as the session lives, and a
+    A pair of sessions can run a model 30% slower than fresh ones for as long as they live, and a
     second series on the same sessions agrees with the first: a 32-step LSTMCell merge predicted
     1.29x measured 0.78x in one guard and 1.28-1.31x in the next three. So once, when the
     prediction was at least ``_FRESH_LOOK_PREDICTED``, both models are opened again and the

@@ -256,7 +256,7 @@ def fresh_session_speedups(models: Sequence[str | bytes], feeds: Mapping[str, np
     """The first model's seconds per run and each model's speedup over it (first / model), each the median over
     ``series`` interleaved series (:func:`interleaved_times`), every series in fresh sessions.
 
-    One session's memory layout can make a model 30% slower for as long as the session lives:
+    A session can run a model 30% slower than a fresh one for as long as it lives (why is not pinned down):
     an LSTMCell ceiling measured 1.91x in one series and 1.33-1.37x in four fresh ones.
 
     Raises:
