@@ -20,8 +20,6 @@ from typing import Any
 __all__ = ["CostCache", "CostEntry", "SpotCheck", "SpotCheckPolicy", "SPOT_CHECK_OFF", "Verdict", "noise_band", "format_cost_report"]
 
 
-# ---- the cost cache: measured entries with their noise bands, spot-checked on use ------------------
-
 # An entry's noise band is a relative half-width: the interquartile range over the median of the
 # runs it came from, at least BAND_FLOOR, because the same node timed in another session of the
 # same process strays further than its runs spread (SqueezeNet's nodes timed three times each: an

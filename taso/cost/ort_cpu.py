@@ -131,11 +131,7 @@ class OrtCpuCost(CostModel):
     def time_model(self, model: bytes, feeds: dict) -> float:
         """Kernel seconds of one run of ``model``, rescaled to the reference's speed when the table was started."""
         profile = profile_kernels(model, feeds, self.threads)
-        return self._normalized(profile.kernels, profile.reference)
-
-    def _normalized(self, kernels: list[float], reference: list[float]) -> float:
-        """Per-run kernel seconds over the reference's, in the table's unit."""
-        return _robust_mean([k / r for k, r in zip(kernels, reference)]) * self._unit
+        return _robust_mean([k / r for k, r in zip(profile.kernels, profile.reference)]) * self._unit
 
     def measure(self, node: Node, graph: Graph, key: str, consts) -> float:
         if node.op.name in HAS_ACTIVATION and node.params["activation"] != "none":
