@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from ..errors import TasoError
 from ..ir import Graph, GraphMeta, Node, Params, TensorType
@@ -48,6 +48,7 @@ from ..ops import ACTIVATION_OPS, HAS_ACTIVATION, get
 from ..timing import median_run, open_session, session_options
 from .cache import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, Measure, SpotCheck, SpotCheckPolicy, noise_band)
 from .model import CostModel, Neighbourhood, node_key, random_array
+from .residency import CacheSizes, WeightReads, main_weight
 
 __all__ = ["OrtCpuCost", "cpu_name", "fingerprint", "profile_kernels", "check_cached_costs"]
 
@@ -107,6 +108,9 @@ class OrtCpuCost(CostModel):
         self._dispatch = 0.0  # what a trivial node costs inside a running graph
         self.measured = 0  # nodes measured: new entries, and cached ones no longer trusted
         self._seconds_per_byte = 0.0  # the slowest measuring seen, per byte of a node's tensors
+        self.caches = CacheSizes.of_this_machine()
+        self._penalties: dict[tuple[int, int], tuple[Node, float]] = {}  # (id(node), eviction bytes) -> (node, seconds)
+        self._reads: dict[int, tuple[Graph, WeightReads, float]] = {}  # id(graph) -> (graph, its weight reads, their penalties)
 
     @property
     def fingerprint(self) -> str:
@@ -188,19 +192,9 @@ class OrtCpuCost(CostModel):
     def fresh(self, node: Node, graph: Graph, consts, quick: bool = False) -> tuple[float, float]:
         """Measures a node now, whatever the cache holds: (seconds, relative noise band); ``quick``: runs for 5 ms, not 20 (a spot-check's screen)."""
         self._calibrate()
-        inputs, weights = {}, {}
-        for v in node.inputs:
-            (weights if v in consts else inputs)[v] = graph.type(v).concrete()
-        node = node.concrete()  # measured at the measurement sizes: a one-node model has no value to take a symbol's size from
-        # A weight keeps its value: a shape operand (Resize sizes, OneHot depth) filled at random is another kernel, or none.
-        arrays = {v: graph.weights[v] if v in graph.weights else random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
-        single = Graph(inputs, {v: arrays[v] for v in weights}, [node], list(node.outputs),
-                       meta=GraphMeta(opset=max(graph.meta.opset, 13), output_names=tuple(node.outputs)))
-        from ..onnx import export_onnx
-
         try:
-            model = export_onnx(single, check=False).SerializeToString()
-            profile = profile_kernels(model, {v: arrays[v] for v in inputs}, self.threads, min_total=QUICK_SECONDS if quick else FULL_SECONDS)
+            model, feeds = self._single_model(node, graph, consts)
+            profile = profile_kernels(model, feeds, self.threads, min_total=QUICK_SECONDS if quick else FULL_SECONDS)
         except Exception:  # noqa: BLE001 - ONNX Runtime's own exception types; only an opaque node may fail here
             if node.op.name != "opaque":
                 raise
@@ -213,6 +207,20 @@ class OrtCpuCost(CostModel):
         ratios = [(k - f) / r for k, f, r in zip(profile.kernels, profile.floor, profile.reference)]
         seconds = max(_robust_mean(ratios) * self._unit, 0.0) + self._dispatch
         return seconds, noise_band(seconds, _interquartile_range(ratios) * self._unit)
+
+    def _single_model(self, node: Node, graph: Graph, consts) -> tuple[bytes, dict[str, np.ndarray]]:
+        """``node`` alone as an ONNX model (its constant inputs as initializers) and random values for its other inputs."""
+        inputs, weights = {}, {}
+        for v in node.inputs:
+            (weights if v in consts else inputs)[v] = graph.type(v).concrete()
+        node = node.concrete()  # measured at the measurement sizes: a one-node model has no value to take a symbol's size from
+        # A weight keeps its value: a shape operand (Resize sizes, OneHot depth) filled at random is another kernel, or none.
+        arrays = {v: graph.weights[v] if v in graph.weights else random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
+        single = Graph(inputs, {v: arrays[v] for v in weights}, [node], list(node.outputs),
+                       meta=GraphMeta(opset=max(graph.meta.opset, 13), output_names=tuple(node.outputs)))
+        from ..onnx import export_onnx
+
+        return export_onnx(single, check=False).SerializeToString(), {v: arrays[v] for v in inputs}
 
     def _with_activation(self, node: Node, graph: Graph, consts) -> float:
         """A Conv or MatMul with a fused activation costs the plain op, plus the activation where ONNX Runtime runs it apart.
@@ -256,6 +264,93 @@ class OrtCpuCost(CostModel):
                         and all(around.type(v).rank == 2 for v in producer.inputs) and _sole_reader(node, data, around)):
                     return True
         return False
+
+    # -- where each weight lives when its node runs (taso.cost.residency) --
+
+    def graph_cost(self, graph: Graph) -> float:
+        """The nodes' warm prices, plus what reading each weight from where it lives in this graph costs."""
+        return super().graph_cost(graph) + self._parent_reads(graph)[1]
+
+    def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
+        """As the per-node delta; a rewrite that changes which weights are read, or how often, also re-prices every
+        weight read whose cache level that moves (a group merge puts the recurrent weight back in L2 for every step)."""
+        cost = super().rewrite_cost(parent, parent_cost, removed, added, child)
+        before_consts = parent.constant_values()
+        if not any(v in before_consts for n in (*removed, *added) for v in n.inputs):
+            return cost  # no node that reads a weight, nor one that folds a new weight, comes or goes
+        after = Neighbourhood.after(parent, removed, added, child)
+        gone = [(n, w) for n in removed if self._runs(n, before_consts) and (w := self._weight_of(n, parent, before_consts))]
+        new = [(n, w, self._nbytes(w, after)) for n in added
+               if self._runs(n, after.consts) and (w := self._weight_of(n, after, after.consts))]
+        if not gone and not new:
+            return cost
+        reads, penalties = self._parent_reads(parent)
+        return cost + self._read_penalties(reads.changed(gone, new), after.pricing, after.consts) - penalties
+
+    @staticmethod
+    def _runs(node: Node, consts) -> bool:
+        return not all(o in consts for o in node.outputs)
+
+    @staticmethod
+    def _nbytes(value: str, graph) -> int:
+        return graph.type(value).concrete().nbytes
+
+    def _weight_of(self, node: Node, graph, consts) -> str | None:
+        return main_weight(node, consts.__contains__, lambda v: self._nbytes(v, graph), self.caches.l1)
+
+    def _parent_reads(self, graph: Graph) -> tuple[WeightReads, float]:
+        """A graph's weight reads and their penalties, kept for the graphs the search expands (each is a parent many times)."""
+        hit = self._reads.get(id(graph))
+        if hit is not None and hit[0] is graph:
+            return hit[1], hit[2]
+        consts = graph.constant_values()
+        reads = WeightReads.of((n, w, self._nbytes(w, graph)) for n in graph.nodes
+                               if self._runs(n, consts) and (w := self._weight_of(n, graph, consts)))
+        penalties = self._read_penalties(reads, graph, consts)
+        if len(self._reads) >= 64:
+            self._reads.clear()
+        self._reads[id(graph)] = (graph, reads, penalties)
+        return reads, penalties
+
+    def _read_penalties(self, reads: WeightReads, graph, consts) -> float:
+        total = 0.0
+        for weight, readers in reads.readers.items():
+            evicted = self.caches.eviction(reads.bytes[weight], reads.between(weight), self.threads)
+            if evicted:
+                total += sum(self.read_penalty(n, graph, consts, evicted) for n in readers)
+        return total
+
+    def read_penalty(self, node: Node, graph, consts, evicted: int) -> float:
+        """What ``node`` costs beyond its price when ``evicted`` bytes passed through the caches since it last ran:
+        measured once per key and size (:func:`profile_cold_penalty`)."""
+        hit = self._penalties.get((id(node), evicted))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        key = f"{node_key(node, graph, consts)}@after-reading-{evicted >> 10}K"
+        seconds = self._table.get(key)
+        if seconds is None:
+            if time.perf_counter() + self._expected_measuring(node, graph) > self.deadline:
+                self.estimated += 1
+                return 0.0  # past the time limit: priced warm, not remembered
+            seconds, band = self.cold_penalty(node, graph, consts, evicted)
+            self.cache.record(self._fingerprint, key, seconds, band)
+            self.measured += 1
+        self._penalties[(id(node), evicted)] = (node, seconds)
+        return seconds
+
+    def cold_penalty(self, node: Node, graph, consts, evicted: int) -> tuple[float, float]:
+        """Measures now what ``evicted`` bytes streamed through the caches add to ``node``'s kernel: (seconds, noise band)."""
+        try:
+            model, feeds = self._single_model(node, graph, consts)
+            deltas = profile_cold_penalty(model, feeds, self.threads, evicted)
+        except Exception:  # noqa: BLE001 - as in fresh(): an opaque node that cannot run alone is priced warm
+            if node.op.name != "opaque":
+                raise
+            deltas = []
+        if not deltas:
+            return 0.0, BAND_FLOOR
+        seconds = max(_robust_mean(deltas), 0.0)
+        return seconds, noise_band(seconds, _interquartile_range(deltas))
 
     def close(self) -> None:
         self.cache.save()
@@ -306,13 +401,31 @@ def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 
     _add_floor(proto.graph)
     rng = np.random.default_rng(0)
     feeds = {**feeds, f"{REFERENCE}_x": rng.standard_normal((128, 256)).astype(np.float32), f"{FLOOR}_x": np.ones(1, np.float32)}
+    return _kernel_times(_profiled_runs(proto, feeds, threads, min_total, min_runs, max_runs), skip=_WARM_UP_RUNS)
+
+
+def _kernel_times(events: list[dict], skip: int) -> KernelProfile:
+    """The profiled kernel seconds of each session run (after ``skip`` warm-up runs): the model's, the reference's, the floor's."""
+    times = _role_times(events, skip, roles=(REFERENCE, FLOOR))
+    if not times[REFERENCE]:
+        raise TasoError(f"the ort-cpu cost model found no timed runs in ONNX Runtime {ort.__version__}'s profile "
+                        "(its profile format may have changed); use --cost analytic")
+    return KernelProfile(*(times[role] for role in (_WORK, REFERENCE, FLOOR)))
+
+
+_WARM_UP_RUNS = 3
+_WORK = "work"  # a profiled kernel of the model itself, not one added beside it
+
+
+def _profiled_runs(proto: onnx.ModelProto, feeds: dict, threads: int, min_total: float, min_runs: int, max_runs: int) -> list[dict]:
+    """ONNX Runtime's profile events of ``_WARM_UP_RUNS`` runs, then runs until ``min_total`` seconds and ``min_runs`` runs."""
     options = session_options(threads)
     with tempfile.TemporaryDirectory() as tmp:
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(tmp, "profile")
         session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
         total, runs = 0.0, 0
-        for _ in range(3):
+        for _ in range(_WARM_UP_RUNS):
             session.run(None, feeds)
         while (total < min_total or runs < min_runs) and runs < max_runs:
             start = time.perf_counter()
@@ -320,41 +433,112 @@ def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 
             total += time.perf_counter() - start
             runs += 1
         with open(session.end_profiling(), encoding="utf-8") as f:
-            events = json.load(f)
-    return _kernel_times(events, skip=3)
+            return json.load(f)
 
 
-def _kernel_times(events: list[dict], skip: int) -> KernelProfile:
-    """Sums the profiled kernel times of each session run (after ``skip`` warm-up runs): the model's, the reference's, the floor's."""
+def _role_times(events: list[dict], skip: int, roles: tuple[str, ...]) -> dict[str, list[float]]:
+    """Per session run (after ``skip`` warm-up runs), the seconds of the kernels whose node name starts with each
+    of ``roles``, and of the rest (``_WORK``); runs in which the first role's kernel did not run are left out."""
     windows = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"][skip:]
-    kernels = sorted((e["ts"], e["dur"], _kernel_role(e["name"])) for e in events
+    kernels = sorted((e["ts"], e["dur"], _kernel_role(e["name"], roles)) for e in events
                      if e.get("cat") == "Node" and e.get("name", "").endswith("_kernel_time"))
-    profile = KernelProfile([], [], [])
+    times: dict[str, list[float]] = {role: [] for role in (_WORK, *roles)}
     index = 0
     for start, end in windows:
-        seconds = {"work": 0.0, REFERENCE: 0.0, FLOOR: 0.0}
+        seconds = dict.fromkeys(times, 0.0)
         while index < len(kernels) and kernels[index][0] < start:
             index += 1
         while index < len(kernels) and kernels[index][0] <= end:
             _, dur, role = kernels[index]
             seconds[role] += dur * 1e-6
             index += 1
-        if seconds[REFERENCE] > 0:
-            profile.kernels.append(seconds["work"])
-            profile.reference.append(seconds[REFERENCE])
-            profile.floor.append(seconds[FLOOR])
-    if not profile.reference:
-        raise TasoError(f"the ort-cpu cost model found no timed runs in ONNX Runtime {ort.__version__}'s profile "
-                        "(its profile format may have changed); use --cost analytic")
-    return profile
+        if seconds[roles[0]] > 0:
+            for role, value in seconds.items():
+                times[role].append(value)
+    return times
 
 
-def _kernel_role(name: str) -> str:
-    """Whose kernel a profile event times: the reference's, the floor's, or the model's own ("work")."""
-    for role in (REFERENCE, FLOOR):
+def _kernel_role(name: str, roles: tuple[str, ...]) -> str:
+    """Whose kernel a profile event times: the first of ``roles`` its node's name starts with, or the model's own."""
+    for role in roles:
         if name.startswith(role):
             return role
-    return "work"
+    return _WORK
+
+
+COLD = "__taso_cold/"
+WARM = "__taso_warm/"
+EVICT = "__taso_evict"
+
+
+def profile_cold_penalty(model: bytes, feeds: dict, threads: int, evict_bytes: int, min_total: float = FULL_SECONDS) -> list[float]:
+    """Per run, how much longer the kernels of ``model`` take when ``evict_bytes`` were streamed through the caches
+    just before them than when the same kernels run again right after (on the weights they just read).
+
+    Both copies run in one session run, so the load, the profiler's overhead and the input sizes are the same
+    for both, and the difference is what a cold weight costs (``taso.cost.residency``). Empty when the model
+    has no computed input to order the copies by.
+    """
+    pair = _cold_then_warm(onnx.load_model_from_string(model))
+    if pair is None:
+        return []
+    # Read, not written: a graph's weights between two reads of one are read (written lines would also be written back).
+    feeds = {**feeds, f"{EVICT}_x": np.ones(max(evict_bytes // 4, 1), np.float32)}
+    times = _role_times(_profiled_runs(pair, feeds, threads, min_total, min_runs=15, max_runs=40), _WARM_UP_RUNS, roles=(COLD, WARM))
+    return [cold - warm for cold, warm in zip(times[COLD], times[WARM])]
+
+
+def _cold_then_warm(proto: onnx.ModelProto) -> onnx.ModelProto | None:
+    """The model's nodes twice: after a ReduceMax reads a graph input ``EVICT_x`` through the caches (named ``COLD...``),
+    then again right after them (``WARM...``). Each copy's computed inputs wait on what must run before it (the
+    input plus zero times one element of it), so ONNX Runtime runs: eviction, cold copy, warm copy."""
+    graph = proto.graph
+    initializers = {t.name for t in graph.initializer}
+    dynamic = {i.name: i.type.tensor_type.elem_type for i in graph.input if i.name not in initializers}
+    if not dynamic or any(t in (TensorProto.BOOL, TensorProto.STRING, TensorProto.UNDEFINED) for t in dynamic.values()):
+        return None
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    g = out.graph
+    del g.node[:]
+    g.input.append(helper.make_tensor_value_info(f"{EVICT}_x", TensorProto.FLOAT, None))
+    g.initializer.extend([numpy_helper.from_array(np.array([0], np.int64), f"{EVICT}_start"),
+                          numpy_helper.from_array(np.array([1], np.int64), f"{EVICT}_end"),
+                          numpy_helper.from_array(np.array(0, np.float32), f"{EVICT}_zero")])
+    g.node.append(helper.make_node("ReduceMax", [f"{EVICT}_x"], [f"{EVICT}_streamed"], keepdims=0, name=f"{EVICT}_read"))
+
+    def waiting(value: str, on: str, tag: str) -> str:
+        """``value`` + 0 * (one element of ``on``): ``value`` again, computed only once ``on`` is."""
+        names = [f"{EVICT}/{tag}/{value}/{i}" for i in range(6)]
+        g.node.extend([
+            helper.make_node("Cast", [on], [names[0]], to=TensorProto.FLOAT, name=names[0]),
+            helper.make_node("Flatten", [names[0]], [names[1]], axis=0, name=names[1]),
+            helper.make_node("Slice", [names[1], f"{EVICT}_start", f"{EVICT}_end", f"{EVICT}_end"], [names[2]], name=names[2]),
+            helper.make_node("ReduceSum", [names[2]], [names[3]], keepdims=0, name=names[3]),
+            helper.make_node("Mul", [names[3], f"{EVICT}_zero"], [names[4]], name=names[4]),
+            helper.make_node("Cast", [names[4]], [names[5]], to=dynamic[value], name=names[5]),
+            helper.make_node("Add", [value, names[5]], [f"{value}~{tag}"], name=f"{EVICT}/{tag}/{value}/add"),
+        ])
+        return f"{value}~{tag}"
+
+    def copy(prefix: str, renamed: dict[str, str], suffix: str) -> None:
+        for i, node in enumerate(proto.graph.node):
+            twin = onnx.NodeProto()
+            twin.CopyFrom(node)
+            twin.name = f"{prefix}{i}"
+            twin.input[:] = [renamed.get(v, v) for v in node.input]
+            twin.output[:] = [f"{v}{suffix}" if v else v for v in node.output]
+            renamed.update({v: f"{v}{suffix}" for v in node.output if v})
+            g.node.append(twin)
+
+    copy(COLD, {v: waiting(v, f"{EVICT}_streamed", "cold") for v in dynamic}, "")
+    first_output = proto.graph.output[0].name
+    copy(WARM, {v: waiting(v, first_output, "warm") for v in dynamic}, "~warm")
+    for output in proto.graph.output:
+        twin = g.output.add()
+        twin.CopyFrom(output)
+        twin.name = f"{output.name}~warm"
+    return out
 
 
 def _interquartile_range(values: list[float]) -> float:
