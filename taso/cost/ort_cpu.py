@@ -276,8 +276,8 @@ class OrtCpuCost(CostModel):
         weight read whose cache level that moves (a group merge puts the recurrent weight back in L2 for every step)."""
         cost = super().rewrite_cost(parent, parent_cost, removed, added, child)
         before_consts = parent.constant_values()
-        if not any(v in before_consts for n in (*removed, *added) for v in n.inputs):
-            return cost  # no node that reads a weight, nor one that folds a new weight, comes or goes
+        if all(n.inputs for n in added) and not any(v in before_consts for n in (*removed, *added) for v in n.inputs):
+            return cost  # no node that reads a weight comes or goes, nor one that makes a new one (from weights, or from nothing)
         after = Neighbourhood.after(parent, removed, added, child)
         gone = [(n, w) for n in removed if self._runs(n, before_consts) and (w := self._weight_of(n, parent, before_consts))]
         new = [(n, w, self._nbytes(w, after)) for n in added

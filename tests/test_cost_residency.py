@@ -1,0 +1,176 @@
+"""Where a weight lives when its node runs: reuse distances, the price of a cold read, and a search that sees both."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import taso
+from taso import ops
+from taso.cost.model import CostModel, _roofline_seconds
+from taso.cost.ort_cpu import COLD, EVICT, WARM, OrtCpuCost, _cold_then_warm, _profiled_runs
+from taso.cost.residency import CacheSizes, WeightReads
+from taso.ir import Graph, Node, TensorType
+from taso.rewrite import CompiledRule, plans
+
+
+def _n(op, inputs, outputs, **params):
+    o = ops.get(op)
+    return Node(o, o.make_params(**params), tuple(inputs), tuple(outputs), outputs[0])
+
+
+def test_a_weight_read_every_step_sees_the_other_weights_of_a_step_between_its_reads():
+    # An unrolled GRU: input weight W and recurrent weight U, each read at all 32 steps.
+    reads = WeightReads.of([*((f"x{t}", "W", 800) for t in range(32)), *((f"h{t}", "U", 800) for t in range(32))])
+    assert reads.between("W") == reads.between("U") == 800
+    # Its input products merged into one: W is read once a run, U 32 times with 1/32 of W between two reads.
+    merged = WeightReads.of([("rows", "W", 800), *((f"h{t}", "U", 800) for t in range(32))])
+    assert merged.between("U") == pytest.approx(800 / 32)
+    assert merged.between("W") == 800
+    # A weight read as often as another has it between every two of its reads; one read less often, in that share.
+    mixed = WeightReads.of([("a", "A", 100), ("a2", "A", 100), ("b", "B", 50), ("c", "C", 10), ("c2", "C", 10), ("c3", "C", 10), ("c4", "C", 10)])
+    assert mixed.between("A") == pytest.approx(50 * 1 / 2 + 10)
+    assert mixed.between("C") == pytest.approx(100 * 2 / 4 + 50 * 1 / 4)
+
+
+def test_changed_reads_drop_the_removed_nodes_and_add_the_new_ones():
+    a, b, c = (_n("relu", [v], [v + "y"]) for v in "abc")
+    reads = WeightReads.of([(a, "W", 10), (b, "W", 10), (c, "V", 30)])
+    after = reads.changed([(a, "W"), (c, "V")], [(a, "U", 20)])
+    assert after.readers == {"W": [b], "U": [a]} and after.bytes == {"W": 10, "U": 20}
+    assert reads.readers["W"] == [a, b], "the parent's reads are not changed"
+
+
+def test_eviction_sizes():
+    caches = CacheSizes(l1=32 << 10, l2=1 << 20, l3=32 << 20)
+    assert caches.eviction(own=400 << 10, between=400 << 10) is None, "both fit the L2"
+    assert caches.eviction(own=800 << 10, between=800 << 10, threads=2) is None, "two cores' L2s"
+    assert caches.eviction(own=800 << 10, between=800 << 10) == 1 << 20, "the nearest power of two"
+    assert caches.eviction(own=4 << 20, between=50 << 10) is None, "too little to move the weight out"
+    assert caches.eviction(own=1 << 20, between=3 << 20) == 4 << 20
+    assert caches.eviction(own=1 << 20, between=5 << 30) == 64 << 20, "at most twice the L3"
+
+
+def test_this_machines_caches_are_read_and_ordered():
+    caches = CacheSizes.of_this_machine()
+    assert 0 < caches.l1 <= caches.l2 <= caches.l3
+
+
+class _Priced(OrtCpuCost):
+    """OrtCpuCost's residency with the roofline for a node's price and a made-up cold penalty: nothing is measured,
+    and the caches are a few KB, so small graphs have weights that leave them."""
+
+    def __init__(self):
+        super().__init__(threads=1)
+        self.caches = CacheSizes(l1=128, l2=1 << 10, l3=16 << 10)  # the bias (64 bytes) is not a weight here
+        self.penalties_measured: list[int] = []
+
+    def measure(self, node, graph, key, consts):
+        return _roofline_seconds(node, graph, key, consts) or 1e-6
+
+    def cold_penalty(self, node, graph, consts, evicted):
+        self.penalties_measured.append(evicted)
+        weight = max(graph.type(v).concrete().nbytes for v in node.inputs if v in consts)
+        return weight * 1e-9 * (1 + evicted.bit_length()), 0.1
+
+
+@pytest.fixture
+def priced(tmp_path, monkeypatch) -> _Priced:
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    return _Priced()
+
+
+def _cell(steps: int, hidden: int = 16) -> Graph:
+    """An unrolled recurrent cell as exporters write it: h = tanh(x_t W + b + h U) at each step, W and U shared."""
+    rng = np.random.default_rng(0)
+    weights = {"W": rng.standard_normal((hidden, hidden)).astype(np.float32), "U": rng.standard_normal((hidden, hidden)).astype(np.float32),
+               "b": rng.standard_normal(hidden).astype(np.float32)}
+    nodes, h = [], "h"
+    for t in range(steps):
+        nodes += [_n("matmul", [f"x{t}", "W"], [f"i{t}"]), _n("add", [f"i{t}", "b"], [f"ib{t}"]), _n("matmul", [h, "U"], [f"r{t}"]),
+                  _n("add", [f"ib{t}", f"r{t}"], [f"s{t}"]), _n("tanh", [f"s{t}"], [f"h{t}"])]
+        h = f"h{t}"
+    inputs = {"h": TensorType((1, hidden)), **{f"x{t}": TensorType((1, hidden)) for t in range(steps)}}
+    return Graph(inputs, weights, nodes, [h])
+
+
+def test_a_graph_pays_for_the_weights_it_reads_cold(priced):
+    warm = CostModel.graph_cost(priced, _cell(4))  # CostModel.graph_cost: the nodes' own prices
+    assert priced.graph_cost(_cell(4)) > warm
+    assert set(priced.penalties_measured) == {1 << 10}, "W and U (1 KB each) with 1 KB of the other between reads"
+    one_weight = Graph({"x": TensorType((1, 16))}, {"W": _cell(1).weights["W"]}, [_n("matmul", ["x", "W"], ["y"])], ["y"])
+    assert priced.graph_cost(one_weight) == CostModel.graph_cost(priced, one_weight), "nothing between its reads"
+
+
+@pytest.mark.parametrize("graph", [_cell(4), taso.load_onnx(__import__("taso.models", fromlist=["build"]).build("nasrnn", steps=2, hidden=16))],
+                         ids=["cell", "nasrnn"])
+def test_a_rewrites_price_is_the_child_graphs_cost_with_residency(priced, graph):
+    # A rewrite that changes which weights are read, or how often, moves other reads between cache levels: the search's
+    # price of the child (from its parent, without building it) must still be the child's cost.
+    from taso.optimize import load_rules
+
+    parent_cost = priced.graph_cost(graph)
+    present = {n.op.name for n in graph.nodes}
+    checked = moved = 0
+    for rule in load_rules():
+        if not {rn.op for rn in rule.source} <= present:
+            continue
+        for plan in plans(graph, CompiledRule(rule)):
+            child = plan.materialize()
+            if child is None:
+                continue
+            priced_child = priced.rewrite_cost(graph, parent_cost, plan.removed, plan.added, plan)
+            assert priced_child == pytest.approx(priced.graph_cost(child), rel=1e-12, abs=1e-15), rule
+            checked += 1
+            moved += priced._parent_reads(child)[1] != priced._parent_reads(graph)[1]
+    assert checked > 10 and moved > 0
+
+
+def test_merging_the_input_products_prices_the_recurrent_reads_warm(priced):
+    from rule_examples import shared_weight_merge_rule
+
+    graph = _cell(4)
+    plan = next(p for p in plans(graph, CompiledRule(shared_weight_merge_rule())) if {"W"} <= {v for n in p.removed for v in n.inputs})
+    child = plan.materialize()
+    before, after = priced._parent_reads(graph)[1], priced._parent_reads(child)[1]
+    assert 0 < after < before, "U's four reads now have a quarter of W between them"
+    delta = priced.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan)
+    plain = CostModel.rewrite_cost(priced, graph, 0.0, plan.removed, plan.added, plan)
+    assert delta == pytest.approx(plain + after - before) and delta < plain
+
+
+def _product(hidden: int) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["m"]), helper.make_node("Relu", ["m"], ["y"])], "p",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, hidden])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, hidden])],
+                              [numpy_helper.from_array(rng.standard_normal((hidden, hidden)).astype(np.float32), "W")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_cold_and_warm_copies_run_after_the_eviction_and_in_that_order():
+    import onnxruntime as ort
+
+    pair = _cold_then_warm(_product(64))
+    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    feeds = {"x": x, f"{EVICT}_x": np.ones(1 << 16, np.float32)}
+    session = ort.InferenceSession(pair.SerializeToString(), providers=["CPUExecutionProvider"])
+    y, y_warm = (session.run(["y", "y~warm"], feeds))
+    expected = ort.InferenceSession(_product(64).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(y, expected)
+    np.testing.assert_array_equal(y_warm, expected)
+    events = _profiled_runs(pair, feeds, threads=1, min_total=0.0, min_runs=3, max_runs=3)
+    kernels = sorted((e["ts"], e["dur"], e["name"]) for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"))
+    run = [k for k in kernels if k[0] >= [e["ts"] for e in events if e.get("name") == "model_run"][-1]]
+    first = {prefix: min(ts for ts, _, name in run if name.startswith(prefix)) for prefix in (f"{EVICT}_read", COLD, WARM)}
+    last = {prefix: max(ts + dur for ts, dur, name in run if name.startswith(prefix)) for prefix in (f"{EVICT}_read", COLD, WARM)}
+    assert last[f"{EVICT}_read"] <= first[COLD] and last[COLD] <= first[WARM]
+    assert sum(name.startswith(COLD) for _, _, name in run) == sum(name.startswith(WARM) for _, _, name in run) == 2
+
+
+def test_a_model_without_a_computed_input_has_no_cold_copy():
+    graph = helper.make_graph([helper.make_node("Relu", ["c"], ["y"])], "k", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+                              [numpy_helper.from_array(np.ones(2, np.float32), "c")])
+    assert _cold_then_warm(helper.make_model(graph)) is None
