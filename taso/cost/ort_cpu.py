@@ -268,12 +268,12 @@ class OrtCpuCost(CostModel):
     # -- where each weight lives when its node runs (taso.cost.residency) --
 
     def graph_cost(self, graph: Graph) -> float:
-        """The nodes' warm prices, plus what reading each weight from where it lives in this graph costs."""
+        """The nodes' warm prices, plus what reading each weight costs after the other weights read since its last read."""
         return super().graph_cost(graph) + self._parent_reads(graph)[1]
 
     def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
         """As the per-node delta; a rewrite that changes which weights are read, or how often, also re-prices every
-        weight read whose cache level that moves (a group merge puts the recurrent weight back in L2 for every step)."""
+        weight read it moves closer or further (a group merge puts the recurrent weight back in L2 for every step)."""
         cost = super().rewrite_cost(parent, parent_cost, removed, added, child)
         before_consts = parent.constant_values()
         if all(n.inputs for n in added) and not any(v in before_consts for n in (*removed, *added) for v in n.inputs):
@@ -326,7 +326,7 @@ class OrtCpuCost(CostModel):
         hit = self._penalties.get((id(node), evicted))
         if hit is not None and hit[0] is node:
             return hit[1]
-        key = f"{node_key(node, graph, consts)}@after-reading-{evicted >> 10}K"
+        key = f"{node_key(node, graph, consts)}@cold-after-{evicted >> 10}K"
         seconds = self._table.get(key)
         if seconds is None:
             if time.perf_counter() + self._expected_measuring(node, graph) > self.deadline:
@@ -417,19 +417,22 @@ _WARM_UP_RUNS = 3
 _WORK = "work"  # a profiled kernel of the model itself, not one added beside it
 
 
-def _profiled_runs(proto: onnx.ModelProto, feeds: dict, threads: int, min_total: float, min_runs: int, max_runs: int) -> list[dict]:
-    """ONNX Runtime's profile events of ``_WARM_UP_RUNS`` runs, then runs until ``min_total`` seconds and ``min_runs`` runs."""
+def _profiled_runs(proto: onnx.ModelProto, feeds: dict, threads: int, min_total: float, min_runs: int, max_runs: int,
+                   other_feeds: dict | None = None) -> list[dict]:
+    """ONNX Runtime's profile events of ``_WARM_UP_RUNS`` runs, then runs until ``min_total`` seconds and ``min_runs`` runs;
+    with ``other_feeds``, every second run (counting from the first warm-up) takes those."""
     options = session_options(threads)
     with tempfile.TemporaryDirectory() as tmp:
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(tmp, "profile")
         session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        alternating = (feeds, feeds if other_feeds is None else other_feeds)
         total, runs = 0.0, 0
-        for _ in range(_WARM_UP_RUNS):
-            session.run(None, feeds)
+        for i in range(_WARM_UP_RUNS):
+            session.run(None, alternating[i % 2])
         while (total < min_total or runs < min_runs) and runs < max_runs:
             start = time.perf_counter()
-            session.run(None, feeds)
+            session.run(None, alternating[(_WARM_UP_RUNS + runs) % 2])
             total += time.perf_counter() - start
             runs += 1
         with open(session.end_profiling(), encoding="utf-8") as f:
@@ -472,20 +475,25 @@ EVICT = "__taso_evict"
 
 
 def profile_cold_penalty(model: bytes, feeds: dict, threads: int, evict_bytes: int, min_total: float = FULL_SECONDS) -> list[float]:
-    """Per run, how much longer the kernels of ``model`` take when ``evict_bytes`` were streamed through the caches
-    just before them than when the same kernels run again right after (on the weights they just read).
+    """Per pair of runs, how much longer the kernels of ``model`` take when ``evict_bytes`` were read through the
+    caches just before them than when the same kernels run again right after (on the weights they just read).
 
-    Both copies run in one session run, so the load, the profiler's overhead and the input sizes are the same
-    for both, and the difference is what a cold weight costs (``taso.cost.residency``). Empty when the model
-    has no computed input to order the copies by.
+    Both copies run in one session run, so the load, the profiler's overhead and the input sizes are the same for
+    both. The cold copy is slower by a microsecond or so even when nothing is evicted (it runs first, after other
+    kernels); so runs alternate between ``evict_bytes`` and 4 bytes read, and each pair's difference is what the
+    evicted bytes cost (``taso.cost.residency``). Empty when the model has no computed input to order the copies by.
     """
     pair = _cold_then_warm(onnx.load_model_from_string(model))
     if pair is None:
         return []
     # Read, not written: a graph's weights between two reads of one are read (written lines would also be written back).
-    feeds = {**feeds, f"{EVICT}_x": np.ones(max(evict_bytes // 4, 1), np.float32)}
-    times = _role_times(_profiled_runs(pair, feeds, threads, min_total, min_runs=15, max_runs=40), _WARM_UP_RUNS, roles=(COLD, WARM))
-    return [cold - warm for cold, warm in zip(times[COLD], times[WARM])]
+    evicting = {**feeds, f"{EVICT}_x": np.ones(max(evict_bytes // 4, 1), np.float32)}
+    resting = {**feeds, f"{EVICT}_x": np.ones(1, np.float32)}
+    events = _profiled_runs(pair, evicting, threads, min_total, min_runs=30, max_runs=80, other_feeds=resting)
+    times = _role_times(events, _WARM_UP_RUNS, roles=(COLD, WARM))
+    slower = [cold - warm for cold, warm in zip(times[COLD], times[WARM])]
+    first = _WARM_UP_RUNS % 2  # the index of the first timed run that evicted (runs alternate from the first warm-up)
+    return [evicted - rested for evicted, rested in zip(slower[first::2], slower[1 - first::2])]
 
 
 def _cold_then_warm(proto: onnx.ModelProto) -> onnx.ModelProto | None:
