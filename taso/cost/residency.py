@@ -16,6 +16,15 @@ bytes were read through the caches, and right after its own previous run
 (``taso.cost.ort_cpu.profile_cold_penalty``); the difference is added to its price. Only the
 bytes of constant inputs count: at the batch sizes these models run at, activations are small
 beside weights (a batch-64 convolution's are not; see docs/design.md).
+
+What this estimate does not know is the order ONNX Runtime runs the nodes in: its sequential
+executor walks the graph depth first from the nodes nothing reads, back through their inputs,
+the producer latest in the file first. Both PyTorch exporters' unrolled LSTM cells run all 32
+input products, then all 32 recurrent ones (each weight read back to back, no penalty); their
+GRU cells alternate the two weights (a walk written after that rule gave the profiled order on
+all four exports). Priced as interleaved, the LSTM h256 input was priced at 1.3-1.4x its
+measured time. An exact order for every candidate the search prices is a walk of the whole
+graph per rewrite; an incremental one is the next step (docs/measured.md, session 17).
 """
 
 from __future__ import annotations
