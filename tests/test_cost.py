@@ -127,7 +127,7 @@ def test_the_profiler_floor_is_taken_from_each_run_of_the_node_own_session(tmp_p
 
     def profile(model, feeds, threads, min_total=ort_cpu.FULL_SECONDS, **_):
         floor = next(floors, 2e-6)
-        return ort_cpu.KernelProfile([floor + 3e-6] * 8, [100e-6] * 8, [floor] * 8)  # a 3 us kernel, under either floor
+        return ort_cpu.KernelProfile([floor + 40e-6] * 8, [100e-6] * 8, [floor] * 8)  # a 40 us kernel, under either floor
 
     monkeypatch.setattr(ort_cpu, "profile_kernels", profile)
     monkeypatch.setattr(ort_cpu, "median_run", lambda session, feeds, min_seconds=0.0: 1e-6)
@@ -137,7 +137,7 @@ def test_the_profiler_floor_is_taken_from_each_run_of_the_node_own_session(tmp_p
     graph = Graph({"x": TensorType((1, 64))}, {}, [node], ["y"])
     first, _ = model.fresh(node, graph, set())
     second, _ = model.fresh(node, graph, set())
-    assert abs(first - second) < 1e-12 and abs(first - 3e-6) < 1e-9
+    assert abs(first - second) < 1e-12 and abs(first - 40e-6) < 1e-9
 
 
 def test_measured_costs_order_tiny_and_large_operators_sensibly(tmp_path, monkeypatch):

@@ -210,3 +210,40 @@ def test_a_node_whose_copies_cannot_be_ordered_is_timed_once():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     profile = ort_cpu.profile_kernels(model.SerializeToString(), {"b": np.ones(4, bool)}, threads=1, min_total=0.0, min_runs=3, warm=True)
     assert len(profile.kernels) == 3 and all(k > 0 for k in profile.kernels)
+
+
+def test_copies_of_a_node_all_run_where_a_node_is_timed_by_the_wall_clock(tmp_path):
+    """The wall-clock price is what the copies add over one: ONNX Runtime must run every copy (its common-subexpression
+    elimination, on by default, would fold identical nodes into one and price the node at zero)."""
+    import json
+
+    from taso.cost.ort_cpu import copies_session, with_copies
+
+    many = with_copies(_product(64), 5)
+    session = copies_session(many, threads=1, enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))
+    x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
+    (y,) = session.run(None, {"x": x})
+    import onnxruntime as ort
+
+    expected = ort.InferenceSession(_product(64).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(y, expected)
+    with open(session.end_profiling(), encoding="utf-8") as f:
+        events = json.load(f)
+    ops_run = [e["args"]["op_name"] for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    assert len(ops_run) >= 5 and len(ops_run) % 5 == 0  # MatMul and Relu each five times (or fused, five times)
+
+
+def test_a_node_under_the_profilers_resolution_is_priced_by_the_wall_clock(monkeypatch, tmp_path):
+    from taso.cost import ort_cpu
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(ort_cpu, "profile_kernels", lambda *a, **k: ort_cpu.KernelProfile([3e-6] * 8, [100e-6] * 8, [2e-6] * 8))
+    monkeypatch.setattr(ort_cpu, "median_run", lambda session, feeds, min_seconds=0.0: 1e-6)
+    monkeypatch.setattr(ort_cpu, "wall_clock_marginal", lambda model, feeds, threads: (0.7e-6, 0.1))
+    model = OrtCpuCost(threads=1)
+    node = _n("tanh", ["x"], ["y"])
+    graph = Graph({"x": TensorType((1, 64))}, {}, [node], ["y"])
+    assert model.fresh(node, graph, set()) == (0.7e-6, 0.1)
+    monkeypatch.setattr(ort_cpu, "profile_kernels", lambda *a, **k: ort_cpu.KernelProfile([400e-6] * 8, [100e-6] * 8, [2e-6] * 8))
+    seconds, _ = model.fresh(node, graph, set())
+    assert seconds > 100e-6  # a node the profiler resolves keeps its profiled price

@@ -45,7 +45,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..errors import TasoError
 from ..ir import Graph, GraphMeta, Node, Params, TensorType
 from ..ops import ACTIVATION_OPS, HAS_ACTIVATION, get
-from ..timing import median_run, open_session, session_options
+from ..timing import fastest_run, interleaved_samples, median_run, open_session, session_options
 from .cache import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, Measure, SpotCheck, SpotCheckPolicy, noise_band)
 from .model import CostModel, Neighbourhood, node_key, random_array
 from .residency import CacheSizes, WeightReads, main_weight
@@ -80,7 +80,7 @@ def cpu_name() -> str:
 def fingerprint(threads: int = 1) -> str:
     """The cache table of this machine, ONNX Runtime build and thread count."""
     spinning = "|no-spinning" if threads > 1 else ""  # see taso.timing.session_options
-    return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}{spinning}|ENABLE_ALL|profiled|floor-per-run|warm-copy"
+    return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}{spinning}|ENABLE_ALL|profiled|floor-per-run|warm-copy|under-30us-by-wall-clock"
 
 
 class OrtCpuCost(CostModel):
@@ -187,7 +187,8 @@ class OrtCpuCost(CostModel):
     def _check_seconds(self, cached: float) -> float:
         """About what screening an entry of ``cached`` seconds takes (profile_kernels: a session, 3 warm-up runs, then 7 runs or 5 ms)."""
         per_run = 2 * cached + (self._unit or 0.0)  # the node runs twice (profile_kernels' warm copy), the reference beside it
-        return _SESSION_SECONDS + 3 * per_run + max(7 * per_run, QUICK_SECONDS)
+        profiled = _SESSION_SECONDS + 3 * per_run + max(7 * per_run, QUICK_SECONDS)
+        return profiled + (_WALL_CLOCK_SECONDS if cached < SMALL_SECONDS else 0.0)
 
     def fresh(self, node: Node, graph: Graph, consts, quick: bool = False) -> tuple[float, float]:
         """Measures a node now, whatever the cache holds: (seconds, relative noise band); ``quick``: runs for 5 ms, not 20 (a spot-check's screen)."""
@@ -206,6 +207,8 @@ class OrtCpuCost(CostModel):
         # nothing moves from session to session (2-4 us at 1 thread, 4-8 us at 2), and it is in every kernel's time.
         ratios = [(k - f) / r for k, f, r in zip(profile.kernels, profile.floor, profile.reference)]
         seconds = max(_robust_mean(ratios) * self._unit, 0.0) + self._dispatch
+        if seconds < SMALL_SECONDS:
+            return wall_clock_marginal(model, feeds, self.threads)
         return seconds, noise_band(seconds, _interquartile_range(ratios) * self._unit)
 
     def _single_model(self, node: Node, graph: Graph, consts) -> tuple[bytes, dict[str, np.ndarray]]:
@@ -371,6 +374,15 @@ FLOOR = "__taso_floor"
 _SESSION_SECONDS = 0.005  # exporting a node, building its session and reading its profile, beside its runs
 FULL_SECONDS = 0.02  # a measurement's runs; a quick one (a spot-check's screen) runs a quarter of that
 QUICK_SECONDS = 0.005
+# A node profiled below this is timed again by the wall clock (wall_clock_marginal: copies of it against one), which
+# is what it adds to a running graph: below a few us the profiler's ticks and its own ~5 us per kernel swamp it,
+# and up to an L2-sized weight its bookkeeping between kernels costs the weight part of its residency (a 1 MB
+# product: 24 us a step of a chain, 32 us profiled). Above, a node's run dwarfs both, and 33 copies would take long.
+SMALL_SECONDS = 30e-6
+_COPIES = 33
+_WALL_CLOCK_ROUNDS = 7
+_WALL_CLOCK_RUN_SECONDS = 0.003
+_WALL_CLOCK_SECONDS = 2 * _SESSION_SECONDS + 2 * _WALL_CLOCK_ROUNDS * _WALL_CLOCK_RUN_SECONDS
 
 
 @dataclass(frozen=True)
@@ -567,6 +579,55 @@ def _waiting(g: onnx.GraphProto, value: str, dtype: int, on: str, tag: str) -> s
         helper.make_node("Add", [value, names[5]], [f"{value}~{tag}"], name=f"{EVICT}/{tag}/{value}/add"),
     ])
     return f"{value}~{tag}"
+
+
+def with_copies(proto: onnx.ModelProto, copies: int) -> onnx.ModelProto:
+    """The model with its nodes ``copies`` times over, each copy reading the same inputs; the graph outputs are the first's."""
+    many = onnx.ModelProto()
+    many.CopyFrom(proto)
+    for i in range(1, copies):
+        renamed: dict[str, str] = {}
+        for j, node in enumerate(proto.graph.node):
+            twin = many.graph.node.add()
+            twin.CopyFrom(node)
+            twin.name = f"{node.name}~copy{i}/{j}"
+            twin.input[:] = [renamed.get(v, v) for v in node.input]
+            twin.output[:] = [f"{v}~copy{i}" if v else v for v in node.output]
+            renamed.update({v: f"{v}~copy{i}" for v in node.output if v})
+    return many
+
+
+def copies_session(proto: onnx.ModelProto, threads: int, **options) -> ort.InferenceSession:
+    """A session that keeps identical nodes apart (ONNX Runtime's common-subexpression elimination would make them one)."""
+    session_opts = session_options(threads)
+    for name, value in options.items():
+        setattr(session_opts, name, value)
+    return ort.InferenceSession(proto.SerializeToString(), session_opts, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=["CommonSubexpressionElimination"])
+
+
+def wall_clock_marginal(model: bytes, feeds: dict, threads: int) -> tuple[float, float]:
+    """What one more copy of ``model``'s nodes adds to a running session, by the wall clock: (seconds, noise band).
+
+    ``_COPIES`` independent copies reading the same inputs are timed against one copy, in
+    interleaved rounds (common-subexpression elimination off: ONNX Runtime would fold the
+    copies into one; the copies share the weight, prepacked once). For a node under a few
+    microseconds the profiler cannot tell: it times kernels in whole microseconds over an
+    overhead of its own of ~5 us that moves with where the kernel runs, and a 3-way Split with
+    its Concat was priced at 1.5-2.4x what a step of a chain of them takes
+    (``benchmarks/bench_small_nodes.py``: 0.86-1.01x timed so). The difference is the node's
+    kernel, its dispatch and its outputs' allocation, on warm inputs: what it adds inside a graph.
+    """
+    proto = onnx.load_model_from_string(model)
+    sessions = [copies_session(m, threads) for m in (proto, with_copies(proto, _COPIES))]
+    for session in sessions:
+        for _ in range(3):
+            session.run(None, feeds)
+    measures = [functools.partial(fastest_run, session, feeds, 3, _WALL_CLOCK_RUN_SECONDS) for session in sessions]
+    one, more = interleaved_samples(measures, _WALL_CLOCK_ROUNDS)
+    deltas = [(m - o) / (_COPIES - 1) for o, m in zip(one, more)]
+    seconds = max(float(np.median(deltas)), 0.0)
+    return seconds, noise_band(seconds, _interquartile_range(deltas))
 
 
 def _interquartile_range(values: list[float]) -> float:
