@@ -19,15 +19,14 @@ Run: python benchmarks/bench_small_nodes.py [--steps 65] [--threads 1]
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from collections.abc import Callable
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from _cost import ort_cpu_cost
 from taso.onnx import load_onnx
 from taso.timing import interleaved_times
 
@@ -91,11 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--cache", help="cost cache directory (default: a temporary one)")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as scratch:
-        os.environ["TASO_CACHE_DIR"] = args.cache or scratch
-        from taso.cost.ort_cpu import OrtCpuCost
-
-        model = OrtCpuCost(threads=args.threads)
+    with ort_cpu_cost(args.threads, args.cache) as model:
         print(f"chains of {args.steps} steps against 1, [1, {WIDTH}] float32, {args.threads} thread(s); per step:")
         print("| step | measured us | priced us | priced / measured |")
         print("|---|---:|---:|---:|")
@@ -109,7 +104,6 @@ def main(argv: list[str] | None = None) -> int:
             ratios.append(priced / measured)
             print(f"| {name} | {measured * 1e6:.2f} | {priced * 1e6:.2f} | {priced / measured:.2f} |", flush=True)
         print(f"geometric mean priced / measured: {float(np.exp(np.mean(np.log(ratios)))):.2f}")
-        model.close()
     return 0
 
 

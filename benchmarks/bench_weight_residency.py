@@ -19,14 +19,13 @@ Run: python benchmarks/bench_weight_residency.py [--hidden 256 512 768] [--weigh
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from _cost import ort_cpu_cost
 from taso.onnx import load_onnx
 from taso.timing import interleaved_times
 
@@ -57,11 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--cache", help="cost cache directory (default: a temporary one)")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory() as scratch:
-        os.environ["TASO_CACHE_DIR"] = args.cache or scratch
-        from taso.cost.ort_cpu import OrtCpuCost
-
-        model = OrtCpuCost(threads=args.threads)
+    with ort_cpu_cost(args.threads, args.cache) as model:
         print(f"chains of {STEPS} products [1, H] x [H, H], {args.threads} thread(s); per product, beyond the one-weight chain:")
         print("| H | weights | weight MB | between reads MB | measured us | priced us | priced / measured |")
         print("|---:|---:|---:|---:|---:|---:|---:|")
@@ -77,7 +72,6 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = f"{priced / measured:.2f}" if measured > 0.5e-6 else "-"
                 print(f"| {hidden} | {m} | {weight / 2**20:.2f} | {(m - 1) * weight / 2**20:.2f} | {measured * 1e6:.1f} | "
                       f"{priced * 1e6:.1f} | {ratio} |", flush=True)
-        model.close()
     return 0
 
 

@@ -422,8 +422,8 @@ def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 
     _add_reference(timed.graph)
     _add_floor(timed.graph, after=f"{proto.graph.output[0].name}~warm" if twice else None)
     rng = np.random.default_rng(0)
-    feeds = {**feeds, f"{REFERENCE}_x": rng.standard_normal((128, 256)).astype(np.float32), f"{FLOOR}_x": np.ones(1, np.float32)}
-    events = _profiled_runs(timed, feeds, threads, min_total, min_runs, max_runs)
+    beside = {f"{REFERENCE}_x": rng.standard_normal((128, 256)).astype(np.float32), f"{FLOOR}_x": np.ones(1, np.float32)}
+    events = _profiled_runs(timed, {**feeds, **beside}, threads, min_total, min_runs, max_runs)
     if twice is None:
         return _kernel_times(events, skip=_WARM_UP_RUNS)
     times = _role_times(events, _WARM_UP_RUNS, roles=(REFERENCE, FLOOR, WARM, COLD, EVICT))
@@ -542,19 +542,9 @@ def _cold_then_warm(proto: onnx.ModelProto, after: str | None = None) -> onnx.Mo
         g.input.append(helper.make_tensor_value_info(f"{EVICT}_x", TensorProto.FLOAT, None))
     g.node.append(helper.make_node("ReduceMax", [after or f"{EVICT}_x"], [f"{EVICT}_streamed"], keepdims=0, name=f"{EVICT}_read"))
 
-    def copy(prefix: str, renamed: dict[str, str], suffix: str) -> None:
-        for i, node in enumerate(proto.graph.node):
-            twin = onnx.NodeProto()
-            twin.CopyFrom(node)
-            twin.name = f"{prefix}{i}"
-            twin.input[:] = [renamed.get(v, v) for v in node.input]
-            twin.output[:] = [f"{v}{suffix}" if v else v for v in node.output]
-            renamed.update({v: f"{v}{suffix}" for v in node.output if v})
-            g.node.append(twin)
-
-    copy(COLD, {v: _waiting(g, v, dynamic[v], f"{EVICT}_streamed", "cold") for v in dynamic}, "")
+    _append_copy(g, proto.graph.node, COLD, {v: _waiting(g, v, dynamic[v], f"{EVICT}_streamed", "cold") for v in dynamic}, "")
     first_output = proto.graph.output[0].name
-    copy(WARM, {v: _waiting(g, v, dynamic[v], first_output, "warm") for v in dynamic}, "~warm")
+    _append_copy(g, proto.graph.node, WARM, {v: _waiting(g, v, dynamic[v], first_output, "warm") for v in dynamic}, "~warm")
     for output in proto.graph.output:
         twin = g.output.add()
         twin.CopyFrom(output)
@@ -581,19 +571,24 @@ def _waiting(g: onnx.GraphProto, value: str, dtype: int, on: str, tag: str) -> s
     return f"{value}~{tag}"
 
 
+def _append_copy(into: onnx.GraphProto, nodes, prefix: str, renamed: dict[str, str], suffix: str) -> None:
+    """Appends a copy of ``nodes`` to ``into``: named ``prefix`` and their index, reading the values ``renamed`` maps
+    instead of the originals (the copy's own outputs included), writing their outputs with ``suffix`` appended."""
+    for i, node in enumerate(nodes):
+        twin = into.node.add()
+        twin.CopyFrom(node)
+        twin.name = f"{prefix}{i}"
+        twin.input[:] = [renamed.get(v, v) for v in node.input]
+        twin.output[:] = [f"{v}{suffix}" if v else v for v in node.output]
+        renamed.update({v: f"{v}{suffix}" for v in node.output if v})
+
+
 def with_copies(proto: onnx.ModelProto, copies: int) -> onnx.ModelProto:
     """The model with its nodes ``copies`` times over, each copy reading the same inputs; the graph outputs are the first's."""
     many = onnx.ModelProto()
     many.CopyFrom(proto)
     for i in range(1, copies):
-        renamed: dict[str, str] = {}
-        for j, node in enumerate(proto.graph.node):
-            twin = many.graph.node.add()
-            twin.CopyFrom(node)
-            twin.name = f"{node.name}~copy{i}/{j}"
-            twin.input[:] = [renamed.get(v, v) for v in node.input]
-            twin.output[:] = [f"{v}~copy{i}" if v else v for v in node.output]
-            renamed.update({v: f"{v}~copy{i}" for v in node.output if v})
+        _append_copy(many.graph, proto.graph.node, f"__taso_copy{i}/", {}, f"~copy{i}")
     return many
 
 
