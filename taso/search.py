@@ -312,6 +312,9 @@ class _RuleIndex:
         self.seeds = _SeedIndex(self.compiled)
 
 
+# Plans left in the queue priced below the best graph when the search stops: how many are built to find one that is.
+_LAST_LOOKS = 16
+
 # One possible rewrite of a graph, priced: the plan and what it changes the graph's cost by.
 _Option = tuple[Plan, float]
 
@@ -500,6 +503,8 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
         current = entry.materialize() if isinstance(entry, Plan) else entry
         if current is None:
             continue  # building it revealed a cycle
+        if isinstance(entry, Plan) and cost_model.order_sensitive:
+            current_cost = pricer.graph_cost(current)  # its rewrite's price took the parent's run order
         if isinstance(entry, Plan) and config.clean_up and may_clean_up(current, entry.added):
             cleaned = clean_up(current)[0]
             if cleaned is not current:  # a free move: priced as cleaned, inheriting through what it changed
@@ -553,10 +558,14 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
         if progress is not None:
             progress(report.expanded, best_cost)
     # Cheaper plans may still wait in the queue, unbuilt: build the cheapest that builds.
-    while queue and queue[0][0] < best_cost:
+    for _ in range(_LAST_LOOKS):
+        if not queue or queue[0][0] >= best_cost:
+            break
         cost, _, entry, trace = heapq.heappop(queue)
         built = entry.materialize() if isinstance(entry, Plan) else entry
-        if built is not None:
+        if built is not None and cost_model.order_sensitive:
+            cost = pricer.graph_cost(built)
+        if built is not None and cost < best_cost:
             best, best_cost, best_trace = built, cost, trace
             break
     report.best_cost = best_cost

@@ -70,6 +70,9 @@ class CostModel(ABC):
     # The ops whose kernels absorb a node after them in the runtime (see :meth:`absorbed`); a
     # rewrite then also re-prices the readers of those ops' outputs around it.
     absorbers: frozenset[str] = frozenset()
+    # True when a graph's cost depends on the order its nodes run in, which a rewrite's price estimates from
+    # the parent's order: the search then prices each graph it builds by graph_cost (see OrtCpuCost's residency).
+    order_sensitive = False
 
     def __init__(self):
         self._memo: dict[str, float] = {}

@@ -48,7 +48,7 @@ from ..ops import ACTIVATION_OPS, HAS_ACTIVATION, get
 from ..timing import fastest_run, interleaved_samples, median_run, open_session, session_options
 from .cache import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, Measure, SpotCheck, SpotCheckPolicy, noise_band)
 from .model import CostModel, Neighbourhood, node_key, random_array
-from .residency import CacheSizes, WeightReads, main_weight
+from .residency import CacheSizes, WeightReads, main_weight, run_order
 
 __all__ = ["OrtCpuCost", "cpu_name", "fingerprint", "profile_kernels", "check_cached_costs"]
 
@@ -96,6 +96,7 @@ class OrtCpuCost(CostModel):
     # (into a Gemm): the absorbed node runs inside the other's kernel (see absorbed()).
     absorbers = frozenset(("conv2d", "matmul"))
     context_sensitive = True
+    order_sensitive = True  # a weight read's penalty depends on what runs between its reads
 
     def __init__(self, threads: int = 1, cache: CostCache | None = None):
         super().__init__()
@@ -110,7 +111,7 @@ class OrtCpuCost(CostModel):
         self._seconds_per_byte = 0.0  # the slowest measuring seen, per byte of a node's tensors
         self.caches = CacheSizes.of_this_machine()
         self._penalties: dict[tuple[int, int], tuple[Node, float]] = {}  # (id(node), eviction bytes) -> (node, seconds)
-        self._reads: dict[int, tuple[Graph, WeightReads, float]] = {}  # id(graph) -> (graph, its weight reads, their penalties)
+        self._reads: dict[int, tuple] = {}  # id(graph) -> (graph, its weight reads, their penalties, node positions)
 
     @property
     def fingerprint(self) -> str:
@@ -276,19 +277,36 @@ class OrtCpuCost(CostModel):
 
     def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
         """As the per-node delta; a rewrite that changes which weights are read, or how often, also re-prices every
-        weight read it moves closer or further (a group merge puts the recurrent weight back in L2 for every step)."""
+        weight read it moves closer or further (a group merge puts the recurrent weight back in L2 for every step).
+
+        The reads keep the parent's run order (see ``taso.cost.residency``): a rewrite that moves no weight read
+        but changes the order ONNX Runtime walks the graph in is priced as the parent; the search prices the graphs it
+        builds by graph_cost, in their own order."""
         cost = super().rewrite_cost(parent, parent_cost, removed, added, child)
+        after = Neighbourhood.after(parent, removed, added, child) if self._moves_reads(parent, removed, added) else None
+        reads = self.child_reads(parent, removed, added, after) if after is not None else None
+        if reads is None:
+            return cost
+        return cost + self._read_penalties(reads, after.pricing, after.consts) - self._parent_reads(parent)[1]
+
+    @staticmethod
+    def _moves_reads(parent: Graph, removed, added) -> bool:
+        """Whether a node that reads a weight may come or go, or one that makes a new weight (from weights, or from nothing)."""
+        consts = parent.constant_values()
+        return not all(n.inputs for n in added) or any(v in consts for n in (*removed, *added) for v in n.inputs)
+
+    def child_reads(self, parent: Graph, removed, added, after: Neighbourhood) -> WeightReads | None:
+        """The child's weight reads in the order they are priced in: the parent's, the reads the rewrite adds where
+        the first node it removes ran; None when no weight read comes or goes."""
         before_consts = parent.constant_values()
-        if all(n.inputs for n in added) and not any(v in before_consts for n in (*removed, *added) for v in n.inputs):
-            return cost  # no node that reads a weight comes or goes, nor one that makes a new one (from weights, or from nothing)
-        after = Neighbourhood.after(parent, removed, added, child)
-        gone = [(n, w) for n in removed if self._runs(n, before_consts) and (w := self._weight_of(n, parent, before_consts))]
+        gone = [n for n in removed if self._runs(n, before_consts) and self._weight_of(n, parent, before_consts)]
         new = [(n, w, self._nbytes(w, after)) for n in added
                if self._runs(n, after.consts) and (w := self._weight_of(n, after, after.consts))]
         if not gone and not new:
-            return cost
-        reads, penalties = self._parent_reads(parent)
-        return cost + self._read_penalties(reads.changed(gone, new), after.pricing, after.consts) - penalties
+            return None
+        reads, _, position = self._parent_reads(parent)
+        at = min((position[id(n)] for n in removed if id(n) in position), default=len(position))
+        return reads.changed(gone, new, at)
 
     @staticmethod
     def _runs(node: Node, consts) -> bool:
@@ -301,26 +319,28 @@ class OrtCpuCost(CostModel):
     def _weight_of(self, node: Node, graph, consts) -> str | None:
         return main_weight(node, consts.__contains__, lambda v: self._nbytes(v, graph), self.caches.l1)
 
-    def _parent_reads(self, graph: Graph) -> tuple[WeightReads, float]:
-        """A graph's weight reads and their penalties, kept for the graphs the search expands (each is a parent many times)."""
+    def _parent_reads(self, graph: Graph) -> tuple[WeightReads, float, dict[int, int]]:
+        """A graph's weight reads in ONNX Runtime's order, their penalties, and each running node's place in that order;
+        kept for the graphs the search expands (each is a parent many times)."""
         hit = self._reads.get(id(graph))
         if hit is not None and hit[0] is graph:
-            return hit[1], hit[2]
+            return hit[1:]
         consts = graph.constant_values()
-        reads = WeightReads.of((n, w, self._nbytes(w, graph)) for n in graph.nodes
-                               if self._runs(n, consts) and (w := self._weight_of(n, graph, consts)))
+        order = run_order([n for n in graph.topological_order() if self._runs(n, consts)], graph.producer)
+        position = {id(n): i for i, n in enumerate(order)}
+        reads = WeightReads.of((i, n, w, self._nbytes(w, graph)) for i, n in enumerate(order) if (w := self._weight_of(n, graph, consts)))
         penalties = self._read_penalties(reads, graph, consts)
         if len(self._reads) >= 64:
             self._reads.clear()
-        self._reads[id(graph)] = (graph, reads, penalties)
-        return reads, penalties
+        self._reads[id(graph)] = (graph, reads, penalties, position)
+        return reads, penalties, position
 
     def _read_penalties(self, reads: WeightReads, graph, consts) -> float:
         total = 0.0
-        for weight, readers in reads.readers.items():
-            evicted = self.caches.eviction(reads.bytes[weight], reads.between(weight), self.threads)
+        for node, weight, between in zip(reads.nodes, reads.weights, reads.distances()):
+            evicted = self.caches.eviction(reads.bytes[weight], between, self.threads)
             if evicted:
-                total += sum(self.read_penalty(n, graph, consts, evicted) for n in readers)
+                total += self.read_penalty(node, graph, consts, evicted)
         return total
 
     def read_penalty(self, node: Node, graph, consts, evicted: int) -> float:

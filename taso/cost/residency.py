@@ -7,37 +7,40 @@ either, more than this machine's 1 MB L2; merging its 32 input products into one
 recurrent weight read alone between its uses, and its 32 products run from L2. Priced warm,
 that merge's saving was priced at 0.57 of what it measured (``benchmarks/bench_pricing.py``).
 
-The reuse distance of a weight is estimated without an execution order, from how many running
-nodes read each weight per run (``k``): between two reads of ``W`` (read ``k_W`` times), a weight
-read at least as often is read once, a weight read ``k' < k_W`` times is read in a fraction
-``k' / k_W`` of the gaps. So ``between(W) = sum over weights W' != W of bytes(W') * min(1, k_W' / k_W)``.
+Each read's reuse distance is taken in the order ONNX Runtime runs the nodes (:func:`run_order`):
+its sequential executor walks the graph depth first from the nodes nothing reads, back through
+their inputs, the producer latest in the file first, and runs each node as the walk leaves it.
+Both PyTorch exporters' unrolled LSTM cells so run all 32 input products, then all 32 recurrent
+ones (each weight read back to back: one cold read a run), and their GRU cells alternate the two
+weights (every read cold at h256). A walk after that rule gave the weight-read order ONNX Runtime
+ran on all 144 files of the ceiling benchmark (its exports, their hand merges and taso's outputs;
+docs/measured.md, session 18). The order-free estimate before it priced the LSTM h256 input as
+interleaved, at 1.3-1.4x its measured time.
+
 What a read after that much other data costs is measured: the node is timed right after that many
 bytes were read through the caches, and right after its own previous run
 (``taso.cost.ort_cpu.profile_cold_penalty``); the difference is added to its price. Only the
 bytes of constant inputs count: at the batch sizes these models run at, activations are small
 beside weights (a batch-64 convolution's are not; see docs/design.md).
 
-What this estimate does not know is the order ONNX Runtime runs the nodes in: its sequential
-executor walks the graph depth first from the nodes nothing reads, back through their inputs,
-the producer latest in the file first. Both PyTorch exporters' unrolled LSTM cells run all 32
-input products, then all 32 recurrent ones (each weight read back to back, no penalty); their
-GRU cells alternate the two weights (a walk written after that rule gave the profiled order on
-all four exports). Priced as interleaved, the LSTM h256 input was priced at 1.3-1.4x its
-measured time. An exact order for every candidate the search prices is a walk of the whole
-graph per rewrite; an incremental one is the next step (docs/measured.md, session 17).
+A search prices a rewrite without building its graph: the reads it adds take the place, in the
+parent's order, of the first node it removes (:meth:`WeightReads.changed`). That is the child's
+order whenever the walk reaches the new nodes where it reached the old ones (a group merge's
+product, a fused pair); the search prices each graph it builds by its own walk.
 """
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..ir import Node
 
-__all__ = ["CacheSizes", "WeightReads", "main_weight"]
+__all__ = ["CacheSizes", "WeightReads", "main_weight", "run_order"]
 
 @dataclass(frozen=True)
 class CacheSizes:
@@ -94,50 +97,112 @@ def main_weight(node: Node, is_const: Callable[[str], bool], nbytes: Callable[[s
     return best
 
 
+
+def run_order(nodes: Sequence[Node], producer: Callable[[str], Node | None]) -> list[Node]:
+    """The order ONNX Runtime's sequential executor runs ``nodes`` in, given in the order the file lists them.
+
+    GraphViewer's order: a depth-first walk from the nodes no other node reads (pushed in file order, so the
+    last is walked first), back through each node's producers (pushed in file order: the latest is walked
+    first), a node placed when the walk leaves it. ``producer`` gives a value's producing node, None for a
+    graph input or a weight (a node folded into a weight is not among ``nodes``).
+    """
+    index = {id(n): i for i, n in enumerate(nodes)}
+    inputs_of: list[list[int]] = []
+    read = [False] * len(nodes)
+    for node in nodes:
+        found = set()
+        for v in node.inputs:
+            p = producer(v)
+            i = index.get(id(p)) if p is not None else None
+            if i is not None:
+                found.add(i)
+                read[i] = True
+        inputs_of.append(sorted(found))
+    stack = [(i, False) for i in range(len(nodes)) if not read[i]]
+    visited = [False] * len(nodes)
+    order: list[Node] = []
+    while stack:
+        i, leaving = stack.pop()
+        if leaving:
+            order.append(nodes[i])
+            continue
+        if visited[i]:
+            continue
+        visited[i] = True
+        stack.append((i, True))
+        stack.extend((j, False) for j in inputs_of[i] if not visited[j])
+    return order
+
+
 class WeightReads:
-    """The weights a graph's running nodes read (their main weights), how often per run, and each one's reuse distance."""
+    """The weights a graph's running nodes read (their main weights), in the order they run, and each read's reuse distance.
 
-    __slots__ = ("bytes", "readers", "_distance_by_count")
+    Each read carries a sort key, its position in the run order: a rewrite's new reads take the key of the
+    first node it removes (:meth:`changed`), so a child's reads are ordered without walking the child.
+    """
 
-    def __init__(self, nbytes: dict[str, int], readers: dict[str, list[Node]]):
-        self.bytes, self.readers = nbytes, readers
-        self._distance_by_count: dict[int, float] | None = None
+    __slots__ = ("keys", "nodes", "weights", "bytes", "_distances")
+
+    def __init__(self, keys: list[tuple[int, int]], nodes: list[Node], weights: list[str], nbytes: dict[str, int]):
+        self.keys, self.nodes, self.weights, self.bytes = keys, nodes, weights, nbytes
+        self._distances: list[float] | None = None
 
     @classmethod
-    def of(cls, reads: Iterable[tuple[Node, str, int]]) -> WeightReads:
-        """From (node, its main weight, the weight's bytes) for every running node that has one."""
-        nbytes: dict[str, int] = {}
-        readers: dict[str, list[Node]] = {}
-        for node, weight, size in reads:
-            nbytes[weight] = size
-            readers.setdefault(weight, []).append(node)
-        return cls(nbytes, readers)
+    def of(cls, reads: Iterable[tuple[int, Node, str, int]]) -> WeightReads:
+        """From (position in the run order, node, its main weight, the weight's bytes) for every running node that has one."""
+        ordered = sorted(reads, key=lambda read: read[0])
+        return cls([(p, 0) for p, *_ in ordered], [n for _, n, _, _ in ordered], [w for _, _, w, _ in ordered],
+                   {w: size for _, _, w, size in ordered})
 
-    def changed(self, removed: Iterable[tuple[Node, str]], added: Iterable[tuple[Node, str, int]]) -> WeightReads:
-        """These reads after a rewrite: the removed nodes' reads gone, the added ones' there."""
-        gone = {}
-        for node, weight in removed:
-            gone.setdefault(weight, set()).add(id(node))
-        readers = dict(self.readers)
-        nbytes = dict(self.bytes)
-        for weight, ids in gone.items():
-            kept = [n for n in readers.get(weight, ()) if id(n) not in ids]
-            if kept:
-                readers[weight] = kept
-            else:
-                readers.pop(weight, None)
-                nbytes.pop(weight, None)
-        for node, weight, size in added:
-            readers[weight] = [*readers.get(weight, ()), node]
-            nbytes[weight] = size
-        return WeightReads(nbytes, readers)
+    def __len__(self) -> int:
+        return len(self.nodes)
 
-    def between(self, weight: str) -> float:
-        """Bytes of other weights read between two reads of ``weight``: see the module's docstring."""
-        if self._distance_by_count is None:
-            by_count: dict[int, int] = {}
-            for w, size in self.bytes.items():
-                count = len(self.readers[w])
-                by_count[count] = by_count.get(count, 0) + size
-            self._distance_by_count = {k: sum(b * min(1.0, c / k) for c, b in by_count.items()) for k in by_count}
-        return self._distance_by_count[len(self.readers[weight])] - self.bytes[weight]
+    def changed(self, removed: Iterable[Node], added: Iterable[tuple[Node, str, int]], at: int) -> WeightReads:
+        """These reads after a rewrite: the removed nodes' reads gone, the added ones' at position ``at`` (in their order)."""
+        gone = {id(n) for n in removed}
+        keep = [i for i, n in enumerate(self.nodes) if id(n) not in gone]
+        keys = [self.keys[i] for i in keep]
+        nodes = [self.nodes[i] for i in keep]
+        weights = [self.weights[i] for i in keep]
+        nbytes = {w: self.bytes[w] for w in weights}
+        for j, (node, weight, size) in enumerate(added, start=1):
+            key = (at, j)
+            where = bisect.bisect_right(keys, key)
+            keys.insert(where, key)
+            nodes.insert(where, node)
+            weights.insert(where, weight)
+            nbytes[weight] = size
+        return WeightReads(keys, nodes, weights, nbytes)
+
+    def distances(self) -> list[float]:
+        """Per read, the bytes of the other weights read since the previous read of its weight (each counted once),
+        run after run: the first read of a weight in a run follows the last one of the run before."""
+        if self._distances is None:
+            self._distances = _reuse_distances(self.weights, self.bytes)
+        return self._distances
+
+
+def _reuse_distances(weights: list[str], nbytes: dict[str, int]) -> list[float]:
+    """Walks back from each read to the previous read of its weight (cyclically); a weight read once a run has every
+    other weight between its reads, without a walk."""
+    total = sum(nbytes.values())
+    counts: dict[str, int] = {}
+    for w in weights:
+        counts[w] = counts.get(w, 0) + 1
+    n = len(weights)
+    found: list[float] = []
+    for i, w in enumerate(weights):
+        if counts[w] == 1:
+            found.append(float(total - nbytes[w]))
+            continue
+        seen: set[str] = set()
+        between = 0
+        j = i - 1
+        while weights[j % n] != w:
+            other = weights[j % n]
+            if other not in seen:
+                seen.add(other)
+                between += nbytes[other]
+            j -= 1
+        found.append(float(between))
+    return found
