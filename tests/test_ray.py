@@ -18,6 +18,8 @@ from taso.generator.enumerate import Enumerator
 
 RAY_MISSING = ray_available()
 needs_ray = pytest.mark.skipif(RAY_MISSING is not None, reason=RAY_MISSING or "")
+# One local Ray cluster at a time: with pytest-xdist (``-n auto --dist loadgroup``) this module runs on one worker.
+pytestmark = pytest.mark.xdist_group("ray")
 
 DEPTH2 = Settings(max_ops=2)
 DEPTH3 = Settings(max_ops=3, ops=parse_ops("matmul,add,transpose"))
