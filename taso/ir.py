@@ -23,10 +23,11 @@ The IR never imports onnx; conversion lives in :mod:`taso.onnx`.
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,11 @@ if TYPE_CHECKING:
     from .ops.base import Op
 
 __all__ = ["TensorType", "Params", "Node", "Graph", "check", "folds_when_constant"]
+
+
+@cache
+def _itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
 
 
 @dataclass(frozen=True)
@@ -77,11 +83,14 @@ class TensorType:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        shape = self.shape
+        if all(type(d) is int for d in shape):
+            return math.prod(shape)  # the common case, without NumPy's per-call overhead (prices read it per node)
+        return int(np.prod(shape, dtype=np.int64))
 
     @property
     def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype).itemsize
+        return self.size * _itemsize(self.dtype)
 
     @classmethod
     def of(cls, array: np.ndarray) -> TensorType:

@@ -315,6 +315,11 @@ class _RuleIndex:
 # Plans left in the queue priced below the best graph when the search stops: how many are built to find one that is.
 _LAST_LOOKS = 16
 
+def _repriced(trace: tuple[Step, ...], cost: float) -> tuple[Step, ...]:
+    """The trace with its last step at the graph's own price."""
+    return (*trace[:-1], Step(trace[-1].rule, cost)) if trace else trace
+
+
 # One possible rewrite of a graph, priced: the plan and what it changes the graph's cost by.
 _Option = tuple[Plan, float]
 
@@ -505,6 +510,7 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
             continue  # building it revealed a cycle
         if isinstance(entry, Plan) and cost_model.order_sensitive:
             current_cost = pricer.graph_cost(current)  # its rewrite's price took the parent's run order
+            trace = _repriced(trace, current_cost)
         if isinstance(entry, Plan) and config.clean_up and may_clean_up(current, entry.added):
             cleaned = clean_up(current)[0]
             if cleaned is not current:  # a free move: priced as cleaned, inheriting through what it changed
@@ -557,7 +563,8 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
         gc.collect(1)
         if progress is not None:
             progress(report.expanded, best_cost)
-    # Cheaper plans may still wait in the queue, unbuilt: build the cheapest that builds.
+    # Cheaper plans may still wait in the queue, unbuilt: build the cheapest that builds (and, priced in its own run
+    # order by an order-sensitive cost model, is still cheaper).
     for _ in range(_LAST_LOOKS):
         if not queue or queue[0][0] >= best_cost:
             break
@@ -566,7 +573,7 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
         if built is not None and cost_model.order_sensitive:
             cost = pricer.graph_cost(built)
         if built is not None and cost < best_cost:
-            best, best_cost, best_trace = built, cost, trace
+            best, best_cost, best_trace = built, cost, _repriced(trace, cost)
             break
     report.best_cost = best_cost
     report.trace = list(best_trace)
