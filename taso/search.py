@@ -315,6 +315,7 @@ class _RuleIndex:
 # Plans left in the queue priced below the best graph when the search stops: how many are built to find one that is.
 _LAST_LOOKS = 16
 
+
 def _repriced(trace: tuple[Step, ...], cost: float) -> tuple[Step, ...]:
     """The trace with its last step at the graph's own price."""
     return (*trace[:-1], Step(trace[-1].rule, cost)) if trace else trace
@@ -508,10 +509,8 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
         current = entry.materialize() if isinstance(entry, Plan) else entry
         if current is None:
             continue  # building it revealed a cycle
-        if isinstance(entry, Plan) and cost_model.order_sensitive:
-            current_cost = pricer.graph_cost(current)  # its rewrite's price took the parent's run order
-            trace = _repriced(trace, current_cost)
-        if isinstance(entry, Plan) and config.clean_up and may_clean_up(current, entry.added):
+        by_rewrite = isinstance(entry, Plan)  # priced from its parent, not whole
+        if by_rewrite and config.clean_up and may_clean_up(current, entry.added):
             cleaned = clean_up(current)[0]
             if cleaned is not current:  # a free move: priced as cleaned, inheriting through what it changed
                 current, entry = cleaned, _with_clean_up(entry, cleaned)
@@ -519,6 +518,10 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
                 trace += (Step(CLEAN_UP, current_cost),)
                 report.cleaned += 1
                 seen.add(cleaned.index.search_key())
+                by_rewrite = False
+        if by_rewrite and cost_model.order_sensitive:
+            current_cost = pricer.graph_cost(current)  # its rewrite's price took the parent's run order
+            trace = _repriced(trace, current_cost)
         if current_cost < best_cost:
             best, best_cost, best_trace = current, current_cost, trace
         report.expanded += 1

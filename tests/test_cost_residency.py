@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -14,6 +17,9 @@ from taso.cost.ort_cpu import COLD, EVICT, WARM, OrtCpuCost, _cold_then_warm, _p
 from taso.cost.residency import CacheSizes, WeightReads
 from taso.ir import Graph, Node, TensorType
 from taso.rewrite import CompiledRule, plans
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from run_order_check import first_seen, onnx_runtime_order, taso_order  # noqa: E402 - after the path insert
 
 
 def _n(op, inputs, outputs, **params):
@@ -49,53 +55,20 @@ def test_changed_reads_drop_the_removed_nodes_and_put_the_new_ones_where_the_fir
     assert reads.changed([b], [(d, "U", 20)], at=7).weights == ["W", "V", "U"]
 
 
-def _onnx_runtime_weight_order(model: onnx.ModelProto, tmp_path, smallest: int) -> list[str]:
-    """The weights ONNX Runtime's nodes read, in the order it runs them: its optimized model is written in that order."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
-    options.log_severity_level = 3
-    ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    ran = onnx.load(options.optimized_model_filepath)
-    sizes = {t.name: int(np.prod(t.dims)) * 4 for t in ran.graph.initializer if len(t.dims) >= 2}
-    order = []
-    for node in ran.graph.node:
-        weights = [v for v in node.input if sizes.get(v, 0) >= smallest]
-        if weights:
-            order.append(max(weights, key=sizes.get))
-    return order
-
-
-def _taso_weight_order(graph: Graph, smallest: int) -> list[str]:
-    from taso.cost.residency import main_weight, run_order
-
-    consts = graph.constant_values()
-    running = [n for n in graph.topological_order() if not all(o in consts for o in n.outputs)]
-    weight = lambda n: main_weight(n, lambda v: v in consts and graph.type(v).rank >= 2, lambda v: graph.type(v).concrete().nbytes, smallest)  # noqa: E731
-    return [w for n in run_order(running, graph.producer) if (w := weight(n))]
-
-
-def _first_seen(names: list[str]) -> list[int]:
-    """The sequence with each name replaced by the order it first appears in (ONNX Runtime renames what it rewrites)."""
-    seen: dict[str, int] = {}
-    return [seen.setdefault(name, len(seen)) for name in names]
-
-
 @pytest.mark.parametrize("name", ["lstm_cell_loop", "gru_cell_loop", "bert_tiny"])
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
-def test_the_run_order_is_the_order_onnx_runtime_reads_the_weights_of_real_exports_in(name, exporter, tmp_path):
+def test_the_run_order_is_the_order_onnx_runtime_reads_the_weights_of_real_exports_in(name, exporter):
     # PyTorch's exports (tests/data/symbolic), and what taso writes for the cells after merging their products:
     # the order residency prices by must be the one ONNX Runtime runs, or an LSTM is priced as a GRU.
     model = onnx.load(f"{__import__('os').path.dirname(__file__)}/data/symbolic/{name}.{exporter}.onnx")
     graph = taso.load_onnx(model)
-    theirs = _onnx_runtime_weight_order(model, tmp_path, 1024)
-    assert len(theirs) >= 6 and _first_seen(_taso_weight_order(graph, 1024)) == _first_seen(theirs)
+    theirs = onnx_runtime_order(model, 1024)
+    assert len(theirs) >= 6 and first_seen(taso_order(graph, 1024)) == first_seen(theirs)
     if name != "bert_tiny":
         merged = taso.optimize(graph, cost="analytic", time_limit=5.0)
         assert len(merged.nodes) < len(graph.nodes)
         written = taso.export_onnx(merged)
-        assert _first_seen(_taso_weight_order(taso.load_onnx(written), 1024)) == _first_seen(_onnx_runtime_weight_order(written, tmp_path, 1024))
+        assert first_seen(taso_order(taso.load_onnx(written), 1024)) == first_seen(onnx_runtime_order(written, 1024))
 
 
 def test_eviction_sizes():

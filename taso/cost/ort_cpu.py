@@ -48,7 +48,7 @@ from ..ops import ACTIVATION_OPS, HAS_ACTIVATION, get
 from ..timing import fastest_run, interleaved_samples, median_run, open_session, session_options
 from .cache import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, Measure, SpotCheck, SpotCheckPolicy, noise_band)
 from .model import CostModel, Neighbourhood, node_key, random_array
-from .residency import CacheSizes, WeightReads, main_weight, run_order
+from .residency import CacheSizes, WeightReads, graph_run_order, main_weight
 
 __all__ = ["OrtCpuCost", "cpu_name", "fingerprint", "profile_kernels", "check_cached_costs"]
 
@@ -326,7 +326,7 @@ class OrtCpuCost(CostModel):
         if hit is not None and hit[0] is graph:
             return hit[1:]
         consts = graph.constant_values()
-        order = run_order([n for n in graph.topological_order() if self._runs(n, consts)], graph.producer)
+        order = graph_run_order(graph)
         position = {id(n): i for i, n in enumerate(order)}
         reads = WeightReads.of((i, n, w, self._nbytes(w, graph)) for i, n in enumerate(order) if (w := self._weight_of(n, graph, consts)))
         penalties = self._read_penalties(reads, graph, consts)

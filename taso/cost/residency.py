@@ -38,9 +38,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..ir import Node
+from ..ir import Graph, Node
 
-__all__ = ["CacheSizes", "WeightReads", "main_weight", "run_order"]
+__all__ = ["CacheSizes", "WeightReads", "graph_run_order", "main_weight", "run_order"]
 
 @dataclass(frozen=True)
 class CacheSizes:
@@ -97,7 +97,6 @@ def main_weight(node: Node, is_const: Callable[[str], bool], nbytes: Callable[[s
     return best
 
 
-
 def run_order(nodes: Sequence[Node], producer: Callable[[str], Node | None]) -> list[Node]:
     """The order ONNX Runtime's sequential executor runs ``nodes`` in, given in the order the file lists them.
 
@@ -134,6 +133,12 @@ def run_order(nodes: Sequence[Node], producer: Callable[[str], Node | None]) -> 
     return order
 
 
+def graph_run_order(graph: Graph) -> list[Node]:
+    """The nodes of ``graph`` that run (not computed from weights alone, which export folds) in ONNX Runtime's order."""
+    consts = graph.constant_values()
+    return run_order([n for n in graph.topological_order() if not all(o in consts for o in n.outputs)], graph.producer)
+
+
 class WeightReads:
     """The weights a graph's running nodes read (their main weights), in the order they run, and each read's reuse distance.
 
@@ -153,9 +158,6 @@ class WeightReads:
         ordered = sorted(reads, key=lambda read: read[0])
         return cls([(p, 0) for p, *_ in ordered], [n for _, n, _, _ in ordered], [w for _, _, w, _ in ordered],
                    {w: size for _, _, w, size in ordered})
-
-    def __len__(self) -> int:
-        return len(self.nodes)
 
     def changed(self, removed: Iterable[Node], added: Iterable[tuple[Node, str, int]], at: int) -> WeightReads:
         """These reads after a rewrite: the removed nodes' reads gone, the added ones' at position ``at`` (in their order)."""
