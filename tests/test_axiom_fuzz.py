@@ -13,7 +13,7 @@ from taso.verifier.axiom_fuzz import compose, fuzz_axiom, fuzz_compositions
 
 @pytest.mark.parametrize("ax", AXIOMS, ids=lambda a: a.name)
 def test_axiom_survives_adversarial_valuations(ax):
-    report = fuzz_axiom(ax, count=120, seed=3)
+    report = fuzz_axiom(ax, count=80, seed=3)
     assert report.ok, f"{ax.name} is false: {report.failures[:3]}"
 
 

@@ -137,9 +137,9 @@ def test_optimize_with_spilled_weights_writes_what_it_writes_in_memory(tmp_path,
     assert source.spilled is not None and source.timing_source() == source.spilled.path
     assert embedded_weight_bytes(source.model) < 1024, "the input's proto dropped its weight bytes"
     spilled_out, memory_out = tmp_path / "spilled.onnx", tmp_path / "memory.onnx"
-    assert main(["optimize", str(src), "-o", str(spilled_out), "--cost", "analytic", "--quiet"]) == 0
+    assert main(["optimize", str(src), "-o", str(spilled_out), "--cost", "analytic", "--budget", "5", "--quiet"]) == 0
     monkeypatch.setattr(optimize_module, "SPILL_BYTES", 1 << 40)
-    assert main(["optimize", str(src), "-o", str(memory_out), "--cost", "analytic", "--quiet"]) == 0
+    assert main(["optimize", str(src), "-o", str(memory_out), "--cost", "analytic", "--budget", "5", "--quiet"]) == 0
     report = capsys.readouterr().out
     assert "wrote" in report and "the input model, byte for byte unchanged" not in report, "the rewrite was kept"
     assert onnx.load(str(spilled_out)) == onnx.load(str(memory_out))
@@ -179,10 +179,10 @@ def test_an_unchanged_external_data_input_is_written_whole_or_beside_its_own_dat
     _save_external(_lstm_like(hidden=96), src)
 
     monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(lambda models: [1.0] + [1.5] * (len(models) - 1)))
-    assert main(["optimize", str(src), "-o", str(tmp_path / "whole.onnx"), "--quiet"]) == 0
+    assert main(["optimize", str(src), "-o", str(tmp_path / "whole.onnx"), "--budget", "5", "--quiet"]) == 0
     assert same_model(onnx.load(str(tmp_path / "whole.onnx")), _lstm_like(hidden=96))
     monkeypatch.setattr(files, "EXTERNAL_DATA_BYTES", 1000)
-    assert main(["optimize", str(src), "-o", str(tmp_path / "big.onnx"), "--quiet"]) == 0
+    assert main(["optimize", str(src), "-o", str(tmp_path / "big.onnx"), "--budget", "5", "--quiet"]) == 0
     assert (tmp_path / "big.onnx.data").exists() and same_model(onnx.load(str(tmp_path / "big.onnx")), _lstm_like(hidden=96))
 
 

@@ -134,11 +134,11 @@ def test_the_samples_hold_what_the_tests_need():
 
 @pytest.mark.parametrize("which", ["library", "mutants"])
 def test_memo_fits_and_graphs_equal_side_graph_at_every_drawn_shape(which):
-    rules = _library_sample() if which == "library" else _mutant_sample()
+    rules, draws = (_library_sample(), 40) if which == "library" else (_mutant_sample()[::2], 16)
     accepted = rejected = 0
     for rule in rules:
         memo = SideMemo(rule)
-        for shapes in _drawn(rule, seed=len(rule.source) * 7 + len(rule.target)):
+        for shapes in _drawn(rule, seed=len(rule.source) * 7 + len(rule.target), count=draws):
             fits = memo.fits(rule, shapes)
             assert fits == _fits(rule, shapes), (rule.id, shapes)
             accepted += fits
@@ -173,7 +173,7 @@ def test_memo_serves_the_rule_after_a_proof_adds_constraints_and_checks_them():
 
 @pytest.mark.parametrize("which", ["library", "mutants"])
 def test_counterexample_with_the_memo_equals_the_slow_definition(which):
-    rules = [r for r in (_library_sample() if which == "library" else _mutant_sample())]
+    rules = _library_sample() if which == "library" else _mutant_sample()[::2]
     found = 0
     for rule in rules:
         memo = SideMemo(rule)
