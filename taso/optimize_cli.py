@@ -212,13 +212,17 @@ def _cleanup_lines(outcome, plan) -> list[str]:
     return lines
 
 
+_EQSAT_CHOICE = {"input": "input (nothing cheaper priced whole)", "extraction": "extracted graph",
+                 "version": "group-merged version (cheaper priced whole than the extracted graph)"}
+
+
 def _search_line(report) -> str:
     """What the search did, in the engine's own terms."""
     if report.engine == "eqsat":
         e = report.eqsat
         return (f"  search   {report.seconds:.1f} s eqsat: {e['iterations']} rounds, {e['enodes']} e-nodes, {e['applied']} of {e['matches']} matches "
                 f"added, saturation stopped: {e['stop_reason']} ({e['seconds_saturating']:.1f} s); extraction: {e['extraction']} "
-                f"({e['seconds_extracting']:.1f} s)")
+                f"({e['seconds_extracting']:.1f} s); kept the {_EQSAT_CHOICE[e['chosen']]}")
     return (f"  search   {report.seconds:.1f} s ({report.seconds_rewriting:.1f} s rewriting, {report.seconds_costing:.1f} s costing), "
             f"{report.expanded} graphs expanded ({report.cleaned} cleaned up), {report.generated} rewrites tried, {report.accepted} queued, "
             f"stopped: {report.stop_reason.value}")

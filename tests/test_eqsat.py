@@ -58,6 +58,26 @@ def test_eqsat_never_returns_a_costlier_graph(rules):
     assert (best is graph) == (report.best_cost == report.initial_cost)
 
 
+def test_a_group_merge_cheaper_only_priced_whole_is_kept(rules):
+    """Node by node the merge never pays here (moving data is ruinous), but the whole graph's price charges each read of
+    the shared weight, as ONNX Runtime's cold reads do: the merged version the e-graph holds is priced whole and kept."""
+
+    class ColdWeightReads(AnalyticCost):
+        def measure(self, node, graph, key, consts):
+            return 1.0 if node.op.name in ("concat", "split", "transpose") else super().measure(node, graph, key, consts)
+
+        def graph_cost(self, graph):
+            return super().graph_cost(graph) + 100.0 * sum(n.op.name == "matmul" and "w" in n.inputs for n in graph.nodes)
+
+    graph = _rnn_like(steps=4)
+    best, report = search(graph, rules, ColdWeightReads(), QUICK)
+    assert report.eqsat["chosen"] == "version" and report.eqsat["extracted_cost_s"] > report.best_cost
+    assert best.op_histogram()["matmul"] == 1 and report.best_cost < report.initial_cost
+    assert [rule for rule in report.applied] == [step.rule for step in report.trace] and report.trace[0].rule.startswith("shared-weight-rows")
+    assert report.rule_texts[report.trace[0].rule], "the merge is named with its text, as the CLI prints it"
+    _same_on_ort(graph, best)
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graph=_random_graphs())
 def test_random_graphs_optimized_by_eqsat_stay_equal_on_ort(graph):

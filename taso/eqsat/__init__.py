@@ -27,8 +27,9 @@ from .saturate import EGraph, Limits, Saturation, saturate
 __all__ = ["eqsat_search", "Limits", "Saturation", "Extraction"]
 
 
-def _add_cleaned_versions(egraph: EGraph, graph: Graph, seeds) -> None:
-    """Each group merge applied to the input and cleaned up, as another version of the graph in the e-graph.
+def _add_cleaned_versions(egraph: EGraph, graph: Graph, seeds) -> list[tuple[str, Graph]]:
+    """Each group merge applied to the input and cleaned up, as another version of the graph in the e-graph; the
+    versions added, by rule.
 
     What makes an unrolled cell's merge pay is the clean-up after it (the k gathers that fed the
     merged product become one transpose, :mod:`taso.cleanup`); the backtracking search prices a
@@ -37,12 +38,15 @@ def _add_cleaned_versions(egraph: EGraph, graph: Graph, seeds) -> None:
     from ..cleanup import clean_up
     from ..rewrite import plan_match
 
+    versions = []
     for match in seeds:
         plan = plan_match(graph, match)
         merged = plan.materialize() if plan is not None else None
         if merged is not None:
             cleaned, _ = clean_up(merged)
-            egraph.add_version(cleaned, match.rule.label)
+            if egraph.add_version(cleaned, match.rule.label):
+                versions.append((match.rule.label, cleaned))
+    return versions
 
 
 def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: CostModel, config) -> tuple[Graph, object]:
@@ -57,7 +61,7 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
     initial = cost_model.graph_cost(graph)
     egraph = EGraph(graph)
     limits = Limits(nodes=config.eqsat_nodes, iterations=config.eqsat_iterations, seconds=config.time_limit * config.eqsat_share)
-    seeds = []
+    seeds, versions = [], []
     texts: dict[str, str] = {}
     if config.groups:
         from ..groups import GroupLibrary, find_groups
@@ -65,21 +69,27 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
         library = GroupLibrary.shipped()
         seeds = [merge.match for merge in find_groups(graph, library, excluded=config.excluded).merges]
         texts.update({match.rule.label: library.describe(match.rule.rule) for match in seeds})
-        _add_cleaned_versions(egraph, graph, seeds)
+        versions = _add_cleaned_versions(egraph, graph, seeds)
     saturation = saturate(egraph, rules, limits, config.connected_only, config.excluded, seeds)
     remaining = max(config.time_limit - (time.perf_counter() - started), 1.0)
     extraction = extract(egraph, cost_model, remaining)
-    best, best_cost = graph, initial
+    # The extraction prices node by node; the whole graph's price also sees what runs between nodes (weights read
+    # again after other weights, fusions). The versions added whole are graphs the e-graph holds: each is priced whole
+    # too, and the cheapest of all is the result.
+    best, best_cost, best_rules = graph, initial, []
     candidate_cost = cost_model.graph_cost(extraction.graph)
-    if candidate_cost < initial:
-        best, best_cost = extraction.graph, candidate_cost
+    for candidate, cost, rules_used in [(extraction.graph, candidate_cost, extraction.rewrites),
+                                        *((version, cost_model.graph_cost(version), [label]) for label, version in versions)]:
+        if cost < best_cost:
+            best, best_cost, best_rules = candidate, cost, rules_used
     stop = {"saturated": StopReason.SATURATED, "time limit": StopReason.TIME_LIMIT}.get(saturation.stop_reason, StopReason.BUDGET)
-    trace = [] if best is graph else [Step(rule, best_cost) for rule in extraction.rewrites]
+    trace = [Step(rule, best_cost) for rule in best_rules]
     texts.update(saturation.texts)
     report = SearchReport(stop, initial, best_cost, expanded=saturation.iterations, generated=saturation.matches, accepted=saturation.applied,
                           seconds=time.perf_counter() - started, trace=trace, engine="eqsat",
                           rule_texts={step.rule: texts.get(step.rule, "") for step in trace})
     report.eqsat = {"stop_reason": saturation.stop_reason, "iterations": saturation.iterations, "enodes": saturation.terms,
                     "matches": saturation.matches, "applied": saturation.applied, "seconds_saturating": saturation.seconds,
-                    "extraction": extraction.method, "seconds_extracting": extraction.seconds, "extracted_cost_s": candidate_cost}
+                    "extraction": extraction.method, "seconds_extracting": extraction.seconds, "extracted_cost_s": candidate_cost,
+                    "versions": len(versions), "chosen": "input" if best is graph else "extraction" if best is extraction.graph else "version"}
     return best, report
