@@ -78,6 +78,36 @@ def test_a_group_merge_cheaper_only_priced_whole_is_kept(rules):
     _same_on_ort(graph, best)
 
 
+def _three_products_a_step(steps: int = 4) -> Graph:
+    """Each step multiplies its input by three weights: the products share a weight across steps (rows) and an input
+    within a step (columns); once the rows are merged, the three merged products share an input."""
+    rng = np.random.default_rng(0)
+    nodes = []
+    for t in range(steps):
+        nodes += [_n("matmul", [f"x{t}", w], [f"{w}{t}"]) for w in ("wa", "wb", "wc")]
+        nodes += [_n("mul", [f"wb{t}", f"wc{t}"], [f"m{t}"]), _n("add", [f"wa{t}", f"m{t}"], [f"y{t}"])]
+    return Graph({f"x{t}": TensorType((1, 16)) for t in range(steps)}, {w: rng.standard_normal((16, 16)).astype(np.float32) for w in ("wa", "wb", "wc")},
+                 nodes, [f"y{t}" for t in range(steps)])
+
+
+def test_group_merges_chain_into_versions_that_merge_the_groups_found_after_earlier_merges():
+    import time
+
+    from taso.eqsat import _add_cleaned_versions
+    from taso.groups import GroupLibrary, find_groups
+
+    graph, library, texts = _three_products_a_step(), GroupLibrary.shipped(), {}
+    seeds = [m.match for m in find_groups(graph, library).merges]
+    versions = _add_cleaned_versions(saturation.EGraph(graph), graph, library, frozenset(), seeds, time.perf_counter() + 30, texts)
+    assert [labels for labels, _ in versions[:len(seeds)]] == [[s.rule.label] for s in seeds], "each merge found on the input"
+    labels, last = versions[-1]
+    assert labels == ["shared-weight-rows-4"] * 3 + ["shared-input-columns-3"], "the column group exists once the rows are merged"
+    assert last.op_histogram()["matmul"] == 1 and set(texts) == set(labels)
+    for _, version in versions:
+        taso.check(version)
+        _same_on_ort(graph, version)
+
+
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(graph=_random_graphs())
 def test_random_graphs_optimized_by_eqsat_stay_equal_on_ort(graph):

@@ -27,26 +27,53 @@ from .saturate import EGraph, Limits, Saturation, saturate
 __all__ = ["eqsat_search", "Limits", "Saturation", "Extraction"]
 
 
-def _add_cleaned_versions(egraph: EGraph, graph: Graph, seeds) -> list[tuple[str, Graph]]:
-    """Each group merge applied to the input and cleaned up, as another version of the graph in the e-graph; the
-    versions added, by rule.
-
-    What makes an unrolled cell's merge pay is the clean-up after it (the k gathers that fed the
-    merged product become one transpose, :mod:`taso.cleanup`); the backtracking search prices a
-    merge as cleaned up, and extraction can only choose what the e-graph holds.
-    """
+def _merged(graph: Graph, match) -> Graph | None:
+    """``graph`` with one group merge applied and cleaned up (None when the merge does not apply)."""
     from ..cleanup import clean_up
     from ..rewrite import plan_match
 
-    versions = []
+    plan = plan_match(graph, match)
+    merged = plan.materialize() if plan is not None else None
+    return clean_up(merged)[0] if merged is not None else None
+
+
+def _add_cleaned_versions(egraph: EGraph, graph: Graph, library, excluded, seeds, deadline: float,
+                          texts: dict[str, str]) -> list[tuple[list[str], Graph]]:
+    """Group merges applied to the input and cleaned up, as other versions of the graph in the e-graph; the versions
+    added, each with the merges it holds.
+
+    What makes an unrolled cell's merge pay is the clean-up after it (the k gathers that fed the
+    merged product become one transpose, :mod:`taso.cleanup`); the backtracking search prices a
+    merge as cleaned up, and extraction can only choose what the e-graph holds. Each merge found on
+    the input is one version; and a chain of versions merges one group more each (NasRNN's products
+    share an input only once their rows are merged), until no group is left or ``deadline``. Each
+    merge's text goes in ``texts``.
+    """
+    from ..groups import find_groups
+
+    versions: list[tuple[list[str], Graph]] = []
     for match in seeds:
-        plan = plan_match(graph, match)
-        merged = plan.materialize() if plan is not None else None
-        if merged is not None:
-            cleaned, _ = clean_up(merged)
-            if egraph.add_version(cleaned, match.rule.label):
-                versions.append((match.rule.label, cleaned))
+        merged = _merged(graph, match)
+        if merged is not None and egraph.add_version(merged, match.rule.label):
+            versions.append(([match.rule.label], merged))
+    current, labels = graph, []
+    for _ in range(_CHAIN):
+        if time.perf_counter() > deadline:
+            break
+        for found in find_groups(current, library, excluded=excluded).merges:
+            merged = _merged(current, found.match)
+            if merged is not None:
+                break
+        else:
+            break
+        current, labels = merged, [*labels, found.match.rule.label]
+        texts.setdefault(found.match.rule.label, library.describe(found.match.rule.rule))
+        if len(labels) > 1 and egraph.add_version(current, found.match.rule.label):
+            versions.append((labels, current))
     return versions
+
+
+_CHAIN = 32  # most group merges one version chains
 
 
 def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: CostModel, config) -> tuple[Graph, object]:
@@ -60,7 +87,7 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
     started = time.perf_counter()
     initial = cost_model.graph_cost(graph)
     egraph = EGraph(graph)
-    limits = Limits(nodes=config.eqsat_nodes, iterations=config.eqsat_iterations, seconds=config.time_limit * config.eqsat_share)
+    saturated_by = started + config.time_limit * config.eqsat_share
     seeds, versions = [], []
     texts: dict[str, str] = {}
     if config.groups:
@@ -69,7 +96,8 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
         library = GroupLibrary.shipped()
         seeds = [merge.match for merge in find_groups(graph, library, excluded=config.excluded).merges]
         texts.update({match.rule.label: library.describe(match.rule.rule) for match in seeds})
-        versions = _add_cleaned_versions(egraph, graph, seeds)
+        versions = _add_cleaned_versions(egraph, graph, library, config.excluded, seeds, (started + saturated_by) / 2, texts)
+    limits = Limits(nodes=config.eqsat_nodes, iterations=config.eqsat_iterations, seconds=max(saturated_by - time.perf_counter(), 0.5))
     saturation = saturate(egraph, rules, limits, config.connected_only, config.excluded, seeds)
     remaining = max(config.time_limit - (time.perf_counter() - started), 1.0)
     extraction = extract(egraph, cost_model, remaining)
@@ -79,7 +107,7 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
     best, best_cost, best_rules = graph, initial, []
     candidate_cost = cost_model.graph_cost(extraction.graph)
     for candidate, cost, rules_used in [(extraction.graph, candidate_cost, extraction.rewrites),
-                                        *((version, cost_model.graph_cost(version), [label]) for label, version in versions)]:
+                                        *((version, cost_model.graph_cost(version), labels) for labels, version in versions)]:
         if cost < best_cost:
             best, best_cost, best_rules = candidate, cost, rules_used
     stop = {"saturated": StopReason.SATURATED, "time limit": StopReason.TIME_LIMIT}.get(saturation.stop_reason, StopReason.BUDGET)
