@@ -212,7 +212,7 @@ def _cleanup_lines(outcome, plan) -> list[str]:
     return lines
 
 
-_EQSAT_CHOICE = {"input": "input (nothing cheaper priced whole)", "extraction": "extracted graph",
+_EQSAT_CHOICE = {"input": "input (nothing cheaper priced whole on measured costs)", "extraction": "extracted graph",
                  "version": "group-merged version (cheaper priced whole than the extracted graph)"}
 
 
