@@ -65,6 +65,38 @@ def test_no_fusion_where_onnx_runtime_makes_none():
     assert _absorbed(fused_already) == set()
 
 
+def _bn_params(prefix: str) -> dict[str, np.ndarray]:
+    return {f"{prefix}{k}": (RNG.random(4) + 0.5 if k == "var" else RNG.standard_normal(4)).astype(np.float32) for k in ("scale", "shift", "mean", "var")}
+
+
+def _bn(prefix: str, data: str, out: str) -> Node:
+    return _n("batch_norm", [data, *(f"{prefix}{k}" for k in ("scale", "shift", "mean", "var"))], [out])
+
+
+def test_a_batch_norm_after_a_conv_is_folded_and_the_activation_after_it_fused():
+    # ONNX Runtime's ConvBNFusion folds the BatchNormalization into the Conv, then FusedConv takes the ReLU.
+    net = Graph({"x": TensorType((1, 3, 8, 8))}, {"k": KERNEL, **_bn_params("b")},
+                [_n("conv2d", ["x", "k"], ["c"], pads=(1, 1, 1, 1)), _bn("b", "c", "n"), _n("relu", ["n"], ["y"])], ["y"])
+    assert _absorbed(net) == {"n", "y"}
+    conv_only = Graph(net.inputs, {"k": KERNEL}, [net.nodes[0]], ["c"])
+    assert FusingAnalytic().graph_cost(net) == AnalyticCost().graph_cost(conv_only)
+    # Not folded: parameters that are inputs, a conv read twice, a conv whose kernel is an input.
+    fed = Graph({"x": TensorType((1, 3, 8, 8)), **{k: TensorType((4,)) for k in _bn_params("b")}}, {"k": KERNEL}, net.nodes, ["y"])
+    assert _absorbed(fed) == set()
+    twice = Graph(net.inputs, net.weights, [*net.nodes, _n("sigmoid", ["c"], ["z"])], ["y", "z"])
+    assert _absorbed(twice) == set()
+    kernel_fed = Graph({"x": TensorType((1, 3, 8, 8)), "k": TensorType(KERNEL.shape)}, _bn_params("b"), net.nodes, ["y"])
+    assert _absorbed(kernel_fed) == set()
+
+
+def _conv_bn_net() -> Graph:
+    """Two sibling Conv + BatchNormalization + ReLU of one input, summed: a merge or fold two nodes away from the ReLU changes whether it is fused."""
+    k2 = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    nodes = [_n("conv2d", ["x", "k1"], ["c1"], pads=(1, 1, 1, 1)), _bn("b1", "c1", "n1"), _n("relu", ["n1"], ["r1"]),
+             _n("conv2d", ["x", "k2"], ["c2"], pads=(1, 1, 1, 1)), _bn("b2", "c2", "n2"), _n("relu", ["n2"], ["r2"]), _n("add", ["r1", "r2"], ["y"])]
+    return Graph({"x": TensorType((1, 3, 8, 8))}, {"k1": KERNEL, "k2": k2, **_bn_params("b1"), **_bn_params("b2")}, nodes, ["y"])
+
+
 def _unrolled_linear(steps: int) -> Graph:
     """What an exporter emits for nn.Linear applied at each step: MatMul + bias Add with one shared weight."""
     nodes, acc = [], None
@@ -87,8 +119,8 @@ def _conv_net() -> Graph:
     return Graph({"x": TensorType((1, 3, 8, 8))}, {"k1": KERNEL, "k2": k2}, nodes, ["y"])
 
 
-@pytest.mark.parametrize("graph", [_unrolled_linear(3), _conv_net(), taso.load_onnx(__import__("taso.models", fromlist=["build"]).build("nasrnn", steps=2, hidden=16))],
-                         ids=["unrolled-linear", "sibling-convs", "nasrnn"])
+@pytest.mark.parametrize("graph", [_unrolled_linear(3), _conv_net(), _conv_bn_net(), taso.load_onnx(__import__("taso.models", fromlist=["build"]).build("nasrnn", steps=2, hidden=16))],
+                         ids=["unrolled-linear", "sibling-convs", "sibling-conv-bn-relu", "nasrnn"])
 def test_a_rewrites_price_is_the_child_graphs_cost(graph):
     # The search prices a child from its parent without building it: with fusions that depend on
     # the nodes around a rewrite, the two must still agree exactly, for every rewrite of the library.

@@ -159,6 +159,10 @@ class CostModel(ABC):
             gone = {id(n) for n in removed}
             neighbours = {id(user): user for v in self._fusion_values(before, after, removed, added)
                           for user, _ in parent.uses(v) if id(user) not in gone}
+            # An absorbing neighbour passes the change on: a Conv given a second reader no longer folds the
+            # BatchNormalization after it, nor then fuses the activation after that.
+            for user in [n for n in neighbours.values() if n.op.name in self.absorbers]:
+                neighbours.update({id(reader): reader for v in user.outputs for reader, _ in parent.uses(v) if id(reader) not in gone})
             delta += sum(self._cost_in(n, after) - self._cost_in(n, before) for n in neighbours.values())
         return parent_cost + delta
 

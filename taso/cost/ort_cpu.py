@@ -92,9 +92,10 @@ class OrtCpuCost(CostModel):
     """
 
     name = "ort-cpu"
-    # ONNX Runtime fuses a Conv with the activation after it, and a 2-D MatMul with its bias Add
-    # (into a Gemm): the absorbed node runs inside the other's kernel (see absorbed()).
-    absorbers = frozenset(("conv2d", "matmul"))
+    # ONNX Runtime folds a BatchNormalization into the Conv before it, fuses a Conv with the activation after it
+    # (after the folded BatchNormalization too), and a 2-D MatMul with its bias Add (into a Gemm): the absorbed node
+    # runs inside the other's kernel (see absorbed()).
+    absorbers = frozenset(("conv2d", "matmul", "batch_norm"))
     context_sensitive = True
     order_sensitive = True  # a weight read's penalty depends on what runs between its reads
 
@@ -245,21 +246,29 @@ class OrtCpuCost(CostModel):
     def absorbed(self, node: Node, around: Neighbourhood) -> bool:
         """ONNX Runtime's CPU fusions at ENABLE_ALL that a per-node price would miss.
 
-        * an activation (Relu, Sigmoid, Tanh) after a Conv without one: FusedConv;
+        * a BatchNormalization of constant parameters after a Conv of constant weights without an
+          activation: ConvBNFusion folds it into the Conv's weights;
+        * an activation (Relu, Sigmoid, Tanh) after a Conv without one, or after a BatchNormalization
+          folded so: FusedConv;
         * a bias Add after a MatMul of 2-D operands, the bias a constant row (shape ``[N]`` or
           ``[1, N]``): MatMulAddFusion makes them one Gemm.
 
-        Either only when the producer's output has no other reader and is not a graph output.
+        Each only when the producer's output has no other reader and is not a graph output.
         A rewrite that gives the producer a second reader, or puts a Split between the two,
         pays for the absorbed node again: the +2.7 us per merged step that kept unrolled
         LSTM exports' merges from paying, priced as zero before.
         """
         name = node.op.name
+        if name == "batch_norm":
+            return _folded_into_conv(node, around)
         if name in ACTIVATION_OPS:
             data = node.inputs[0]
             producer = around.producer(data)
-            return (producer is not None and producer.op.name == "conv2d" and producer.params["activation"] == "none"
-                    and _sole_reader(node, data, around))
+            if producer is None or not _sole_reader(node, data, around):
+                return False
+            if producer.op.name == "batch_norm":
+                return _folded_into_conv(producer, around)
+            return producer.op.name == "conv2d" and producer.params["activation"] == "none"
         if name == "add" and len(node.inputs) == 2:
             for data, bias in (node.inputs, node.inputs[::-1]):
                 producer = around.producer(data)
@@ -377,6 +386,15 @@ class OrtCpuCost(CostModel):
 
     def close(self) -> None:
         self.cache.save()
+
+
+def _folded_into_conv(batch_norm: Node, around: Neighbourhood) -> bool:
+    """ONNX Runtime's ConvBNFusion: a BatchNormalization of constant parameters, the sole reader of a Conv without an
+    activation whose weights are constant, is folded into the Conv's weights."""
+    data = batch_norm.inputs[0]
+    conv = around.producer(data)
+    return (conv is not None and conv.op.name == "conv2d" and conv.params["activation"] == "none"
+            and all(v in around.consts for v in (*batch_norm.inputs[1:], *conv.inputs[1:])) and _sole_reader(batch_norm, data, around))
 
 
 def _sole_reader(node: Node, value: str, around: Neighbourhood) -> bool:
