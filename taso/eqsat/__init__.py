@@ -52,12 +52,18 @@ def _add_cleaned_versions(egraph: EGraph, graph: Graph, library, excluded, seeds
     from ..groups import find_groups
 
     versions: list[tuple[list[str], Graph]] = []
+    chain: tuple[list[str], Graph] | None = None  # the chain starts from the first merge that applies to the input
     for match in seeds:
         merged = _merged(graph, match)
-        if merged is not None and egraph.add_version(merged, match.rule.label):
+        if merged is None:
+            continue
+        chain = chain or ([match.rule.label], merged)
+        if egraph.add_version(merged, match.rule.label):
             versions.append(([match.rule.label], merged))
-    current, labels = graph, []
-    for _ in range(_CHAIN):
+    if chain is None:
+        return versions
+    labels, current = chain
+    for _ in range(_CHAIN - 1):
         if time.perf_counter() > deadline:
             break
         for found in find_groups(current, library, excluded=excluded).merges:
@@ -68,7 +74,7 @@ def _add_cleaned_versions(egraph: EGraph, graph: Graph, library, excluded, seeds
             break
         current, labels = merged, [*labels, found.match.rule.label]
         texts.setdefault(found.match.rule.label, library.describe(found.match.rule.rule))
-        if len(labels) > 1 and egraph.add_version(current, found.match.rule.label):
+        if egraph.add_version(current, found.match.rule.label):
             versions.append((labels, current))
     return versions
 
@@ -114,11 +120,12 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
     # Past the time limit a measured cost model estimates the nodes it has not measured, and an extracted graph can be
     # full of nodes no run measured: ResNet-50's, its Conv + BN folded (which ONNX Runtime does itself), was priced
     # 1.05-1.12x on 237-377 estimates and measured 0.93-1.01x. A graph is chosen over the input only on measured prices.
+    extracted_cost, extracted_estimates = _priced(cost_model, extraction.graph)
+    priced = [(extraction.graph, extracted_cost, extracted_estimates, extraction.rewrites)]
+    priced += [(version, *_priced(cost_model, version), labels) for labels, version in versions]
     best, best_cost, best_rules = graph, initial, []
-    candidate_cost, estimated = _priced(cost_model, extraction.graph)
-    for candidate, (cost, estimated_nodes), rules_used in [(extraction.graph, (candidate_cost, estimated), extraction.rewrites),
-                                                           *((version, _priced(cost_model, version), labels) for labels, version in versions)]:
-        if cost < best_cost and not estimated_nodes:
+    for candidate, cost, estimates, rules_used in priced:
+        if cost < best_cost and not estimates:
             best, best_cost, best_rules = candidate, cost, rules_used
     stop = {"saturated": StopReason.SATURATED, "time limit": StopReason.TIME_LIMIT}.get(saturation.stop_reason, StopReason.BUDGET)
     trace = [Step(rule, best_cost) for rule in best_rules]
@@ -128,7 +135,7 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
                           rule_texts={step.rule: texts.get(step.rule, "") for step in trace})
     report.eqsat = {"stop_reason": saturation.stop_reason, "iterations": saturation.iterations, "enodes": saturation.terms,
                     "matches": saturation.matches, "applied": saturation.applied, "seconds_saturating": saturation.seconds,
-                    "extraction": extraction.method, "seconds_extracting": extraction.seconds, "extracted_cost_s": candidate_cost,
-                    "extracted_estimated_nodes": estimated,
+                    "extraction": extraction.method, "seconds_extracting": extraction.seconds, "extracted_cost_s": extracted_cost,
+                    "extracted_estimated_nodes": extracted_estimates,
                     "versions": len(versions), "chosen": "input" if best is graph else "extraction" if best is extraction.graph else "version"}
     return best, report
