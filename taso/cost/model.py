@@ -134,7 +134,8 @@ class CostModel(ABC):
         """
         return False
 
-    def _cost_in(self, node: Node, around: Neighbourhood) -> float:
+    def cost_in(self, node: Node, around: Neighbourhood) -> float:
+        """The node's price where it runs in a graph: zero when the runtime fuses it into its producer."""
         if self.absorbers and self.absorbed(node, around):
             return 0.0
         return self._runtime_cost(node, around.pricing, around.consts)
@@ -142,7 +143,7 @@ class CostModel(ABC):
     def graph_cost(self, graph: Graph) -> float:
         """Sum of the costs of the nodes that run at inference time."""
         around = Neighbourhood.of(graph)
-        return sum(self._cost_in(n, around) for n in graph.nodes)
+        return sum(self.cost_in(n, around) for n in graph.nodes)
 
     def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
         """The child's cost from its parent's: only the removed and added nodes are priced.
@@ -154,7 +155,7 @@ class CostModel(ABC):
         """
         before = Neighbourhood.of(parent)
         after = Neighbourhood.after(parent, removed, added, child)
-        delta = sum(self._cost_in(n, after) for n in added) - sum(self._cost_in(n, before) for n in removed)
+        delta = sum(self.cost_in(n, after) for n in added) - sum(self.cost_in(n, before) for n in removed)
         if self.absorbers:
             gone = {id(n) for n in removed}
             neighbours = {id(user): user for v in self._fusion_values(before, after, removed, added)
@@ -163,7 +164,7 @@ class CostModel(ABC):
             # BatchNormalization after it, nor then fuses the activation after that.
             for user in [n for n in neighbours.values() if n.op.name in self.absorbers]:
                 neighbours.update({id(reader): reader for v in user.outputs for reader, _ in parent.uses(v) if id(reader) not in gone})
-            delta += sum(self._cost_in(n, after) - self._cost_in(n, before) for n in neighbours.values())
+            delta += sum(self.cost_in(n, after) - self.cost_in(n, before) for n in neighbours.values())
         return parent_cost + delta
 
     def _fusion_values(self, before: Neighbourhood, after: Neighbourhood, removed, added) -> set[str]:

@@ -4,14 +4,16 @@ The cost of a choice is the sum of its chosen e-nodes' costs, each counted once 
 e-nodes read it: a shared subgraph is paid for once, which is what running the graph costs
 (Tensat's extraction). The exact choice is an integer program (HiGHS, via highspy):
 
-* x_n in {0, 1} per e-node; each output's class has a chosen e-node;
+* x_n in {0, 1} per e-node, at most one per class; each output's class has a chosen e-node;
 * a chosen e-node's every child class has a chosen e-node;
-* an order t_c per class with t_c >= t_d + 1 whenever a chosen e-node of c reads d, so the
-  choice has no cycle (a rule like ``x = split(concat(x, y))[0]`` puts cycles in the e-graph).
+* no cycle (a rule like ``x = split(concat(x, y))[0]`` puts cycles in the e-graph): each cycle
+  a solution closes is cut off and the program solved again (lazy cuts);
+* z_n in [0, 1] per e-node the runtime fuses into its producer in the input (a BatchNormalization
+  after a Conv): its price back where the choice keeps the fusion.
 
 Costs come from the same cost model as the backtracking search: one node at a time, zero
 for a node computed from weights alone (folded at export). When the solver finds no
-solution in its time, the greedy choice (each class's cheapest e-node by tree cost,
+acyclic solution in its time, the greedy choice (each class's cheapest e-node by tree cost,
 egg's extractor) is used instead.
 """
 
@@ -135,6 +137,35 @@ class _Choice:
                 self.types[self.names[c]] = t
         self.consts = self._constant_classes(table)
         self.pricing = _Pricing(self.types, graph, classes.egraph.weights, {self.names[c] for c in self.consts if not isinstance(classes.type(c), tuple)})
+        self.fused = self._input_fusions()
+
+    def _input_fusions(self) -> dict[tuple[str, tuple[int, ...]], tuple[str, tuple[int, ...]]]:
+        """The input's nodes the runtime runs inside their producer's kernel, as e-nodes: (op key, input classes) of
+        each -> that of its producer (the input's node of an absorbing op that computes one of its inputs).
+
+        Priced alone, a BatchNormalization after a Conv costs what it costs run by itself; in the
+        runtime it is folded into the Conv and costs nothing (``CostModel.absorbed``). Extraction
+        that priced it alone folded every one of ResNet-50's by rule, a gain the whole graph's
+        price did not confirm. So each such e-node gets its price back (the integer program's
+        z variable) when the choice keeps its producer and gives that producer's value no other reader.
+        """
+        from ..cost.model import Neighbourhood
+
+        if not self.cost_model.absorbers:
+            return {}
+        egraph, of = self.classes.egraph, self.classes.class_of_handle
+        around = Neighbourhood.of(self.graph)
+
+        def signature(node: Node) -> tuple[str, tuple[int, ...]]:
+            return egraph.table.key(node.op, node.params, len(node.outputs)), tuple(of[egraph.handles[v]] for v in node.inputs)
+
+        fused = {}
+        for node in self.graph.nodes:
+            if self.cost_model.absorbed(node, around):
+                producers = [p for v in node.inputs if (p := around.producer(v)) is not None and p.op.name in self.cost_model.absorbers]
+                if producers:
+                    fused[signature(node)] = signature(producers[0])
+        return fused
 
     def output_name(self, c: int, j: int) -> str:
         return f"{self.names[c]}.{j}"
@@ -184,12 +215,19 @@ def extract(egraph: EGraph, cost_model: CostModel, seconds: float) -> Extraction
     choice = _Choice(classes, cost_model, graph, roots)
     enodes = [n for c in choice.order for n in classes.nodes[c]]
     costs = [choice.cost(n) for n in enodes]
+    index = {(n.key, n.children): i for i, n in enumerate(enodes) if n.kind == "app"}
+    fusions = {index[a]: index[b] for a, b in choice.fused.items() if a in index and b in index}
     greedy = _greedy(choice, enodes, costs)
-    chosen, method = _ilp(choice, enodes, costs, roots, greedy, max(seconds - (time.perf_counter() - started), 0.5))
+    chosen, method = _ilp(enodes, costs, roots, greedy, fusions, max(seconds - (time.perf_counter() - started), 0.5))
     if chosen is None:
         chosen, method = greedy, "greedy"
     built, rewrites, used = _build(choice, chosen, roots)
-    total = sum(costs[chosen[c]] for c in used)
+    picked = {chosen[c] for c in used}
+    readers: dict[int, list[int]] = {}
+    for i in picked:
+        for d in dict.fromkeys(enodes[i].children):
+            readers.setdefault(d, []).append(i)
+    total = sum(costs[i] for i in picked) - sum(costs[i] for i in _fused_in(enodes, picked, fusions, readers))
     return Extraction(built, total, method, time.perf_counter() - started, len(enodes), rewrites)
 
 
@@ -210,63 +248,105 @@ def _greedy(choice: _Choice, enodes: list[ENode], costs: list[float]) -> dict[in
     return pick
 
 
-def _ilp(choice: _Choice, enodes: list[ENode], costs: list[float], roots: list[int], start: dict[int, int],
+def _ilp(enodes: list[ENode], costs: list[float], roots: list[int], start: dict[int, int], fusions: dict[int, int],
          seconds: float) -> tuple[dict[int, int] | None, str]:
-    """The exact choice by HiGHS (class -> e-node index), or None when it found none in ``seconds``.
+    """The exact choice by HiGHS (class -> e-node index), or None when it found no acyclic one in ``seconds``.
 
-    Order variables are made only for the classes on a cycle of the class graph (its strongly
-    connected components; saturation's cycle filter leaves few or none): elsewhere no choice
-    can close a cycle, and big-M rows on every edge made the relaxation weak. The greedy choice
-    is the starting solution, so the solver always holds one.
+    Acyclicity by lazy cuts: the program is solved without it; each cycle its choice closes is
+    cut off (at most k-1 of the k classes on it choose an e-node reading the next one) and the
+    program solved again, until the choice has no cycle. Order variables on every class of the
+    e-graph's cycles (t_c >= t_d + 1 - big * (1 - x_n)) made the relaxation weak: Inception-v3's
+    program ran out of its 4.9 s with them, and ResNet-50's. The greedy choice is the starting
+    solution whenever it is acyclic.
     """
-    program = _Program(enodes, costs, roots)
-    cyclic = _cyclic_classes(enodes, program.usable)
-    program.order(set(cyclic))
-    program.highs.setOptionValue("time_limit", float(seconds))
-    program.start_from(start, roots)
-    chosen, exact = program.solve()
-    ordered = " with order constraints" if cyclic else ""
-    return chosen, (f"ilp{ordered}" if exact else f"ilp{ordered} (time limit)")
+    deadline = time.perf_counter() + seconds
+    program = _Program(enodes, costs, roots, fusions)
+    cuts = 0
+    while True:
+        program.highs.setOptionValue("time_limit", max(deadline - time.perf_counter(), 0.05))
+        program.start_from(start, roots)
+        chosen, exact = program.solve()
+        cut = f" with {cuts} cycle cut{'s' if cuts != 1 else ''}" if cuts else ""
+        if chosen is None:
+            return None, f"ilp{cut} (time limit)"
+        cycles = _cycles(enodes, chosen, roots)
+        if not cycles:
+            return chosen, f"ilp{cut}" if exact else f"ilp{cut} (time limit)"
+        if not exact or time.perf_counter() >= deadline:
+            return None, f"ilp{cut} (time limit)"
+        for cycle in cycles:
+            program.forbid(cycle)
+            cuts += 1
 
 
 class _Program:
-    """The extraction integer program: x_n per usable e-node, the roots chosen, a chosen e-node's children covered; order
-    variables and constraints for the classes :meth:`order` is given."""
+    """The extraction integer program: x_n per usable e-node, at most one per class, the roots chosen, a chosen e-node's
+    children covered; z_n per fused e-node (its price back where the runtime fuses it, see ``_Choice._input_fusions``);
+    and the cycle cuts :meth:`forbid` adds."""
 
-    def __init__(self, enodes: list[ENode], costs: list[float], roots: list[int]):
+    def __init__(self, enodes: list[ENode], costs: list[float], roots: list[int], fusions: dict[int, int]):
         import highspy
 
         self.enodes = enodes
         self.usable = [i for i, c in enumerate(costs) if not math.isinf(c) and enodes[i].cls not in enodes[i].children]
         self.x = {i: k for k, i in enumerate(self.usable)}
         self.by_class: dict[int, list[int]] = {}
+        self.readers: dict[int, list[int]] = {}  # class -> the usable e-nodes reading it
         for i in self.usable:
             self.by_class.setdefault(enodes[i].cls, []).append(i)
+            for d in dict.fromkeys(enodes[i].children):
+                self.readers.setdefault(d, []).append(i)
+        self.fusions = {i: p for i, p in fusions.items() if i in self.x and p in self.x}
+        self.z = {i: len(self.usable) + k for k, i in enumerate(self.fusions)}
         rows = _Rows()
         inf = highspy.kHighsInf
         for r in roots:
             rows.add([(self.x[i], 1.0) for i in self.by_class.get(r, [])], 1.0, inf)
+        for members in self.by_class.values():
+            rows.add([(self.x[i], 1.0) for i in members], -inf, 1.0)
         for i in self.usable:
             for d in dict.fromkeys(enodes[i].children):
                 rows.add([(self.x[m], 1.0) for m in self.by_class.get(d, [])] + [(self.x[i], -1.0)], 0.0, inf)
-        self.position: dict[int, int] = {}  # ordered class -> its order variable's column
-        self.big = len({n.cls for n in enodes}) + 1  # more than any class's height
+        for i, p in self.fusions.items():
+            # z_i <= x_i; z_i <= x_p (or z_p, when the producer is itself fused); no other reader of p's class chosen
+            rows.add([(self.z[i], 1.0), (self.x[i], -1.0)], -inf, 0.0)
+            rows.add([(self.z[i], 1.0), (self.z[p] if p in self.z else self.x[p], -1.0)], -inf, 0.0)
+            for m in self.readers.get(enodes[p].cls, []):
+                if m != i:
+                    rows.add([(self.z[i], 1.0), (self.x[m], 1.0)], -inf, 1.0)
         self.highs = _quiet_highs()
         self.highs.setOptionValue("output_flag", False)
         self.highs.setOptionValue("threads", 1)
-        n = len(self.usable)
-        self.highs.passModel(_lp([costs[i] for i in self.usable], [1.0] * n, rows, [highspy.HighsVarType.kInteger] * n))
+        # Prices in microseconds, and optimal to a nanosecond: in seconds a whole graph of small nodes is
+        # within HiGHS's default absolute gap (1e-6) of any bound, and the solver stopped 3% from the optimum.
+        self.highs.setOptionValue("mip_abs_gap", 1e-3)
+        n, k = len(self.usable), len(self.fusions)
+        micro = [c * 1e6 for c in costs]
+        self.highs.passModel(_lp([micro[i] for i in self.usable] + [-micro[i] for i in self.fusions], [1.0] * (n + k), rows,
+                                 [highspy.HighsVarType.kInteger] * n + [highspy.HighsVarType.kContinuous] * k))
 
     def start_from(self, pick: dict[int, int], roots: list[int]) -> None:
-        """A choice (class -> e-node) as the solver's starting solution, when it is acyclic."""
+        """A choice (class -> e-node) as the solver's starting solution, when it is acyclic and every pick usable."""
         import highspy
 
-        warm = _warm_start(self.enodes, pick, roots, self.x, self.position, self.highs.getNumCol())
-        if warm is not None:
-            solution = highspy.HighsSolution()
-            solution.col_value = warm
-            solution.value_valid = True
-            self.highs.setSolution(solution)
+        def children(c: int) -> tuple[int, ...]:
+            if pick.get(c) not in self.x:
+                raise ValueError("no usable pick")
+            return self.enodes[pick[c]].children
+
+        try:
+            order = _post_order(roots, children)  # acyclic: then every cycle cut holds too
+        except ValueError:
+            return
+        values = [0.0] * self.highs.getNumCol()
+        for c in order:
+            values[self.x[pick[c]]] = 1.0
+        for i in _fused_in(self.enodes, {pick[c] for c in order}, self.fusions, self.readers):
+            values[self.z[i]] = 1.0
+        solution = highspy.HighsSolution()
+        solution.col_value = values
+        solution.value_valid = True
+        self.highs.setSolution(solution)
 
     def solve(self) -> tuple[dict[int, int] | None, bool]:
         import highspy
@@ -283,25 +363,14 @@ class _Program:
                 chosen[c] = picked[0]
         return chosen, self.highs.getModelStatus() == highspy.HighsModelStatus.kOptimal
 
-    def order(self, classes: set[int]) -> None:
-        """Order variables for these classes, and the order constraints (t_c >= t_d + 1 where a chosen e-node of c
-        reads d) of every e-node between two ordered classes."""
+    def forbid(self, cycle: list[int]) -> None:
+        """The cut for a cycle of classes c_1 -> .. -> c_k -> c_1 (c_i reads c_i+1): at most k-1 of them choose an
+        e-node reading the next. With one e-node per class, k of them would be the cycle itself."""
         import highspy
 
-        new = sorted(classes - self.position.keys())
-        for c in new:
-            self.position[c] = self.highs.getNumCol()
-            self.highs.addCol(0.0, 0.0, float(self.big - 1), 0, np.array([], dtype=np.int32), np.array([]))
-        fresh = set(new)
-        for i in self.usable:
-            n = self.enodes[i]
-            if n.cls not in self.position:
-                continue
-            for d in dict.fromkeys(n.children):
-                if d in self.position and (n.cls in fresh or d in fresh):
-                    # t_c - t_d - big * x_n >= 1 - big: the order holds where n is chosen
-                    cols = np.array([self.position[n.cls], self.position[d], self.x[i]], dtype=np.int32)
-                    self.highs.addRow(1.0 - self.big, highspy.kHighsInf, 3, cols, np.array([1.0, -1.0, -float(self.big)]))
+        cols = [self.x[m] for j, c in enumerate(cycle) for m in self.by_class.get(c, [])
+                if cycle[(j + 1) % len(cycle)] in self.enodes[m].children]
+        self.highs.addRow(-highspy.kHighsInf, float(len(cycle) - 1), len(cols), np.array(cols, dtype=np.int32), np.ones(len(cols)))
 
 
 def _lp(costs: list[float], upper: list[float], rows: _Rows, integrality):
@@ -339,18 +408,46 @@ class _Rows:
         self.upper.append(upper)
 
 
-def _cyclic_classes(enodes: list[ENode], usable: list[int]) -> dict[int, int]:
-    """Class -> the number of its strongly connected component, for the classes on a cycle of the class graph."""
+def _cycles(enodes: list[ENode], chosen: dict[int, int], roots: list[int]) -> list[list[int]]:
+    """Cycles of the classes a choice needs (each as c_1 -> .. -> c_k, c_i reading c_i+1): a few per strongly connected
+    component, none when the choice is acyclic."""
+    import itertools
+
     import networkx as nx
 
     g = nx.DiGraph()
-    g.add_edges_from((enodes[i].cls, d) for i in usable for d in enodes[i].children)
-    found: dict[int, int] = {}
-    for k, component in enumerate(nx.strongly_connected_components(g)):
+    stack, seen = list(roots), set(roots)
+    while stack:
+        c = stack.pop()
+        g.add_node(c)
+        for d in enodes[chosen[c]].children if c in chosen else ():
+            g.add_edge(c, d)
+            if d not in seen:
+                seen.add(d)
+                stack.append(d)
+    found = []
+    for component in nx.strongly_connected_components(g):
         if len(component) > 1:
-            for c in component:
-                found[c] = k
+            found += itertools.islice(nx.simple_cycles(g.subgraph(component)), _CUTS_PER_COMPONENT)
     return found
+
+
+_CUTS_PER_COMPONENT = 8
+
+
+def _fused_in(enodes: list[ENode], picked: set[int], fusions: dict[int, int], readers: dict[int, list[int]]) -> set[int]:
+    """The fused e-nodes that a choice (the e-nodes picked) runs inside their producer: the producer picked (or, itself
+    fused, run so) and no other picked e-node reading its class."""
+    found: dict[int, bool] = {}
+
+    def fused(i: int) -> bool:
+        if i not in found:
+            p = fusions[i]
+            found[i] = (i in picked and (fused(p) if p in fusions else p in picked)
+                        and not any(m in picked and m != i for m in readers.get(enodes[p].cls, [])))
+        return found[i]
+
+    return {i for i in fusions if fused(i)}
 
 
 def _post_order(roots: list[int], children) -> list[int]:
@@ -379,30 +476,6 @@ def _post_order(roots: list[int], children) -> list[int]:
             stack.append((c, True))
             stack.extend((d, False) for d in reversed(children(c)) if d not in done)
     return order
-
-
-def _warm_start(enodes: list[ENode], pick: dict[int, int], roots: list[int], x: dict[int, int], position: dict[int, int],
-                n_cols: int) -> list[float] | None:
-    """The greedy choice as a solution of the integer program: its e-nodes chosen, each class ordered by its height;
-    None when it is not a solution (a class without a usable pick, or a cycle)."""
-
-    def children(c: int) -> tuple[int, ...]:
-        if c not in pick or pick[c] not in x:
-            raise ValueError("no usable greedy choice")
-        return enodes[pick[c]].children
-
-    try:
-        order = _post_order(roots, children)
-    except ValueError:
-        return None
-    values = [0.0] * n_cols
-    height: dict[int, int] = {}
-    for c in order:
-        height[c] = 1 + max((height[d] for d in enodes[pick[c]].children), default=-1)
-        values[x[pick[c]]] = 1.0
-        if c in position:
-            values[position[c]] = float(height[c])
-    return values
 
 
 def _quiet_highs():
