@@ -292,14 +292,26 @@ class _RuleIndex:
         """Compiles the rules that the operators of ``graph`` (with those seen before) make possible."""
         self.admit_variants({operator_variant(op, params) for op, params in graph.index.op_params})
 
-    def admit_variants(self, variants: set[str]) -> None:
-        if variants <= self.present:
+    def admit_variants(self, variants: set[str], fits: Callable[[Rule], bool] | None = None) -> None:
+        """Compiles the rules these operator variants (with those seen before) make possible.
+
+        ``fits``: a further test of a parsed rule; a rule failing it stays pending for a later call
+        (equality saturation admits a rule once its source's producer-reader pairs occur in the e-graph).
+        """
+        if fits is None and variants <= self.present:
             return
         self.present |= variants
-        ready = [(i, slot) for i, slot in self._pending if slot.source_ops <= self.present]
+        ready, waiting = [], []
+        for i, slot in self._pending:
+            if not slot.source_ops <= self.present:
+                waiting.append((i, slot))
+            elif fits is None or slot.rule() is None or fits(slot.rule()):
+                ready.append((i, slot))
+            else:
+                waiting.append((i, slot))
         if not ready:
             return
-        self._pending = [(i, slot) for i, slot in self._pending if not slot.source_ops <= self.present]
+        self._pending = waiting
         for position, slot in ready:
             crule = slot.compiled()
             if crule is None or (self.connected_only and not crule.connected) or crule.label in self.excluded:

@@ -29,6 +29,13 @@ def rules():
     return load_rules()
 
 
+def _products_read_apart(steps: int = 4) -> Graph:
+    """k products sharing a weight, each read by its own tanh: nothing but a group merge makes them one product."""
+    graph = _rnn_like(steps=steps)
+    nodes = [n for n in graph.nodes if n.op.name == "matmul"] + [_n("tanh", [f"h{t}"], [f"y{t}"]) for t in range(steps)]
+    return Graph(graph.inputs, graph.weights, nodes, [f"y{t}" for t in range(steps)])
+
+
 def _same_on_ort(a: Graph, b: Graph, seed: int = 3) -> None:
     feeds = {k: np.random.default_rng(seed).standard_normal(tuple(int(d) for d in t.shape)).astype(np.float32) for k, t in a.inputs.items()}
     for got, want in zip(run_ort(taso.export_onnx(b), feeds), run_ort(taso.export_onnx(a), feeds)):
@@ -69,7 +76,7 @@ def test_a_group_merge_cheaper_only_priced_whole_is_kept(rules):
         def graph_cost(self, graph):
             return super().graph_cost(graph) + 100.0 * sum(n.op.name == "matmul" and "w" in n.inputs for n in graph.nodes)
 
-    graph = _rnn_like(steps=4)
+    graph = _products_read_apart()
     best, report = search(graph, rules, ColdWeightReads(), QUICK)
     assert report.eqsat["chosen"] == "version" and report.eqsat["extracted_cost_s"] > report.best_cost
     assert best.op_histogram()["matmul"] == 1 and report.best_cost < report.initial_cost
@@ -136,9 +143,7 @@ def test_random_graphs_optimized_by_eqsat_stay_equal_on_ort(graph):
 def test_extraction_shares_a_subgraph_that_greedy_counts_once_per_reader(rules):
     """Four products sharing a weight, each read apart: merged, one product serves all four. Greedy extraction prices
     each reader's tree alone (the merged product four times) and keeps them apart; the integer program counts it once."""
-    graph = _rnn_like(steps=4)
-    nodes = [n for n in graph.nodes if n.op.name == "matmul"] + [_n("tanh", [f"h{t}"], [f"y{t}"]) for t in range(4)]
-    graph = Graph(graph.inputs, graph.weights, nodes, [f"y{t}" for t in range(4)])
+    graph = _products_read_apart()
     egraph = saturation.EGraph(graph)
     from taso.groups import GroupLibrary, find_groups
 

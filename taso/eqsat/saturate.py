@@ -2,8 +2,9 @@
 
 Each iteration runs every admitted rule's query once (egglog's e-matching, congruence and
 union-find), reads the new matches, and adds the targets of those the guards accept
-(:mod:`taso.eqsat.patterns`). Rules are admitted as in the backtracking search: once every
-operator of a rule's source occurs in the e-graph. The loop stops when an iteration adds
+(:mod:`taso.eqsat.patterns`). A rule is admitted once every operator of its source occurs in
+the e-graph (as in the backtracking search) and every producer-reader pair of operators in its
+source does too: declaring a rule to egglog costs more than matching it. The loop stops when an iteration adds
 nothing (saturated), or at the node, iteration or time limit.
 """
 
@@ -124,6 +125,26 @@ class EGraph:
                 found[cls] = handle
         return found
 
+    def edges(self) -> set[tuple[str, str]]:
+        """The (reader, producer) pairs of operator variants in the e-graph: an application of the first reads a class
+        holding an application of the second (through a tuple's output for a multi-output one)."""
+        frozen, value = self.freeze(), self.egraph
+        variant = {key: operator_variant(entry.op.name, entry.params) for key, entry in self.table.keys.items()}
+        of_class: dict[int, set[str]] = {}
+        readers: list[tuple[str, list[int]]] = []
+        outs: list[tuple[int, int]] = []
+        for name, row in tensor_rows(frozen):
+            if name == "Out":
+                outs.append((hash(row.output), hash(row.inputs[0])))
+                continue
+            key = value.value_to_string(row.inputs[1])
+            if key in variant:
+                of_class.setdefault(hash(row.output), set()).add(variant[key])
+                readers.append((variant[key], [hash(c) for c in row.inputs[2:]]))
+        for out, whole in outs:
+            of_class.setdefault(out, set()).update(of_class.get(whole, ()))
+        return {(reader, producer) for reader, children in readers for c in children for producer in of_class.get(c, ())}
+
     def variants(self) -> set[str]:
         """The operator variants present, as rules are indexed by them."""
         return {operator_variant(entry.op.name, entry.params) for entry in self.table.keys.values()}
@@ -144,12 +165,14 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
     patterns: dict[str, RulePattern] = {}  # rule id -> its pattern
     numbered: list[RulePattern] = []  # by the number its matches are tagged with
     seen: set[tuple] = set()
+    rule_edges: dict[str, frozenset[tuple[str, str]]] = {}
     _add_seeds(egraph, seeds, report)
     while True:
         if report.iterations >= limits.iterations:
             report.stop_reason = "iteration limit"
             break
-        index.admit_variants(egraph.variants())
+        edges = egraph.edges()
+        index.admit_variants(egraph.variants(), lambda rule: _source_edges(rule, rule_edges) <= edges)
         program = []
         for crule in index.compiled:
             if crule.rule_id not in patterns:
@@ -297,6 +320,16 @@ def _new_matches(egraph: EGraph, frozen, numbered: list[RulePattern], classes: d
 
 _BATCH = 256  # matches added between two updates of the cycle filter
 _CHUNK = 512  # characters of egglog text parsed at once
+
+
+def _source_edges(rule: Rule, memo: dict[str, frozenset[tuple[str, str]]]) -> frozenset[tuple[str, str]]:
+    """The (reader, producer) pairs of operator variants in a rule's source: a match needs each in the e-graph."""
+    found = memo.get(rule.id)
+    if found is None:
+        producer = {o: n for n in rule.source for o in n.outputs}
+        found = memo[rule.id] = frozenset((operator_variant(n.op, n.params), operator_variant(producer[v].op, producer[v].params))
+                                          for n in rule.source for v in n.inputs if v in producer)
+    return found
 
 
 def _balanced(lines: list[str]) -> bool:
