@@ -316,3 +316,31 @@ def test_extraction_prices_the_runtimes_fusions_as_the_whole_graph_does(rules):
     assert result.cost <= model.graph_cost(graph) * (1 + 1e-9)
     assert result.graph.op_histogram()["batch_norm"] == 2, "both folds cost more than the BatchNormalizations they remove"
     _same_on_ort(graph, result.graph)
+
+
+def test_a_rewrite_the_whole_price_says_does_not_pay_is_undone(rules):
+    """Two products of one input with two weights: merged, one product over the concatenated weight. Node by node the
+    merge pays; the whole graph's price here charges a weight made by a concat (as a cold read of a wider weight
+    does), and the extraction given that price undoes the merge and keeps the products apart."""
+
+    class WiderWeightsCold(AnalyticCost):
+        def measure(self, node, graph, key, consts):
+            return {"matmul": 1.0, "tanh": 0.1}.get(node.op.name, 0.2)  # a launch per product dominates
+
+        def graph_cost(self, graph):
+            made_by_concat = {o for n in graph.nodes if n.op.name == "concat" for o in n.outputs}
+            return super().graph_cost(graph) + sum(1.0 for n in graph.nodes if n.op.name == "matmul" and n.inputs[1] in made_by_concat)
+
+    rng = np.random.default_rng(0)
+    nodes = [_n("matmul", ["x", "w1"], ["q"]), _n("matmul", ["x", "w2"], ["k"]), _n("tanh", ["q"], ["a"]), _n("tanh", ["k"], ["b"])]
+    weights = {w: rng.standard_normal((64, 64)).astype(np.float32) for w in ("w1", "w2")}
+    graph = Graph({"x": TensorType((1, 64))}, weights, nodes, ["a", "b"])
+    egraph = saturation.EGraph(graph)
+    saturation.saturate(egraph, rules, saturation.Limits(nodes=2000, iterations=2, seconds=10))
+    model = WiderWeightsCold()
+    merged = extraction.extract(egraph, model, 10.0)
+    assert merged.graph.op_histogram()["matmul"] == 1, "priced node by node, the merge pays"
+    kept = extraction.extract(egraph, model, 10.0, priced=lambda g: (model.graph_cost(g), 0))
+    assert kept.graph.op_histogram()["matmul"] == 2 and "undone" in kept.method
+    assert model.graph_cost(kept.graph) < model.graph_cost(merged.graph)
+    _same_on_ort(graph, kept.graph)

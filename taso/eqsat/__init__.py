@@ -113,7 +113,7 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
     limits = Limits(nodes=config.eqsat_nodes, iterations=config.eqsat_iterations, seconds=max(saturated_by - time.perf_counter(), 0.5))
     saturation = saturate(egraph, rules, limits, config.connected_only, config.excluded, seeds)
     remaining = max(config.time_limit - (time.perf_counter() - started), 1.0)
-    extraction = extract(egraph, cost_model, remaining)
+    extraction = extract(egraph, cost_model, remaining, priced=lambda g: _priced(cost_model, g))
     # The extraction prices node by node; the whole graph's price also sees what runs between nodes (weights read
     # again after other weights, fusions). The versions added whole are graphs the e-graph holds: each is priced whole
     # too, and the cheapest of all is the result.
