@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from helpers import assert_close, run_ort
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_search import _n, _random_graphs, _rnn_like, _WeightBound
 
 import taso
@@ -344,3 +345,48 @@ def test_a_rewrite_the_whole_price_says_does_not_pay_is_undone(rules):
     assert kept.graph.op_histogram()["matmul"] == 2 and "undone" in kept.method
     assert model.graph_cost(kept.graph) < model.graph_cost(merged.graph)
     _same_on_ort(graph, kept.graph)
+
+
+@st.composite
+def _conv_nets(draw):
+    """Small random Conv / BatchNormalization / ReLU / Add networks with branches: sibling Convs of one input, folds
+    and fusions that a merge or a second reader breaks."""
+    from test_cost_fusion import _bn, _bn_params
+
+    rng = np.random.default_rng(draw(st.integers(0, 1000)))
+    values, weights, nodes = ["x"], {}, []
+    for i in range(draw(st.integers(2, 6))):
+        kind = draw(st.sampled_from(["conv", "conv", "bn", "relu", "add"]))
+        a = draw(st.sampled_from(values))
+        if kind == "conv":
+            size = draw(st.sampled_from([1, 3]))
+            weights[f"k{i}"] = rng.standard_normal((4, 4, size, size)).astype(np.float32)
+            nodes.append(_n("conv2d", [a, f"k{i}"], [f"v{i}"], pads=(size // 2,) * 4))
+        elif kind == "bn":
+            weights.update(_bn_params(f"b{i}"))
+            nodes.append(_bn(f"b{i}", a, f"v{i}"))
+        elif kind == "relu":
+            nodes.append(_n("relu", [a], [f"v{i}"]))
+        else:
+            nodes.append(_n("add", [a, draw(st.sampled_from(values))], [f"v{i}"]))
+        values.append(f"v{i}")
+    outputs = sorted({values[-1], draw(st.sampled_from(values[1:]))})
+    return Graph({"x": TensorType((1, 4, 8, 8))}, weights, nodes, outputs)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(graph=_conv_nets())
+def test_extraction_never_prices_a_graph_below_its_whole_price_nor_above_the_inputs(rules, graph):
+    """With the runtime's fusions priced, the integer program's price of its choice is at least the built graph's
+    whole price (a fusion only a rewrite makes is a gain it does not count) and at most the input's (the input is one
+    of its choices, priced exactly): the extracted graph is never dearer than the input."""
+    from test_cost_fusion import FusingAnalytic
+
+    egraph = saturation.EGraph(graph)
+    saturation.saturate(egraph, rules, saturation.Limits(nodes=1500, iterations=2, seconds=5))
+    model = FusingAnalytic()
+    result = extraction.extract(egraph, model, 5.0)
+    assert model.graph_cost(result.graph) <= result.cost * (1 + 1e-9) + 1e-12
+    assert result.cost <= model.graph_cost(graph) * (1 + 1e-9) + 1e-12
+    taso.check(result.graph)
+    _same_on_ort(graph, result.graph)
