@@ -317,10 +317,11 @@ def _ilp(enodes: list[ENode], costs: list[float], roots: list[int], start: dict[
     Acyclicity by cuts: each cycle of two or three classes in the e-graph is cut off up front (at
     most k-1 of the k classes on it choose an e-node reading the next one; a split of a concat
     makes three: x, the concat, the split's output joined with x); each longer cycle a choice
-    closes is cut the same way and the program solved again, until the choice has no cycle. Order variables on every class of the
-    e-graph's cycles (t_c >= t_d + 1 - big * (1 - x_n)) made the relaxation weak: Inception-v3's
-    program ran out of its 4.9 s with them, and ResNet-50's. The greedy choice is the starting
-    solution whenever it is acyclic.
+    closes is cut the same way and the program solved again, until the choice has no cycle.
+    Order variables on every class of the e-graph's cycles (t_c >= t_d + 1 - big * (1 - x_n))
+    made the relaxation weak: Inception-v3's and BERT's programs ran out of time with them
+    (``benchmarks/bench_extract.py``). The greedy choice is the starting solution whenever it is
+    acyclic.
     """
     deadline = time.perf_counter() + seconds
     program = _Program(enodes, costs, roots, fusions)
