@@ -350,7 +350,7 @@ def test_a_rewrite_the_whole_price_says_does_not_pay_is_undone(rules):
 @st.composite
 def _conv_nets(draw):
     """Small random Conv / BatchNormalization / ReLU / Add networks with branches: sibling Convs of one input, folds
-    and fusions that a merge or a second reader breaks."""
+    and fusions that a merge or a second reader breaks; a static or a symbolic batch."""
     from test_cost_fusion import _bn, _bn_params
 
     rng = np.random.default_rng(draw(st.integers(0, 1000)))
@@ -371,7 +371,8 @@ def _conv_nets(draw):
             nodes.append(_n("add", [a, draw(st.sampled_from(values))], [f"v{i}"]))
         values.append(f"v{i}")
     outputs = sorted({values[-1], draw(st.sampled_from(values[1:]))})
-    return Graph({"x": TensorType((1, 4, 8, 8))}, weights, nodes, outputs)
+    batch = symbol("batch", 1) if draw(st.booleans()) else 1
+    return Graph({"x": TensorType((batch, 4, 8, 8))}, weights, nodes, outputs)
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
