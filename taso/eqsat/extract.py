@@ -442,7 +442,14 @@ class _Program:
 
         self.highs.run()
         solution = self.highs.getSolution()
-        if not solution.value_valid:
+        if solution.value_valid and not self._consistent(solution.col_value):
+            # NOTE: HiGHS 1.16 given a starting solution once reported an optimum of 4.42 and returned the
+            # starting solution itself (6.73; the optimum was 6.73 but for a fusion: 6.7296). Solved again
+            # without the start it is right: a returned solution is checked against the reported objective.
+            self.highs.clearSolver()
+            self.highs.run()
+            solution = self.highs.getSolution()
+        if not solution.value_valid or not self._consistent(solution.col_value):
             return None, False
         values = solution.col_value
         chosen = {}
@@ -451,6 +458,12 @@ class _Program:
             if picked:
                 chosen[c] = picked[0]
         return chosen, self.highs.getModelStatus() == highspy.HighsModelStatus.kOptimal
+
+    def _consistent(self, values) -> bool:
+        """Whether a returned solution's objective is the one the solver reports (within its gaps)."""
+        objective = float(np.dot(self.highs.getLp().col_cost_, values))
+        reported = self.highs.getInfo().objective_function_value
+        return abs(objective - reported) <= 1e-6 * max(1.0, abs(reported)) + 1e-3
 
     def forbid(self, cycle: list[int]) -> None:
         """The cut for a cycle of classes c_1 -> .. -> c_k -> c_1 (c_i reads c_i+1): at most k-1 of them choose an
