@@ -303,12 +303,8 @@ class _RuleIndex:
         self.present |= variants
         ready, waiting = [], []
         for i, slot in self._pending:
-            if not slot.source_ops <= self.present:
-                waiting.append((i, slot))
-            elif fits is None or slot.rule() is None or fits(slot.rule()):
-                ready.append((i, slot))
-            else:
-                waiting.append((i, slot))
+            possible = slot.source_ops <= self.present and (fits is None or slot.rule() is None or fits(slot.rule()))
+            (ready if possible else waiting).append((i, slot))
         if not ready:
             return
         self._pending = waiting

@@ -4,8 +4,8 @@ Each iteration runs every admitted rule's query once (egglog's e-matching, congr
 union-find), reads the new matches, and adds the targets of those the guards accept
 (:mod:`taso.eqsat.patterns`). A rule is admitted once every operator of its source occurs in
 the e-graph (as in the backtracking search) and every producer-reader pair of operators in its
-source does too: declaring a rule to egglog costs more than matching it. The loop stops when an iteration adds
-nothing (saturated), or at the node, iteration or time limit.
+source does too: declaring a rule to egglog costs more than matching it. The loop stops when
+an iteration adds nothing (saturated), or at the node, iteration or time limit.
 """
 
 from __future__ import annotations
