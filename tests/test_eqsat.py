@@ -404,3 +404,23 @@ def test_extraction_never_prices_a_graph_below_its_whole_price_nor_above_the_inp
     assert result.cost <= model.graph_cost(graph) * (1 + 1e-9) + 1e-12
     taso.check(result.graph)
     _same_on_ort(graph, result.graph)
+
+
+def test_an_enode_reading_its_own_class_is_never_measured():
+    """x * 1 joined with x puts ``mul(x, one)`` in x's own class: no choice can use it, and measured as one node its
+    output would be its input (on a GPT-2 export this failed the run when the node's key was not in the cost cache)."""
+    from taso.eqsat.terms import INSERT, join
+
+    class RefusesSelfReads(AnalyticCost):
+        def measure(self, node, graph, key, consts):
+            assert not set(node.inputs) & set(node.outputs), f"measured a node reading its own output: {node}"
+            return super().measure(node, graph, key, consts)
+
+    inputs = {"x": TensorType((2, 4))}
+    nodes = [_n("mul", ["x", "one"], ["m"]), _n("relu", ["m"], ["y"])]
+    graph = Graph(inputs, {"one": np.ones((2, 4), np.float32)}, nodes, ["y"])
+    egraph = saturation.EGraph(graph)
+    egraph.run(join(egraph.handles["m"], egraph.handles["x"]) + "\n" + INSERT)
+    result = extraction.extract(egraph, RefusesSelfReads(), 5.0)
+    assert [n.op.name for n in result.graph.nodes] == ["relu"]
+    _same_on_ort(graph, result.graph)

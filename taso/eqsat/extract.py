@@ -200,6 +200,14 @@ class _Choice:
         return Node(entry.op, entry.params, inputs if inputs is not None else tuple(self.names[d] for d in n.children), outputs, label)
 
     def cost(self, n: ENode) -> float:
+        """The e-node's price alone; infinite for one no choice can use.
+
+        An e-node reading its own class (``mul(x, 1)`` in x's class) is never chosen, and is not
+        measured either: as one node its output would be its input (ONNX Runtime measuring it failed
+        with "value 'mul' is defined twice", on a GPT-2 export, when its key was not in the cache).
+        """
+        if n.cls in n.children:
+            return math.inf
         if n.kind != "app" or n.cls in self.consts:
             return 0.0
         if any(d not in self.names for d in n.children) or any(isinstance(self.classes.type(d), tuple) for d in n.children):
