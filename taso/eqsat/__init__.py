@@ -120,7 +120,7 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
     # Past the time limit a measured cost model estimates the nodes it has not measured, and an extracted graph can be
     # full of nodes no run measured: ResNet-50's, its Conv + BN folded (which ONNX Runtime does itself), was priced
     # 1.05-1.12x on 237-377 estimates and measured 0.93-1.01x. A graph is chosen over the input only on measured prices.
-    extracted_cost, extracted_estimates = _priced(cost_model, extraction.graph)
+    extracted_cost, extracted_estimates = extraction.whole
     priced = [(extraction.graph, extracted_cost, extracted_estimates, extraction.rewrites)]
     priced += [(version, *_priced(cost_model, version), labels) for labels, version in versions]
     best, best_cost, best_rules = graph, initial, []

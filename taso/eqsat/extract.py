@@ -19,6 +19,7 @@ egg's extractor) is used instead.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -93,6 +94,7 @@ class Extraction:
     seconds: float
     enodes: int  # e-nodes the choice was made among
     rewrites: list[str]  # the rule of each rewrite whose target the graph holds (a rule once per place it applied)
+    whole: tuple[float, int] | None = None  # the graph's whole price and estimated nodes, when extract() was given ``priced``
 
 
 class _Pricing:
@@ -115,6 +117,7 @@ class _Choice:
         self.classes, self.cost_model, self.graph = classes, cost_model, graph
         table = classes.egraph.table
         self.order = [c for c in classes.reachable(roots) if c in classes.nodes]
+        self.enodes = [n for c in self.order for n in classes.nodes[c]]  # what the integer program indexes
         original: dict[int, str] = {}
         for name, handle in classes.egraph.handles.items():
             original.setdefault(classes.class_of_handle[handle], name)
@@ -154,19 +157,28 @@ class _Choice:
 
         if not self.cost_model.absorbers:
             return {}
-        egraph, of = self.classes.egraph, self.classes.class_of_handle
         around = Neighbourhood.of(self.graph)
-
-        def signature(node: Node) -> tuple[str, tuple[int, ...]]:
-            return egraph.table.key(node.op, node.params, len(node.outputs)), tuple(of[egraph.handles[v]] for v in node.inputs)
-
         fused = {}
         for node in self.graph.nodes:
             if self.cost_model.absorbed(node, around):
                 producers = [p for v in node.inputs if (p := around.producer(v)) is not None and p.op.name in self.cost_model.absorbers]
                 if producers:
-                    fused[signature(node)] = signature(producers[0])
+                    fused[self.signature(node)] = self.signature(producers[0])
         return fused
+
+    def signature(self, node: Node) -> tuple[str, tuple[int, ...]]:
+        """The (op key, input classes) of the e-node an input graph's node is."""
+        egraph, of = self.classes.egraph, self.classes.class_of_handle
+        return egraph.table.key(node.op, node.params, len(node.outputs)), tuple(of[egraph.handles[v]] for v in node.inputs)
+
+    @functools.cached_property
+    def origins(self) -> dict[tuple[str, tuple[int, ...]], tuple[str, int]]:
+        """(op key, input classes) -> (the rule whose target added that e-node, which rewrite); ("", 0) for the input's own."""
+        of = self.classes.class_of_handle
+        found = {self.signature(node): ("", 0) for node in self.graph.nodes}
+        for key, inputs, rule, rewrite in self.classes.egraph.table.origins:
+            found.setdefault((key, tuple(of[h] for h in inputs)), (rule, rewrite))
+        return found
 
     def output_name(self, c: int, j: int) -> str:
         return f"{self.names[c]}.{j}"
@@ -228,7 +240,7 @@ def extract(egraph: EGraph, cost_model: CostModel, seconds: float,
     graph = egraph.graph
     roots = list(dict.fromkeys(classes.class_of_handle[egraph.handles[o]] for o in graph.outputs))
     choice = _Choice(classes, cost_model, graph, roots)
-    enodes = [n for c in choice.order for n in classes.nodes[c]]
+    enodes = choice.enodes
     costs = [choice.cost(n) for n in enodes]
     index = {(n.key, n.children): i for i, n in enumerate(enodes) if n.kind == "app"}
     fusions = {index[a]: index[b] for a, b in choice.fused.items() if a in index and b in index}
@@ -237,27 +249,26 @@ def extract(egraph: EGraph, cost_model: CostModel, seconds: float,
     chosen, method = _ilp(enodes, costs, roots, greedy, fusions, max(solving, 0.5))
     if chosen is None:
         chosen, method = greedy, "greedy"
-    built, rewrites, used = _build(choice, chosen, roots)
+    built = _build(choice, chosen, roots)
+    whole = None
     if priced is not None:
-        undone = _undo_unpaid(choice, enodes, index, chosen, roots, built, priced, deadline)
+        whole, undone = _undo_unpaid(choice, index, chosen, roots, built, priced, deadline)
         if undone is not None:
-            chosen, (built, rewrites, used) = undone, _build(choice, undone, roots)
+            chosen, built = undone
             method += ", rewrites undone by whole price"
+    graph, rewrites, used = built
     picked = {chosen[c] for c in used}
-    readers: dict[int, list[int]] = {}
-    for i in picked:
-        for d in dict.fromkeys(enodes[i].children):
-            readers.setdefault(d, []).append(i)
-    total = sum(costs[i] for i in picked) - sum(costs[i] for i in _fused_in(enodes, picked, fusions, readers))
-    return Extraction(built, total, method, time.perf_counter() - started, len(enodes), rewrites)
+    total = sum(costs[i] for i in picked) - sum(costs[i] for i in _fused_in(enodes, picked, fusions))
+    return Extraction(graph, total, method, time.perf_counter() - started, len(enodes), rewrites, whole)
 
 
 _SOLVING_SHARE = 0.75  # of extraction's time, for the integer program when the choice is then refined by whole prices
 
 
-def _undo_unpaid(choice: _Choice, enodes: list[ENode], index: dict, chosen: dict[int, int], roots: list[int], built: Graph,
-                 priced: Callable[[Graph], tuple[float, int]], deadline: float) -> dict[int, int] | None:
-    """The choice with each rewrite undone whose undoing lowers the whole graph's price; None when none does.
+def _undo_unpaid(choice: _Choice, index: dict, chosen: dict[int, int], roots: list[int], built: tuple[Graph, list[str], list[int]],
+                 priced: Callable[[Graph], tuple[float, int]], deadline: float) -> tuple[tuple[float, int], tuple | None]:
+    """The whole price of the best graph found, and the choice with each rewrite undone whose undoing lowers that price
+    with its built graph (:func:`_build`); None for the latter when no undoing does.
 
     The integer program prices e-nodes one at a time; what the whole graph's price adds (a weight
     read cold after other weights evicted it, ``taso.cost.residency``) it cannot see. BERT's
@@ -266,39 +277,37 @@ def _undo_unpaid(choice: _Choice, enodes: list[ENode], index: dict, chosen: dict
     whose chosen e-node it added goes back to the input's e-node, one rewrite at a time, each
     kept only when the whole price, measured on every node, drops.
     """
-    classes, egraph = choice.classes, choice.classes.egraph
-    of = classes.class_of_handle
+    enodes = choice.enodes
     original: dict[int, int] = {}  # class -> the input's e-node in it
     for node in choice.graph.nodes:
-        i = index.get((egraph.table.key(node.op, node.params, len(node.outputs)), tuple(of[egraph.handles[v]] for v in node.inputs)))
+        i = index.get(choice.signature(node))
         if i is not None:
             original[enodes[i].cls] = i
     for i, n in enumerate(enodes):  # the input's weights and inputs, and the outputs of its multi-output nodes
         if n.kind == "leaf" or (n.kind == "out" and n.children[0] in original):
             original.setdefault(n.cls, i)
-    origin = _origins(choice)
     groups: dict[object, list[int]] = {}
     for c, i in chosen.items():
         if c not in original or original[c] == i:
             continue
         n = enodes[i]
         made = enodes[chosen[n.children[0]]] if n.kind == "out" and n.children[0] in chosen else n
-        _, rewrite = origin.get((made.key, made.children), ("", 0))
+        _, rewrite = choice.origins.get((made.key, made.children), ("", 0))
         groups.setdefault(rewrite or ("class", c), []).append(c)
-    best, best_cost = None, priced(built)[0]
-    current = dict(chosen)
+    best, whole = None, priced(built[0])
+    current = chosen
     for group in groups.values():
         if time.perf_counter() > deadline:
             break
         trial = {**original, **current, **{c: original[c] for c in group}}
         try:
-            graph = _build(choice, trial, roots)[0]
+            trial_built = _build(choice, trial, roots)
         except RuntimeError:  # the input's e-node reads a class now computed from it
             continue
-        cost, estimated = priced(graph)
-        if cost < best_cost and not estimated:
-            best, best_cost, current = trial, cost, trial
-    return best
+        trial_whole = priced(trial_built[0])
+        if trial_whole[0] < whole[0] and not trial_whole[1]:
+            best, whole, current = (trial, trial_built), trial_whole, trial
+    return whole, best
 
 
 def _greedy(choice: _Choice, enodes: list[ENode], costs: list[float]) -> dict[int, int]:
@@ -419,8 +428,8 @@ class _Program:
         self.highs.setOptionValue("mip_abs_gap", 1e-3)
         n, k = len(self.usable), len(self.fusions)
         micro = [c * 1e6 for c in costs]
-        self.highs.passModel(_lp([micro[i] for i in self.usable] + [-micro[i] for i in self.fusions], [1.0] * (n + k), rows,
-                                 [highspy.HighsVarType.kInteger] * n + [highspy.HighsVarType.kContinuous] * k))
+        self.objective = np.array([micro[i] for i in self.usable] + [-micro[i] for i in self.fusions])
+        self.highs.passModel(_lp(self.objective.tolist(), [1.0] * (n + k), rows, [highspy.HighsVarType.kInteger] * n + [highspy.HighsVarType.kContinuous] * k))
 
     def start_from(self, pick: dict[int, int], roots: list[int]) -> None:
         """A choice (class -> e-node) as the solver's starting solution, when it is acyclic and every pick usable."""
@@ -438,7 +447,7 @@ class _Program:
         values = [0.0] * self.highs.getNumCol()
         for c in order:
             values[self.x[pick[c]]] = 1.0
-        for i in _fused_in(self.enodes, {pick[c] for c in order}, self.fusions, self.readers):
+        for i in _fused_in(self.enodes, {pick[c] for c in order}, self.fusions):
             values[self.z[i]] = 1.0
         solution = highspy.HighsSolution()
         solution.col_value = values
@@ -469,7 +478,7 @@ class _Program:
 
     def _consistent(self, values) -> bool:
         """Whether a returned solution's objective is the one the solver reports (within its gaps)."""
-        objective = float(np.dot(self.highs.getLp().col_cost_, values))
+        objective = float(np.dot(self.objective, values))
         reported = self.highs.getInfo().objective_function_value
         return abs(objective - reported) <= 1e-6 * max(1.0, abs(reported)) + 1e-3
 
@@ -562,16 +571,20 @@ def _short_cycles(enodes: list[ENode], usable: list[int]) -> list[list[int]]:
     return found
 
 
-def _fused_in(enodes: list[ENode], picked: set[int], fusions: dict[int, int], readers: dict[int, list[int]]) -> set[int]:
+def _fused_in(enodes: list[ENode], picked: set[int], fusions: dict[int, int]) -> set[int]:
     """The fused e-nodes that a choice (the e-nodes picked) runs inside their producer: the producer picked (or, itself
     fused, run so) and no other picked e-node reading its class."""
+    readers: dict[int, list[int]] = {}
+    for m in picked:
+        for d in set(enodes[m].children):
+            readers.setdefault(d, []).append(m)
     found: dict[int, bool] = {}
 
     def fused(i: int) -> bool:
         if i not in found:
             p = fusions[i]
             found[i] = (i in picked and (fused(p) if p in fusions else p in picked)
-                        and not any(m in picked and m != i for m in readers.get(enodes[p].cls, [])))
+                        and not any(m != i for m in readers.get(enodes[p].cls, [])))
         return found[i]
 
     return {i for i in fusions if fused(i)}
@@ -630,24 +643,9 @@ def _quiet_highs():
 _BANNER_SHOWN: list[bool] = []
 
 
-def _origins(choice: _Choice) -> dict[tuple[str, tuple[int, ...]], tuple[str, int]]:
-    """(op key, input classes) -> (the rule whose target added that e-node, which rewrite); ("", 0) for the input's own."""
-    classes, egraph = choice.classes, choice.classes.egraph
-    of = classes.class_of_handle
-    found: dict[tuple[str, tuple[int, ...]], tuple[str, int]] = {}
-    for node in choice.graph.nodes:
-        key = egraph.table.key(node.op, node.params, len(node.outputs))
-        found[(key, tuple(of[egraph.handles[v]] for v in node.inputs))] = ("", 0)
-    for key, inputs, rule, rewrite in egraph.table.origins:
-        found.setdefault((key, tuple(of[h] for h in inputs)), (rule, rewrite))
-    return found
-
-
 def _build(choice: _Choice, chosen: dict[int, int], roots: list[int]) -> tuple[Graph, list[str], list[int]]:
     """The graph of the chosen e-nodes that the outputs need, with the original's inputs, weights and interface."""
-    classes, graph = choice.classes, choice.graph
-    origin = _origins(choice)
-    all_nodes = [n for c in choice.order for n in classes.nodes[c]]
+    classes, graph, all_nodes = choice.classes, choice.graph, choice.enodes
     nodes: list[Node] = []
     rewrites: set[tuple[str, int]] = set()
     name_of = dict(choice.names)
@@ -663,7 +661,7 @@ def _build(choice: _Choice, chosen: dict[int, int], roots: list[int]) -> tuple[G
             name_of[c] = choice.output_name(n.children[0], n.index)
         else:
             nodes.append(choice.node(n, tuple(name_of[d] for d in n.children), f"eqsat/{len(nodes)}"))
-            rewrites.add(origin.get((n.key, n.children), ("", 0)))
+            rewrites.add(choice.origins.get((n.key, n.children), ("", 0)))
 
     outputs = tuple(name_of[classes.class_of_handle[classes.egraph.handles[o]]] for o in graph.outputs)
     weights = classes.egraph.weights
