@@ -23,6 +23,7 @@ Run one at a time on a quiet machine (the large ones take minutes and several GB
     python benchmarks/bench_end_to_end.py --models bert_base
     python benchmarks/bench_end_to_end.py --models resnet50 inception_v3 squeezenet nasnet_a
     python benchmarks/bench_end_to_end.py --models transformer_2gb --runs cold
+    python benchmarks/bench_end_to_end.py --models bert_base gpt2_small --search eqsat   # issue 25's memory bar
 """
 
 from __future__ import annotations
@@ -145,10 +146,11 @@ def write_transformer(path: Path, d: int = 4096, ff: int = 16384, layers: int = 
     onnx.save_model(model, str(path))
 
 
-def run_taso(name: str, path: Path, mode: str, out_dir: Path, extra: list[str]) -> Run:
+def run_taso(name: str, path: Path, mode: str, out_dir: Path, extra: list[str], search: str = "backtracking") -> Run:
     """One `taso optimize` process with a cost cache of the model's own: empty for the cold run, as the cold run left it for the warm one."""
-    out, report = out_dir / f"{name}.{mode}.taso.onnx", out_dir / f"{name}.{mode}.report.json"
-    cache = out_dir / "cache" / name
+    out, report = out_dir / f"{name}.{mode}.{search}.taso.onnx", out_dir / f"{name}.{mode}.{search}.report.json"
+    cache = out_dir / "cache" / f"{name}.{search}"
+    extra = [*extra, "--search", search]
     if mode == "cold" and cache.exists():
         shutil.rmtree(cache)
     if mode == "warm":  # the cold run measured what its time limit allowed: a long run measures every node the search meets
@@ -223,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["bert_base"], help="models to run (see above)")
     parser.add_argument("--dir", type=Path, default=Path.home() / ".cache" / "taso-e2e", help="where the model files are made and kept")
     parser.add_argument("--runs", choices=("cold", "warm", "both"), default="both")
+    parser.add_argument("--search", choices=("backtracking", "eqsat"), default="backtracking", help="taso optimize's search engine")
     args = parser.parse_args(argv)
     out_dir = args.dir / "out"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -231,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         path = model_file(name, args.dir)
         extra = EXPORTS.get(name) or GENERATED.get(name) or []
         for mode in (("cold", "warm") if args.runs == "both" else (args.runs,)):
-            run = run_taso(name, path, mode, out_dir, extra)
+            run = run_taso(name, path, mode, out_dir, extra, args.search)
             runs.append(run)
             print(f"{name} ({mode}): wall {run.wall:.1f} s" + (f", {run.error}" if run.error else ""), file=sys.stderr, flush=True)
             if name in GENERATED and not run.error:

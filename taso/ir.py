@@ -145,8 +145,20 @@ class Params(Mapping):
         return Params({**dict(self._items), **changes})
 
     def canonical(self) -> str:
-        """A stable text form, used in structural hashes (bytes values by digest)."""
+        """A stable text form with every symbolic dim as its value at the measurement sizes (bytes values by digest):
+        what a cost is keyed by, since a node is measured at those sizes."""
         return repr(tuple((k, _digest_bytes(v)) for k, v in self._items))
+
+    def identity(self) -> str:
+        """A stable text form that tells apart parameters equal only at the measurement sizes: what says two nodes
+        compute the same thing (structural hashes, the e-graph's operator names).
+
+        A reshape to ``[batch, 1, 1, seq]`` and one to ``[1, 1, 1, seq]`` are the same at batch 1 and
+        different at batch 2; keyed by :meth:`canonical`, an e-graph took one for the other.
+        """
+        if not any(holds_dims(v) for _, v in self._items):
+            return self.canonical()
+        return repr(tuple((k, _symbolic_form(_digest_bytes(v))) for k, v in self._items))
 
 
 def _freeze(value: Any) -> Any:
@@ -157,6 +169,13 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, (int, float, str, bool, bytes)) or value is None:
         return value
     raise TypeError(f"operator parameter values must be scalars, strings or tuples, got {type(value).__name__}")
+
+
+def _symbolic_form(value: Any) -> Any:
+    """A dim as its polynomial (str), tuples element by element; other values as they are."""
+    if isinstance(value, tuple):
+        return tuple(_symbolic_form(v) for v in value)
+    return ("dim", str(value)) if holds_dims(value) else value
 
 
 def _digest_bytes(value: Any) -> Any:
@@ -186,7 +205,7 @@ class Node:
     @cached_property
     def signature(self) -> int:
         """A digest of op, params and edge names (the search keys graphs by their sum: :mod:`taso.graph_index`)."""
-        text = f"{self.op.name}|{self.params.canonical()}|{','.join(self.inputs)}|{','.join(self.outputs)}"
+        text = f"{self.op.name}|{self.params.identity()}|{','.join(self.inputs)}|{','.join(self.outputs)}"
         return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=16).digest(), "little")
 
     def concrete(self) -> Node:
@@ -535,7 +554,7 @@ def value_digests(graph: Graph) -> dict[str, bytes]:
         digests[name] = hashlib.blake2b(b"w\0" + name.encode(), digest_size=16).digest()
     for node in graph.topological_order():
         h = hashlib.blake2b(digest_size=16)
-        h.update(node.op.name.encode() + b"\0" + node.params.canonical().encode())
+        h.update(node.op.name.encode() + b"\0" + node.params.identity().encode())
         for v in node.inputs:
             h.update(digests[v])
         node_digest = h.digest()

@@ -566,14 +566,17 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, fallb
     timer = None
     for name in ("optimized", "re-export"):
         if name == "re-export" and fallback is not None:
+            if timer is not None:  # the optimized model lost: its session's weights go before the re-export is made
+                timer.close(1)
+            candidates.pop("optimized", None)
             with clock.stage("export"):
                 _add_candidate(outcome, source, candidates, name, fallback)
         if name not in candidates:
             continue
         with clock.stage("timing"):
             release_mapped_weights()
-            model = checks.sessions.pop(name, None) or _runnable(candidates[name][1])
-            timer = _time_beside_input(outcome, source, timer, name, model, checks.timing_feeds, threads)
+            timer = _time_beside_input(outcome, source, timer, name, checks.sessions.pop(name, None) or _runnable(candidates[name][1]),
+                                       checks.timing_feeds, threads)
             confirmed = timer is not None and _confirmed(outcome, timer, name, checks, threads)
             if timer is not None and not confirmed and _worth_fresh_sessions(outcome, name):
                 outcome.notes.append(f"the optimized model measured {outcome.speedups.get(name, 0.0):.2f}x where "

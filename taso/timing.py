@@ -213,10 +213,14 @@ class InterleavedTimer:
         Raises:
             TimingError: ONNX Runtime cannot load or run the new model.
         """
-        self._measures[position] = self.sessions[position] = None
+        self.close(position)
         if label is not None:
             self.labels[position] = label
         self._open(position, model)
+
+    def close(self, position: int) -> None:
+        """Closes the session at ``position`` (ONNX Runtime frees its copy of the weights); :meth:`replace` opens another."""
+        self._measures[position] = self.sessions[position] = None
 
     def times(self, rounds: int = 7, decided: Decided | None = None, positions: Sequence[int] | None = None) -> list[float]:
         """One interleaved series: seconds per run of each model (of ``positions``, default all), the median over

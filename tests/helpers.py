@@ -66,6 +66,9 @@ def fake_timer(series, by_label: bool = False):
             if label is not None:
                 self.labels[position] = label
 
+        def close(self, position):
+            self.models[position] = None
+
         def times(self, rounds=7, decided=None, positions=None):
             chosen = range(len(self.models)) if positions is None else positions
             return series([(self.labels if by_label else self.models)[k] for k in chosen])

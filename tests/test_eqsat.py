@@ -242,6 +242,25 @@ def test_symbolic_batch_is_kept_and_the_result_runs_at_other_sizes(rules):
             assert_close(got, want, 1e-4)
 
 
+def test_operators_equal_only_at_the_measurement_sizes_stay_apart_in_the_egraph():
+    """A reshape to [batch, 4] and one to [1, 4] are one operator at batch 1 only. Named by their parameters' values,
+    the e-graph took one for the other, and eqsat wrote a BERT export that failed at batch 2 (one of its attention
+    masks reshaped to [1, 1, 1, seq])."""
+    batch = symbol("batch", 1)
+    inputs = {"x": TensorType((batch, 2, 2)), "y": TensorType((1, 2, 2))}
+    nodes = [_n("reshape", ["y"], ["ry"], shape=(1, 4)), _n("reshape", ["x"], ["rx"], shape=(batch, 4)),
+             _n("tanh", ["rx"], ["tx"]), _n("tanh", ["ry"], ["ty"])]
+    graph = Graph(inputs, {}, nodes, ["tx", "ty"])
+    egraph = saturation.EGraph(graph)
+    keys = {key.params["shape"] for key in egraph.table.keys.values() if key.op.name == "reshape"}
+    assert len(keys) == 2
+    best = extraction.extract(egraph, AnalyticCost(), 5.0).graph  # the graph rebuilt from the e-graph, as eqsat writes it
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((3, 2, 2)).astype(np.float32), "y": rng.standard_normal((1, 2, 2)).astype(np.float32)}
+    for got, want in zip(run_ort(taso.export_onnx(best), feeds), run_ort(taso.export_onnx(graph), feeds)):
+        assert_close(got, want, 1e-6)
+
+
 def test_limits_stop_saturation(rules):
     graph = _rnn_like()
     egraph = saturation.EGraph(graph)

@@ -35,8 +35,9 @@ class OpKey:
 
 
 def op_key(op: Op, params: Params) -> str:
-    """The e-graph's name for an operator with these parameters: the same pair always gets the same name."""
-    digest = hashlib.blake2b(f"{op.name}|{params.canonical()}".encode(), digest_size=8).hexdigest()
+    """The e-graph's name for an operator with these parameters: the same pair always gets the same name, and pairs
+    that differ at some size of a symbolic dim different names."""
+    digest = hashlib.blake2b(f"{op.name}|{params.identity()}".encode(), digest_size=8).hexdigest()
     return f"{op.name}:{digest}"
 
 
