@@ -47,6 +47,7 @@ from ..ir import Graph, GraphMeta, Node, Params, TensorType
 from ..ops import ACTIVATION_OPS, HAS_ACTIVATION, get
 from ..timing import fastest_run, interleaved_samples, median_run, open_session, session_options
 from .cache import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, Measure, SpotCheck, SpotCheckPolicy, noise_band)
+from .in_place import InPlaceWeights, in_place_session
 from .model import CostModel, Neighbourhood, node_key, random_array
 from .residency import CacheSizes, WeightReads, graph_run_order, main_weight
 
@@ -196,8 +197,9 @@ class OrtCpuCost(CostModel):
         """Measures a node now, whatever the cache holds: (seconds, relative noise band); ``quick``: runs for 5 ms, not 20 (a spot-check's screen)."""
         self._calibrate()
         try:
-            model, feeds = self._single_model(node, graph, consts)
-            profile = profile_kernels(model, feeds, self.threads, min_total=QUICK_SECONDS if quick else FULL_SECONDS, warm=True)
+            model, feeds, in_place = self._single_model(node, graph, consts)
+            profile = profile_kernels(model, feeds, self.threads, min_total=QUICK_SECONDS if quick else FULL_SECONDS, warm=True,
+                                      in_place=in_place)
         except Exception:  # noqa: BLE001 - ONNX Runtime's own exception types; only an opaque node may fail here
             if node.op.name != "opaque":
                 raise
@@ -210,11 +212,12 @@ class OrtCpuCost(CostModel):
         ratios = [(k - f) / r for k, f, r in zip(profile.kernels, profile.floor, profile.reference)]
         seconds = max(_robust_mean(ratios) * self._unit, 0.0) + self._dispatch
         if seconds < SMALL_SECONDS:
-            return wall_clock_marginal(model, feeds, self.threads)
+            return wall_clock_marginal(model, feeds, self.threads, in_place)
         return seconds, noise_band(seconds, _interquartile_range(ratios) * self._unit)
 
-    def _single_model(self, node: Node, graph: Graph, consts) -> tuple[bytes, dict[str, np.ndarray]]:
-        """``node`` alone as an ONNX model (its constant inputs as initializers) and random values for its other inputs."""
+    def _single_model(self, node: Node, graph: Graph, consts) -> tuple[bytes, dict[str, np.ndarray], InPlaceWeights]:
+        """``node`` alone as an ONNX model (its constant inputs as initializers, the large ones handed to ONNX Runtime in
+        place: :mod:`taso.cost.in_place`) and random values for its other inputs."""
         inputs, weights = {}, {}
         for v in node.inputs:
             (weights if v in consts else inputs)[v] = graph.type(v).concrete()
@@ -225,7 +228,8 @@ class OrtCpuCost(CostModel):
                        meta=GraphMeta(opset=max(graph.meta.opset, 13), output_names=tuple(node.outputs)))
         from ..onnx import export_onnx
 
-        return export_onnx(single, check=False).SerializeToString(), {v: arrays[v] for v in inputs}
+        in_place = InPlaceWeights()
+        return export_onnx(single, check=False, weights_file=in_place).SerializeToString(), {v: arrays[v] for v in inputs}, in_place
 
     def _with_activation(self, node: Node, graph: Graph, consts) -> float:
         """A Conv or MatMul with a fused activation costs the plain op, plus the activation where ONNX Runtime runs it apart.
@@ -373,8 +377,8 @@ class OrtCpuCost(CostModel):
     def cold_penalty(self, node: Node, graph, consts, evicted: int) -> tuple[float, float]:
         """Measures now what ``evicted`` bytes streamed through the caches add to ``node``'s kernel: (seconds, noise band)."""
         try:
-            model, feeds = self._single_model(node, graph, consts)
-            deltas = profile_cold_penalty(model, feeds, self.threads, evicted)
+            model, feeds, in_place = self._single_model(node, graph, consts)
+            deltas = profile_cold_penalty(model, feeds, self.threads, evicted, in_place=in_place)
         except Exception:  # noqa: BLE001 - as in fresh(): an opaque node that cannot run alone is priced warm
             if node.op.name != "opaque":
                 raise
@@ -434,7 +438,7 @@ class KernelProfile:
 
 
 def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = FULL_SECONDS, min_runs: int = 7,
-                    max_runs: int = 400, warm: bool = False) -> KernelProfile:
+                    max_runs: int = 400, warm: bool = False, in_place: InPlaceWeights | None = None) -> KernelProfile:
     """Profiles runs of ``model`` with a reference MatMul and a floor kernel beside it.
 
     ONNX Runtime's profiler times each kernel inside the session, so no Python call overhead
@@ -461,12 +465,12 @@ def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 
     _add_floor(timed.graph, after=f"{proto.graph.output[0].name}~warm" if twice else None)
     rng = np.random.default_rng(0)
     beside = {f"{REFERENCE}_x": rng.standard_normal((128, 256)).astype(np.float32), f"{FLOOR}_x": np.ones(1, np.float32)}
-    events = _profiled_runs(timed, {**feeds, **beside}, threads, min_total, min_runs, max_runs)
+    events = _profiled_runs(timed, {**feeds, **beside}, threads, min_total, min_runs, max_runs, in_place=in_place)
     if twice is None:
         return _kernel_times(events, skip=_WARM_UP_RUNS)
     times = _role_times(events, _WARM_UP_RUNS, roles=(REFERENCE, FLOOR, WARM, COLD, EVICT))
     if any(times[_WORK]) or not any(times[WARM]):
-        return profile_kernels(model, feeds, threads, min_total, min_runs, max_runs)
+        return profile_kernels(model, feeds, threads, min_total, min_runs, max_runs, in_place=in_place)
     return KernelProfile(times[WARM], times[REFERENCE], times[FLOOR])
 
 
@@ -484,14 +488,14 @@ _WORK = "work"  # a profiled kernel of the model itself, not one added beside it
 
 
 def _profiled_runs(proto: onnx.ModelProto, feeds: dict, threads: int, min_total: float, min_runs: int, max_runs: int,
-                   other_feeds: dict | None = None) -> list[dict]:
+                   other_feeds: dict | None = None, in_place: InPlaceWeights | None = None) -> list[dict]:
     """ONNX Runtime's profile events of ``_WARM_UP_RUNS`` runs, then runs until ``min_total`` seconds and ``min_runs`` runs;
     with ``other_feeds``, every second run (counting from the first warm-up) takes those."""
     options = session_options(threads)
     with tempfile.TemporaryDirectory() as tmp:
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(tmp, "profile")
-        session = ort.InferenceSession(proto.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = in_place_session(proto, options, in_place)
         alternating = (feeds, feeds if other_feeds is None else other_feeds)
         total, runs = 0.0, 0
         for i in range(_WARM_UP_RUNS):
@@ -540,7 +544,8 @@ WARM = "__taso_warm/"
 EVICT = "__taso_evict"
 
 
-def profile_cold_penalty(model: bytes, feeds: dict, threads: int, evict_bytes: int, min_total: float = FULL_SECONDS) -> list[float]:
+def profile_cold_penalty(model: bytes, feeds: dict, threads: int, evict_bytes: int, min_total: float = FULL_SECONDS,
+                         in_place: InPlaceWeights | None = None) -> list[float]:
     """Per pair of runs, how much longer the kernels of ``model`` take when ``evict_bytes`` were read through the
     caches just before them than when the same kernels run again right after (on the weights they just read).
 
@@ -555,7 +560,7 @@ def profile_cold_penalty(model: bytes, feeds: dict, threads: int, evict_bytes: i
     # Read, not written: a graph's weights between two reads of one are read (written lines would also be written back).
     evicting = {**feeds, f"{EVICT}_x": np.ones(max(evict_bytes // 4, 1), np.float32)}
     resting = {**feeds, f"{EVICT}_x": np.ones(1, np.float32)}
-    events = _profiled_runs(pair, evicting, threads, min_total, min_runs=30, max_runs=80, other_feeds=resting)
+    events = _profiled_runs(pair, evicting, threads, min_total, min_runs=30, max_runs=80, other_feeds=resting, in_place=in_place)
     times = _role_times(events, _WARM_UP_RUNS, roles=(COLD, WARM))
     slower = [cold - warm for cold, warm in zip(times[COLD], times[WARM])]
     first = _WARM_UP_RUNS % 2  # the index of the first timed run that evicted (runs alternate from the first warm-up)
@@ -630,16 +635,15 @@ def with_copies(proto: onnx.ModelProto, copies: int) -> onnx.ModelProto:
     return many
 
 
-def copies_session(proto: onnx.ModelProto, threads: int, **options) -> ort.InferenceSession:
+def copies_session(proto: onnx.ModelProto, threads: int, in_place: InPlaceWeights | None = None, **options) -> ort.InferenceSession:
     """A session that keeps identical nodes apart (ONNX Runtime's common-subexpression elimination would make them one)."""
     session_opts = session_options(threads)
     for name, value in options.items():
         setattr(session_opts, name, value)
-    return ort.InferenceSession(proto.SerializeToString(), session_opts, providers=["CPUExecutionProvider"],
-                                disabled_optimizers=["CommonSubexpressionElimination"])
+    return in_place_session(proto, session_opts, in_place, disabled_optimizers=["CommonSubexpressionElimination"])
 
 
-def wall_clock_marginal(model: bytes, feeds: dict, threads: int) -> tuple[float, float]:
+def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPlaceWeights | None = None) -> tuple[float, float]:
     """What one more copy of ``model``'s nodes adds to a running session, by the wall clock: (seconds, noise band).
 
     ``_COPIES`` independent copies reading the same inputs are timed against one copy, in
@@ -652,7 +656,7 @@ def wall_clock_marginal(model: bytes, feeds: dict, threads: int) -> tuple[float,
     kernel, its dispatch and its outputs' allocation, on warm inputs: what it adds inside a graph.
     """
     proto = onnx.load_model_from_string(model)
-    sessions = [copies_session(m, threads) for m in (proto, with_copies(proto, _COPIES))]
+    sessions = [copies_session(m, threads, in_place) for m in (proto, with_copies(proto, _COPIES))]
     for session in sessions:
         for _ in range(3):
             session.run(None, feeds)
