@@ -141,26 +141,28 @@ class RulePattern:
             sources: dict[str, list[int]] = {}  # target value -> the source classes it equals
             for s, t in rule.outputs:
                 sources.setdefault(t, []).append(handle[s])
-            commands: list[str] = []
+            planned = []  # each target node with its parameters and output types, all checked before any is added
             for i, (op, rn) in enumerate(zip(crule.target_ops, rule.target)):
                 params = crule.target_params[i].replace(**overrides[i]) if i in overrides else crule.target_params[i]
                 out_types = op.infer([value_types[v] for v in rn.inputs], params)
                 for o, t in zip(rn.outputs, out_types):
                     if any(table.types[h] != t for h in sources.get(o, ())):
                         return None  # the target's value would not have the source's type
-                key = table.key(op, params, len(rn.outputs))
-                joins = [sources[o][0] if o in sources else None for o in rn.outputs]
-                added, outs = table.application(key, [where[v] for v in rn.inputs], out_types, crule.label, joins)
-                commands.extend(added)
-                where.update(zip(rn.outputs, outs))
                 value_types.update(zip(rn.outputs, out_types))
+                planned.append((op, params, rn, out_types))
         except (TasoError, KeyError, IndexError):
             return None
-        unions = []
-        for t, classes in sources.items():
-            if t in crule.variables and table.types[where[t]] != table.types[classes[0]]:
-                return None
-            unions.extend((c, where[t]) for c in classes if c != where[t])
+        if any(t in crule.variables and table.types[where[t]] != table.types[classes[0]] for t, classes in sources.items()):
+            return None
+        # Only now is anything added to the table: a match declined halfway once left the table naming handles (and a
+        # constructor declaration) that no command ever gave the e-graph, and extraction failed on them (KeyError).
+        commands: list[str] = []
+        for op, params, rn, out_types in planned:
+            joins = [sources[o][0] if o in sources else None for o in rn.outputs]
+            added, outs = table.application(table.key(op, params, len(rn.outputs)), [where[v] for v in rn.inputs], out_types, crule.label, joins)
+            commands.extend(added)
+            where.update(zip(rn.outputs, outs))
+        unions = [(c, where[t]) for t, classes in sources.items() for c in classes if c != where[t]]
         return Applied(commands, unions)
 
 
