@@ -267,7 +267,7 @@ def _check_candidate(candidate, reference, threads: int, opened: list | None = N
     Raises:
         OutputMismatchError: ONNX Runtime cannot load or run the candidate (exit 3).
     """
-    from .onnx.importer import release_mapped_weights
+    from .onnx.files import release_mapped_weights
     from .validate import compare_with
 
     import onnxruntime as ort
@@ -561,7 +561,7 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, fallb
     One candidate's session at a time beside the input's: ONNX Runtime holds its own copy of the
     weights it repacks per session, a model's size again for each.
     """
-    from .onnx.importer import release_mapped_weights
+    from .onnx.files import release_mapped_weights
 
     timer = None
     for name in ("optimized", "re-export"):

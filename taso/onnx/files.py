@@ -12,8 +12,11 @@ The output file is then streamed from the spilled weights, never built whole in 
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
+import sys
 import tempfile
+import weakref
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -91,6 +94,52 @@ def _disk_errors(directory: str) -> Iterator[None]:
                         "set TMPDIR to a directory with room for them") from None
 
 
+def map_weights(path: str, dtype: np.dtype, offset: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Weights in a file, mapped copy-on-write: nothing is read until used, pages are shared with the file cache, and
+    a write changes this process's copy only, never the file."""
+    mapped = np.memmap(path, dtype=dtype, mode="c", offset=offset, shape=shape)
+    key = id(mapped)
+    _MAPPED[key] = weakref.ref(mapped, lambda _: _MAPPED.pop(key, None))
+    return np.asarray(mapped)
+
+
+# Every weight mapped by map_weights and still alive (the arrays' bases keep them).
+_MAPPED: dict[int, weakref.ref] = {}
+# madvise(MADV_PAGEOUT) (Linux 5.4 on; Python 3.11 does not name it): clean pages leave this process's resident set,
+# dirty ones (a weight written to, copy-on-write) stay.
+_MADV_PAGEOUT = getattr(mmap, "MADV_PAGEOUT", 21 if sys.platform.startswith("linux") else None)
+
+
+def release_mapped_weights() -> None:
+    """Lets the kernel take back the pages of mapped weights that taso read (clean-up compares them, export copies
+    them): they count in the resident set until then, and ONNX Runtime is about to load its own copy. A weight
+    read again is paged in again from the file cache; nothing changes but the memory it holds meanwhile."""
+    for ref in list(_MAPPED.values()):
+        mapped = ref()
+        if mapped is not None and not _page_out(mapped):
+            return
+
+
+def release_pages(array: np.ndarray) -> None:
+    """:func:`release_mapped_weights` for one array, when it is a mapped weight (once its bytes were copied out)."""
+    base = array
+    while isinstance(base, np.ndarray) and not isinstance(base, np.memmap):
+        base = base.base
+    if isinstance(base, np.memmap) and id(base) in _MAPPED:
+        _page_out(base)
+
+
+def _page_out(mapped: np.memmap) -> bool:
+    """False where the kernel cannot (an older one, or a mapping numpy did not keep): the pages just stay."""
+    if _MADV_PAGEOUT is None:
+        return False
+    try:
+        mapped._mmap.madvise(_MADV_PAGEOUT)
+    except (OSError, AttributeError, ValueError):
+        return False
+    return True
+
+
 class WeightsFile:
     """An external-data file being written: each large tensor's bytes are appended and its header returned."""
 
@@ -110,6 +159,7 @@ class WeightsFile:
             return None
         offset = self._file.tell()
         self._file.write(memoryview(array.astype(array.dtype.newbyteorder("<"), copy=False)).cast("B"))
+        release_pages(array)  # a re-export after timing paged every mapped weight back in: BERT's 0.4 GB at the peak
         tensor = onnx.TensorProto(name=name, dims=array.shape, data_type=onnx.helper.np_dtype_to_tensor_dtype(array.dtype),
                                   data_location=onnx.TensorProto.EXTERNAL)
         for key, value in (("location", self.location), ("offset", str(offset)), ("length", str(array.nbytes))):

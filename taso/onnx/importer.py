@@ -15,10 +15,7 @@ refused.
 from __future__ import annotations
 
 import functools
-import mmap
 import os
-import sys
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -33,7 +30,7 @@ from ..ops import Op, onnx_importers
 from ..ops.opaque import opaque
 from ..ops.shape import dims as dims_op
 from . import symbolic
-from .files import external_region
+from .files import external_region, map_weights
 from .symbolic import is_static_dim
 
 __all__ = ["load_onnx", "read_model", "MIN_OPSET", "MAX_OPSET"]
@@ -63,41 +60,14 @@ def read_model(source: str | os.PathLike | onnx.ModelProto, external_data: bool 
 
 
 def external_array(tensor: onnx.TensorProto, base_dir: str) -> np.ndarray:
-    """The weights of a tensor kept in an external data file, mapped copy-on-write: nothing is read until used,
-    pages are shared with the file cache, and a write changes this process's copy only, never the file."""
+    """The weights of a tensor kept in an external data file, mapped (:func:`taso.onnx.files.map_weights`)."""
     location, offset, _ = external_region(tensor)
     dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.data_type)).newbyteorder("<")
     shape = tuple(tensor.dims)
     count = int(np.prod(shape, dtype=np.int64))
     if count == 0:
         return np.zeros(shape, dtype)
-    mapped = np.memmap(os.path.join(base_dir, location), dtype=dtype, mode="c", offset=offset, shape=shape)
-    key = id(mapped)
-    _MAPPED[key] = weakref.ref(mapped, lambda _: _MAPPED.pop(key, None))
-    return np.asarray(mapped)
-
-
-# Every weight mapped by external_array and still alive (the arrays' bases keep them).
-_MAPPED: dict[int, weakref.ref] = {}
-# madvise(MADV_PAGEOUT) (Linux 5.4 on; Python 3.11 does not name it): clean pages leave this process's resident set,
-# dirty ones (a weight written to, copy-on-write) stay.
-_MADV_PAGEOUT = getattr(mmap, "MADV_PAGEOUT", 21 if sys.platform.startswith("linux") else None)
-
-
-def release_mapped_weights() -> None:
-    """Lets the kernel take back the pages of mapped weights that taso read (clean-up compares them, export copies
-    them): they count in the resident set until then, and ONNX Runtime is about to load its own copy. A weight
-    read again is paged in again from the file cache; nothing changes but the memory it holds meanwhile."""
-    if _MADV_PAGEOUT is None:
-        return
-    for ref in list(_MAPPED.values()):
-        mapped = ref()
-        if mapped is None:
-            continue
-        try:
-            mapped._mmap.madvise(_MADV_PAGEOUT)
-        except (OSError, AttributeError, ValueError):
-            return  # an older kernel, or a mapping numpy did not keep: the pages just stay
+    return map_weights(os.path.join(base_dir, location), dtype, offset, shape)
 
 
 def _inline_small_external(model: onnx.ModelProto, base_dir: str) -> None:
