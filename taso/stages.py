@@ -5,11 +5,14 @@ checking, timing, writing). :class:`StageClock` times each stage and reads the p
 resident memory during it. On Linux the kernel's high-water mark (``VmHWM``) is reset at each
 stage's start (``/proc/self/clear_refs``), so each stage gets its own peak; elsewhere, or where
 the reset is refused, the peak is the process's peak so far (``ru_maxrss``), and the report says
-so.
+so. Between stages, the C heap's freed memory goes back to the system (:func:`return_freed_memory`).
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import resource
 import sys
 import time
@@ -17,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["Stage", "StageClock"]
+__all__ = ["Stage", "StageClock", "return_freed_memory"]
 
 
 @dataclass
@@ -40,6 +43,29 @@ def _reset_peak() -> bool:
         return True
     except OSError:
         return False
+
+
+def return_freed_memory() -> None:
+    """Gives the C heap's free memory back to the system (glibc's ``malloc_trim``; nothing elsewhere).
+
+    glibc keeps what a large allocation freed once its threshold for mapping allocations apart has
+    grown past that size: an ONNX Runtime session of a 400 MB model with its weights in the file left
+    0.45 GB resident once closed, and the next stage's sessions came on top (zoo BERT under eqsat:
+    1.49 GB at the peak, 1.15 GB with the heap trimmed between stages).
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None  # not glibc (musl has no malloc_trim)
 
 
 def _peak_bytes() -> int:
@@ -74,6 +100,7 @@ class StageClock:
             yield
         finally:
             self.stages.append(Stage(name, time.perf_counter() - start, _peak_bytes()))
+            return_freed_memory()
 
     def totals(self) -> list[Stage]:
         """One entry per name, in first-seen order: seconds summed, the highest peak."""
