@@ -481,3 +481,19 @@ def test_a_transformers_bert_export_with_symbolic_dims_goes_through_eqsat_and_ru
     for batch, seq in ((3, 9), (1, 20)):
         feeds = {"input_ids": rng.integers(0, 100, (batch, seq)), "attention_mask": np.ones((batch, seq), np.int64)}
         assert_close(run_ort(str(out), feeds)[0], run_ort(source, feeds)[0], 1e-4)
+
+
+def test_a_fused_activation_priced_past_the_time_limit_is_estimated_in_extraction(tmp_path, monkeypatch):
+    """Past the search's time limit a measured cost model estimates what it has not measured, a product's fused Relu
+    under a name of its own; the extraction's pricing once answered that name with a KeyError (eqsat crashed on
+    ZFNet-512, PP-OCR's recognizer and a U-Net from PyPI wheels)."""
+    from taso.cost import make_cost_model
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(0)
+    graph = Graph({"x": TensorType((1, 64))}, {"w": rng.standard_normal((64, 64)).astype(np.float32)},
+                  [_n("matmul", ["x", "w"], ["y"], activation="relu")], ["y"])
+    model = make_cost_model("ort-cpu")
+    model.deadline = 0.0  # every node past the time limit: estimated
+    result = extraction.extract(saturation.EGraph(graph), model, 5.0)
+    assert result.graph.op_histogram() == graph.op_histogram() and model.estimated
