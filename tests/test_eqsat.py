@@ -497,3 +497,38 @@ def test_a_fused_activation_priced_past_the_time_limit_is_estimated_in_extractio
     model.deadline = 0.0  # every node past the time limit: estimated
     result = extraction.extract(saturation.EGraph(graph), model, 5.0)
     assert result.graph.op_histogram() == graph.op_histogram() and model.estimated
+
+
+def test_a_fusion_kept_by_another_producer_of_the_same_class_is_priced_as_kept(rules):
+    """Inception-v3's pooling branches: an average pool before a 1x1 convolution, then BatchNormalization and ReLU.
+    Moved after the convolution as a pool, the pool is not a Conv and the two run on their own; moved as a depthwise
+    convolution (a pool kernel), ONNX Runtime still folds the BatchNormalization and fuses the ReLU. The extraction
+    credited a fusion only to the input's own producer, chose the pool, and stayed 0.2% behind backtracking."""
+    from test_cost_fusion import FusingAnalytic, _absorbed, _bn, _bn_params
+
+    class PoolsDear(FusingAnalytic):
+        """Pools and depthwise convolutions priced by their channels; a Conv given a bias (a folded BatchNormalization) dear."""
+
+        def measure(self, node, graph, key, consts):
+            name = node.op.name
+            if name == "avg_pool2d" or (name == "conv2d" and node.params["groups"] > 1):
+                base = 2.5e-6 * graph.type(node.inputs[0]).shape[1]
+            elif name in ("batch_norm", "relu"):
+                base = 5e-6
+            else:
+                base = super().measure(node, graph, key, consts)
+            return base + 20e-6 if name == "conv2d" and len(node.inputs) == 3 else base
+
+    kernel = np.random.default_rng(0).standard_normal((4, 8, 1, 1)).astype(np.float32)
+    nodes = [_n("avg_pool2d", ["x"], ["p"], kernel=(3, 3), strides=(1, 1), pads=(1, 1, 1, 1), count_include_pad=1),
+             _n("conv2d", ["p", "k"], ["c"]), _bn("b", "c", "n"), _n("relu", ["n"], ["y"])]
+    graph = Graph({"x": TensorType((1, 8, 8, 8))}, {"k": kernel, **_bn_params("b")}, nodes, ["y"])
+    egraph = saturation.EGraph(graph)
+    saturation.saturate(egraph, rules, saturation.Limits(nodes=3000, iterations=2, seconds=20))
+    model = PoolsDear()
+    result = extraction.extract(egraph, model, 10.0)
+    assert result.cost == pytest.approx(model.graph_cost(result.graph), rel=1e-9)
+    histogram = result.graph.op_histogram()
+    assert "avg_pool2d" not in histogram and histogram["conv2d"] == 2, "the pool became a depthwise convolution"
+    assert {n.outputs[0] for n in result.graph.nodes if n.op.name in ("batch_norm", "relu")} <= _absorbed(result.graph)
+    _same_on_ort(graph, result.graph)

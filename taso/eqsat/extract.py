@@ -117,6 +117,16 @@ class _Pricing:
         return self._consts
 
 
+class _Either:
+    """Types of the input graph's values and of the e-classes' names, for a fusion checked with another producer."""
+
+    def __init__(self, pricing: _Pricing, graph: Graph):
+        self.pricing, self.graph = pricing, graph
+
+    def type(self, value: str) -> TensorType:
+        return self.graph.type(value) if value in self.graph.types else self.pricing.type(value)
+
+
 class _Choice:
     """Names, types and costs of the e-classes an extraction chooses among."""
 
@@ -150,15 +160,19 @@ class _Choice:
         self.pricing = _Pricing(self.types, graph, classes.egraph.weights, {self.names[c] for c in self.consts if not isinstance(classes.type(c), tuple)})
         self.fused = self._input_fusions()
 
-    def _input_fusions(self) -> dict[tuple[str, tuple[int, ...]], tuple[str, tuple[int, ...]]]:
+    def _input_fusions(self) -> dict[tuple[str, tuple[int, ...]], list[tuple[str, tuple[int, ...]]]]:
         """The input's nodes the runtime runs inside their producer's kernel, as e-nodes: (op key, input classes) of
-        each -> that of its producer (the input's node of an absorbing op that computes one of its inputs).
+        each -> those of the e-nodes that would absorb it (the input's producer, and any other e-node of the
+        producer's class that would: a rewrite's Conv in place of the input's).
 
         Priced alone, a BatchNormalization after a Conv costs what it costs run by itself; in the
         runtime it is folded into the Conv and costs nothing (``CostModel.absorbed``). Extraction
         that priced it alone folded every one of ResNet-50's by rule, a gain the whole graph's
         price did not confirm. So each such e-node gets its price back (the integer program's
-        z variable) when the choice keeps its producer and gives that producer's value no other reader.
+        z variable) when the choice keeps an absorbing producer and gives its value no other reader.
+        Inception-v3's pooling branches show why the other producers count: an average pool moved
+        after its 1x1 convolution as a depthwise convolution keeps the BatchNormalization folded and
+        the ReLU fused; moved as a pool, it does not.
         """
         from ..cost.model import Neighbourhood
 
@@ -170,8 +184,28 @@ class _Choice:
             if self.cost_model.absorbed(node, around):
                 producers = [p for v in node.inputs if (p := around.producer(v)) is not None and p.op.name in self.cost_model.absorbers]
                 if producers:
-                    fused[self.signature(node)] = self.signature(producers[0])
+                    fused[self.signature(node)] = [self.signature(producers[0]), *self._other_absorbers(node, producers[0])]
         return fused
+
+    def _other_absorbers(self, node: Node, producer: Node) -> list[tuple[str, tuple[int, ...]]]:
+        """The other e-nodes of ``producer``'s class that would absorb ``node`` in its place."""
+        from ..cost.model import Neighbourhood
+
+        egraph = self.classes.egraph
+        value = next(v for v in node.inputs if v in producer.outputs)
+        own = self.signature(producer)
+        consts = frozenset(self.graph.constant_values()) | self.pricing.constant_values()
+        found = []
+        for q in self.classes.nodes.get(self.classes.class_of_handle[egraph.handles[value]], []):
+            entry = egraph.table.keys.get(q.key) if q.kind == "app" else None
+            if (entry is None or (q.key, q.children) == own or entry.outputs != 1 or entry.op.name not in self.cost_model.absorbers
+                    or any(d not in self.names for d in q.children)):
+                continue
+            instead = Node(entry.op, entry.params, tuple(self.names[d] for d in q.children), (value,))
+            there = Neighbourhood(self.graph, _Either(self.pricing, self.graph), consts, {value: instead}, {}, {id(producer)}, self.graph.outputs)
+            if self.cost_model.absorbed(node, there):
+                found.append((q.key, q.children))
+        return found
 
     def signature(self, node: Node) -> tuple[str, tuple[int, ...]]:
         """The (op key, input classes) of the e-node an input graph's node is."""
@@ -250,7 +284,7 @@ def extract(egraph: EGraph, cost_model: CostModel, seconds: float,
     enodes = choice.enodes
     costs = [choice.cost(n) for n in enodes]
     index = {(n.key, n.children): i for i, n in enumerate(enodes) if n.kind == "app"}
-    fusions = {index[a]: index[b] for a, b in choice.fused.items() if a in index and b in index}
+    fusions = {index[a]: found for a, producers in choice.fused.items() if a in index and (found := [index[b] for b in producers if b in index])}
     greedy = _greedy(choice, enodes, costs)
     solving = (deadline - time.perf_counter()) * (_SOLVING_SHARE if priced is not None else 1.0)
     chosen, method = _ilp(enodes, costs, roots, greedy, fusions, max(solving, 0.5))
@@ -356,7 +390,7 @@ def _greedy(choice: _Choice, enodes: list[ENode], costs: list[float]) -> dict[in
     return pick
 
 
-def _ilp(enodes: list[ENode], costs: list[float], roots: list[int], start: dict[int, int], fusions: dict[int, int],
+def _ilp(enodes: list[ENode], costs: list[float], roots: list[int], start: dict[int, int], fusions: dict[int, list[int]],
          seconds: float) -> tuple[dict[int, int] | None, str]:
     """The exact choice by HiGHS (class -> e-node index), or None when it found no acyclic one in ``seconds``.
 
@@ -397,7 +431,7 @@ class _Program:
     children covered; z_n per fused e-node (its price back where the runtime fuses it, see ``_Choice._input_fusions``);
     and the cycle cuts :meth:`forbid` adds."""
 
-    def __init__(self, enodes: list[ENode], costs: list[float], roots: list[int], fusions: dict[int, int]):
+    def __init__(self, enodes: list[ENode], costs: list[float], roots: list[int], fusions: dict[int, list[int]]):
         import highspy
 
         self.enodes = enodes
@@ -409,7 +443,7 @@ class _Program:
             self.by_class.setdefault(enodes[i].cls, []).append(i)
             for d in dict.fromkeys(enodes[i].children):
                 self.readers.setdefault(d, []).append(i)
-        self.fusions = {i: p for i, p in fusions.items() if i in self.x and p in self.x}
+        self.fusions = {i: found for i, producers in fusions.items() if i in self.x and (found := [p for p in producers if p in self.x])}
         self.z = {i: len(self.usable) + k for k, i in enumerate(self.fusions)}
         rows = _Rows()
         inf = highspy.kHighsInf
@@ -420,11 +454,12 @@ class _Program:
         for i in self.usable:
             for d in dict.fromkeys(enodes[i].children):
                 rows.add([(self.x[m], 1.0) for m in self.by_class.get(d, [])] + [(self.x[i], -1.0)], 0.0, inf)
-        for i, p in self.fusions.items():
-            # z_i <= x_i; z_i <= x_p (or z_p, when the producer is itself fused); no other reader of p's class chosen
+        for i, producers in self.fusions.items():
+            # z_i <= x_i; z_i <= the sum of x_p over its absorbing producers, one class's (or z_p, for a producer itself
+            # fused); no other reader of their class chosen
             rows.add([(self.z[i], 1.0), (self.x[i], -1.0)], -inf, 0.0)
-            rows.add([(self.z[i], 1.0), (self.z[p] if p in self.z else self.x[p], -1.0)], -inf, 0.0)
-            for m in self.readers.get(enodes[p].cls, []):
+            rows.add([(self.z[i], 1.0)] + [(self.z[p] if p in self.z else self.x[p], -1.0) for p in producers], -inf, 0.0)
+            for m in self.readers.get(enodes[producers[0]].cls, []):
                 if m != i:
                     rows.add([(self.z[i], 1.0), (self.x[m], 1.0)], -inf, 1.0)
         self.highs = _quiet_highs()
@@ -578,9 +613,9 @@ def _short_cycles(enodes: list[ENode], usable: list[int]) -> list[list[int]]:
     return found
 
 
-def _fused_in(enodes: list[ENode], picked: set[int], fusions: dict[int, int]) -> set[int]:
-    """The fused e-nodes that a choice (the e-nodes picked) runs inside their producer: the producer picked (or, itself
-    fused, run so) and no other picked e-node reading its class."""
+def _fused_in(enodes: list[ENode], picked: set[int], fusions: dict[int, list[int]]) -> set[int]:
+    """The fused e-nodes that a choice (the e-nodes picked) runs inside their producer: an absorbing producer picked
+    (or, itself fused, run so) and no other picked e-node reading its class."""
     readers: dict[int, list[int]] = {}
     for m in picked:
         for d in set(enodes[m].children):
@@ -589,9 +624,10 @@ def _fused_in(enodes: list[ENode], picked: set[int], fusions: dict[int, int]) ->
 
     def fused(i: int) -> bool:
         if i not in found:
-            p = fusions[i]
-            found[i] = (i in picked and (fused(p) if p in fusions else p in picked)
-                        and not any(m != i for m in readers.get(enodes[p].cls, [])))
+            found[i] = False  # while its producers are looked at
+            producers = fusions[i]
+            found[i] = (i in picked and any(fused(p) if p in fusions else p in picked for p in producers)
+                        and not any(m != i for m in readers.get(enodes[producers[0]].cls, [])))
         return found[i]
 
     return {i for i in fusions if fused(i)}
