@@ -464,3 +464,21 @@ def test_a_faster_re_export_is_checked_before_it_is_kept(tmp_path, library, monk
                                              "analytic", confirm=True)
     assert outcome.kept == "re-export" and outcome.speedups == {"optimized": 1.0, "re-export": 2.0}
     assert outcome.comparison.ok and outcome.comparison.input_sets == 2
+
+
+def test_a_candidate_failing_its_check_at_run_time_leaves_the_message_to_taso(tmp_path, capfd):
+    """A candidate that loads but fails at another size (a reshape fixed at batch 1): ONNX Runtime logged the failure in
+    red on the terminal before taso's one-line message said it again."""
+    from taso.validate import compare_with, run_reference
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])
+    fine = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    shape = onnx.numpy_helper.from_array(np.array([1, 3], np.int64), "shape")
+    fixed = helper.make_model(helper.make_graph([helper.make_node("Reshape", ["x", "shape"], ["r"]), helper.make_node("Relu", ["r"], ["y"])],
+                                                "g", [x], [y], [shape]), opset_imports=[helper.make_opsetid("", 17)])
+    reference = run_reference(fine.SerializeToString(), [{"x": np.ones((2, 3), np.float32)}])
+    capfd.readouterr()
+    with pytest.raises(Exception, match="Reshape"):
+        compare_with(reference, fixed.SerializeToString())
+    assert "onnxruntime" not in capfd.readouterr().err
