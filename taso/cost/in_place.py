@@ -56,8 +56,9 @@ class InPlaceWeights:
 
 
 def in_place_session(model: bytes | onnx.ModelProto, options: ort.SessionOptions, in_place: InPlaceWeights | None = None,
-                 providers: Sequence[str] = ("CPUExecutionProvider",), **kwargs) -> ort.InferenceSession:
-    """An ONNX Runtime session of ``model``, whose weights in ``in_place`` are the arrays themselves.
+                     providers: Sequence[str] = ("CPUExecutionProvider",), **kwargs) -> ort.InferenceSession:
+    """An ONNX Runtime session of ``model``, whose weights in ``in_place`` are the arrays themselves (``options`` are
+    given them: a fresh set of options per session).
 
     The model is loaded from a file in a temporary directory beside a sparse file as long as the
     weights (ONNX Runtime checks that the external data it names exists, and reads none of it);
