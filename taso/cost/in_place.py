@@ -31,9 +31,9 @@ class InPlaceWeights:
 
     LOCATION = "in-place.bin"
 
-    def __init__(self, min_bytes: int = IN_PLACE_BYTES):
+    def __init__(self, min_bytes: int | None = None):
         self.arrays: dict[str, np.ndarray] = {}
-        self._min_bytes, self._end = min_bytes, 0
+        self._min_bytes, self._end = IN_PLACE_BYTES if min_bytes is None else min_bytes, 0
         self.location = self.LOCATION
 
     def tensor(self, array: np.ndarray, name: str) -> onnx.TensorProto | None:
