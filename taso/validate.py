@@ -418,8 +418,9 @@ def compare_with(reference: ReferenceRun, candidate: onnx.ModelProto | str | byt
         return Comparison(False, worst_output="(output names differ)", worst_abs=float("inf"), worst_rel=float("inf"))
     inputs = {i.name for i in session.get_inputs()}
     result = Comparison(True, input_sets=len(reference.input_sets))
+    quiet = _quiet()
     for feeds, want_all in zip(reference.input_sets, reference.outputs):
-        got_all = session.run(None, {k: v for k, v in feeds.items() if k in inputs}, _quiet())
+        got_all = session.run(None, {k: v for k, v in feeds.items() if k in inputs}, quiet)
         for name, want, got in zip(reference.names, want_all, got_all):
             if not _agree_into(result, name, np.asarray(want), np.asarray(got)):
                 return result

@@ -208,16 +208,21 @@ def _resident_file_pages_mb() -> float:
         return next(int(line.split()[1]) for line in f if line.startswith("RssFile:")) / 1024
 
 
+def _mapped_weight(tmp_path) -> tuple[np.ndarray, np.ndarray]:
+    """A 16 MB weight saved as external data and loaded by taso (mapped), and its values."""
+    src = tmp_path / "big.onnx"
+    weight = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2048])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2048])], [numpy_helper.from_array(weight, "w")])
+    _save_external(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
+    return taso.load_onnx(str(src)).weights["w"], weight
+
+
 @pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads Linux's /proc")
 def test_releasing_mapped_weights_gives_their_pages_back_and_keeps_their_values(tmp_path):
     from taso.onnx.files import release_mapped_weights
 
-    src = tmp_path / "big.onnx"
-    weight = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)  # 16 MB
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2048])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2048])], [numpy_helper.from_array(weight, "w")])
-    _save_external(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
-    mapped = taso.load_onnx(str(src)).weights["w"]
+    mapped, weight = _mapped_weight(tmp_path)
     total = float(mapped.sum())  # every page read
     before = _resident_file_pages_mb()
     release_mapped_weights()
@@ -231,12 +236,7 @@ def test_a_mapped_weight_written_to_a_weights_file_leaves_the_resident_set(tmp_p
     BERT's 0.4 GB at the run's peak. Each is let go once written."""
     from taso.onnx.files import WeightsFile
 
-    src = tmp_path / "big.onnx"
-    weight = np.random.default_rng(0).standard_normal((2048, 2048)).astype(np.float32)  # 16 MB
-    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2048])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2048])], [numpy_helper.from_array(weight, "w")])
-    _save_external(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), src)
-    mapped = taso.load_onnx(str(src)).weights["w"]
+    mapped, weight = _mapped_weight(tmp_path)
     before = _resident_file_pages_mb()
     with WeightsFile(str(tmp_path / "copy.data")) as weights:
         header = weights.tensor(mapped, "w")

@@ -20,6 +20,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from ..onnx.files import external_header, stored_apart
+
 __all__ = ["IN_PLACE_BYTES", "InPlaceWeights", "in_place_session"]
 
 IN_PLACE_BYTES = 16 << 20  # weights at least this large are handed over in place; smaller ones are cheaper to copy
@@ -38,16 +40,12 @@ class InPlaceWeights:
 
     def tensor(self, array: np.ndarray, name: str) -> onnx.TensorProto | None:
         """The header of ``array`` as external data; None (embed it) for a small, non-numeric or strided one."""
-        if array.nbytes < self._min_bytes or array.dtype.kind not in "biuf" or not array.flags.c_contiguous:
+        if not stored_apart(array, self._min_bytes):
             return None
         self.arrays[name] = array
-        tensor = onnx.TensorProto(name=name, dims=array.shape, data_type=onnx.helper.np_dtype_to_tensor_dtype(array.dtype),
-                                  data_location=onnx.TensorProto.EXTERNAL)
-        for key, value in (("location", self.location), ("offset", str(self._end)), ("length", str(array.nbytes))):
-            entry = tensor.external_data.add()
-            entry.key, entry.value = key, value
+        header = external_header(array, name, self.location, self._end)
         self._end += array.nbytes
-        return tensor
+        return header
 
     @property
     def nbytes(self) -> int:

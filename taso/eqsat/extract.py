@@ -179,22 +179,22 @@ class _Choice:
         if not self.cost_model.absorbers:
             return {}
         around = Neighbourhood.of(self.graph)
+        consts = frozenset(around.consts) | self.pricing.constant_values()  # the input's values' and the classes' names
         fused = {}
         for node in self.graph.nodes:
             if self.cost_model.absorbed(node, around):
                 producers = [p for v in node.inputs if (p := around.producer(v)) is not None and p.op.name in self.cost_model.absorbers]
                 if producers:
-                    fused[self.signature(node)] = [self.signature(producers[0]), *self._other_absorbers(node, producers[0])]
+                    fused[self.signature(node)] = [self.signature(producers[0]), *self._other_absorbers(node, producers[0], consts)]
         return fused
 
-    def _other_absorbers(self, node: Node, producer: Node) -> list[tuple[str, tuple[int, ...]]]:
+    def _other_absorbers(self, node: Node, producer: Node, consts: frozenset[str]) -> list[tuple[str, tuple[int, ...]]]:
         """The other e-nodes of ``producer``'s class that would absorb ``node`` in its place."""
         from ..cost.model import Neighbourhood
 
         egraph = self.classes.egraph
         value = next(v for v in node.inputs if v in producer.outputs)
         own = self.signature(producer)
-        consts = frozenset(self.graph.constant_values()) | self.pricing.constant_values()
         found = []
         for q in self.classes.nodes.get(self.classes.class_of_handle[egraph.handles[value]], []):
             entry = egraph.table.keys.get(q.key) if q.kind == "app" else None

@@ -155,17 +155,27 @@ class WeightsFile:
 
     def tensor(self, array: np.ndarray, name: str) -> onnx.TensorProto | None:
         """``array`` written to the file, as an initializer pointing there; None for a small or non-numeric one."""
-        if array.nbytes < _SMALL_TENSOR or array.dtype.kind not in "biuf" or not array.flags.c_contiguous:
+        if not stored_apart(array, _SMALL_TENSOR):
             return None
         offset = self._file.tell()
         self._file.write(memoryview(array.astype(array.dtype.newbyteorder("<"), copy=False)).cast("B"))
         release_pages(array)  # a re-export after timing paged every mapped weight back in: BERT's 0.4 GB at the peak
-        tensor = onnx.TensorProto(name=name, dims=array.shape, data_type=onnx.helper.np_dtype_to_tensor_dtype(array.dtype),
-                                  data_location=onnx.TensorProto.EXTERNAL)
-        for key, value in (("location", self.location), ("offset", str(offset)), ("length", str(array.nbytes))):
-            entry = tensor.external_data.add()
-            entry.key, entry.value = key, value
-        return tensor
+        return external_header(array, name, self.location, offset)
+
+
+def stored_apart(array: np.ndarray, min_bytes: int) -> bool:
+    """Whether a weights file takes ``array`` (numeric, contiguous, at least ``min_bytes``) rather than the model itself."""
+    return array.nbytes >= min_bytes and array.dtype.kind in "biuf" and array.flags.c_contiguous
+
+
+def external_header(array: np.ndarray, name: str, location: str, offset: int) -> onnx.TensorProto:
+    """The initializer naming ``array``'s bytes at ``offset`` in the external data file ``location``."""
+    tensor = onnx.TensorProto(name=name, dims=array.shape, data_type=onnx.helper.np_dtype_to_tensor_dtype(array.dtype),
+                              data_location=onnx.TensorProto.EXTERNAL)
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(array.nbytes))):
+        entry = tensor.external_data.add()
+        entry.key, entry.value = key, value
+    return tensor
 
 
 class SpilledModel:
