@@ -23,7 +23,7 @@ from typing import overload
 from .cleanup import clean_up, may_clean_up
 from .cost import CostModel
 from .errors import TasoError
-from .groups import GroupLibrary, Groups, find_groups
+from .groups import GroupLibrary, Groups, find_groups, merge_chain
 from .ir import Graph
 from .rewrite import CompiledRule, Plan, find_matches, plan_match
 from .rules import Rule, operator_variant, side_variants
@@ -491,6 +491,28 @@ def search(
             gc.enable()
 
 
+_CHAIN_SHARE = 0.25  # the most of the time limit the merge chain may take
+
+
+def _queue_merge_chain(queue: list, tie: Iterator[int], seen: set, graph: Graph, groups: GroupLibrary, pricer: _Pricer,
+                       config: SearchConfig, deadline: float, report: SearchReport) -> None:
+    """Queues each version of :func:`taso.groups.merge_chain` (the input with one group merge more each), priced
+    whole, as a graph the search may start from.
+
+    Offered one at a time, a merge that pays only once the others are made is never expanded: on
+    NasRNN the per-step column merges each priced a loss, and the search stopped at 1.95 ms where the
+    whole chain is priced 1.69 ms (and measured 1.11-1.14x faster than the search's graph)."""
+    trace: tuple[Step, ...] = ()
+    for step in merge_chain(graph, groups, config.excluded, deadline, clean=config.clean_up):
+        cost = pricer.graph_cost(step.graph)
+        trace += (Step(step.rules[-1].label, cost),) + ((Step(CLEAN_UP, cost),) if step.cleaned else ())
+        report.cleaned += step.cleaned
+        key = step.graph.index.search_key()
+        if key not in seen:
+            seen.add(key)
+            heapq.heappush(queue, (cost, next(tie), step.graph, trace))
+
+
 def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: CostModel, config: SearchConfig,
             progress: Callable[[int, float], None] | None) -> tuple[Graph, SearchReport]:
     start = time.perf_counter()
@@ -503,6 +525,8 @@ def _search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: Cost
     # Queue entries hold a graph or a plan (a rewrite not built yet): only popped plans are built.
     queue: list[tuple[float, int, Graph | Plan, tuple[Step, ...]]] = [(best_cost, next(tie), graph, ())]
     seen = {graph.index.search_key()}
+    if groups is not None:
+        _queue_merge_chain(queue, tie, seen, graph, groups, pricer, config, start + config.time_limit * _CHAIN_SHARE, report)
     best_trace: tuple[Step, ...] = ()
     options_of: dict[int, list[_Option]] = {}  # an expanded graph's rewrites, inherited by its children
     while queue:

@@ -174,6 +174,36 @@ def test_products_whose_weight_is_the_previous_product_are_a_chain_and_never_mer
     assert not found.merges and len(found.apart) == 5
 
 
+class _OnlyTheWholeChainPays(AnalyticCost):
+    """A price landscape like NasRNN's measured one: every single rewrite a loss, every graph with some but not all of
+    its groups merged dearer than the input, the graph with none left the cheapest."""
+
+    def __init__(self, graph: Graph):
+        super().__init__()
+        self.input = graph
+
+    def graph_cost(self, graph: Graph) -> float:
+        if graph is self.input:
+            return 10.0
+        return 11.0 if find_groups(graph, GroupLibrary.shipped()).merges else 1.0
+
+    def rewrite_cost(self, parent, parent_cost, removed, added, child) -> float:
+        return parent_cost + 1.0
+
+
+def test_the_search_reaches_a_graph_only_the_whole_chain_of_group_merges_makes_pay():
+    from taso.groups import merge_chain
+
+    graph = taso.load_onnx(__import__("taso.models", fromlist=["build"]).build("nasrnn", steps=3, hidden=16))
+    chain = list(merge_chain(graph, GroupLibrary.shipped()))
+    assert len(chain) >= 3 and not find_groups(chain[-1].graph, GroupLibrary.shipped()).merges
+    best, report = search(graph, [], _OnlyTheWholeChainPays(graph), SearchConfig(budget=20))
+    assert report.best_cost == 1.0 and not find_groups(best, GroupLibrary.shipped()).merges
+    assert sum(report.applied.values()) == len(chain) and set(report.applied) == {s.rules[-1].label for s in chain}
+    feeds = {x: np.random.default_rng(3).standard_normal(t.shape).astype(np.float32) for x, t in graph.inputs.items()}
+    assert_close(run_ort(taso.export_onnx(best), feeds), run_ort(taso.export_onnx(graph), feeds))
+
+
 # ---- on exporters' files ------------------------------------------------------------------------------
 
 

@@ -35,6 +35,7 @@ import random
 import re
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,7 @@ from ..ops import ACTIVATION_OPS, HAS_ACTIVATION, get
 from ..timing import fastest_run, interleaved_samples, median_run, open_session, session_options
 from .cache import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, Measure, SpotCheck, SpotCheckPolicy, noise_band)
 from .in_place import InPlaceWeights, in_place_session
+from ..onnx.exporter import gemm_pairs
 from .model import CostModel, Neighbourhood, node_key, random_array
 from .residency import CacheSizes, WeightReads, graph_run_order, main_weight
 
@@ -248,39 +250,8 @@ class OrtCpuCost(CostModel):
         return cost + self.node_cost(alone, graph, consts)
 
     def absorbed(self, node: Node, around: Neighbourhood) -> bool:
-        """ONNX Runtime's CPU fusions at ENABLE_ALL that a per-node price would miss.
-
-        * a BatchNormalization of constant parameters after a Conv of constant weights without an
-          activation: ConvBNFusion folds it into the Conv's weights;
-        * an activation (Relu, Sigmoid, Tanh) after a Conv without one, or after a BatchNormalization
-          folded so: FusedConv;
-        * a bias Add after a MatMul of 2-D operands, the bias a constant row (shape ``[N]`` or
-          ``[1, N]``): MatMulAddFusion makes them one Gemm.
-
-        Each only when the producer's output has no other reader and is not a graph output.
-        A rewrite that gives the producer a second reader, or puts a Split between the two,
-        pays for the absorbed node again: the +2.7 us per merged step that kept unrolled
-        LSTM exports' merges from paying, priced as zero before.
-        """
-        name = node.op.name
-        if name == "batch_norm":
-            return _folded_into_conv(node, around)
-        if name in ACTIVATION_OPS:
-            data = node.inputs[0]
-            producer = around.producer(data)
-            if producer is None or not _sole_reader(node, data, around):
-                return False
-            if producer.op.name == "batch_norm":
-                return _folded_into_conv(producer, around)
-            return producer.op.name == "conv2d" and producer.params["activation"] == "none"
-        if name == "add" and len(node.inputs) == 2:
-            for data, bias in (node.inputs, node.inputs[::-1]):
-                producer = around.producer(data)
-                if (producer is not None and producer.op.name == "matmul" and producer.params["activation"] == "none"
-                        and bias in around.consts and _bias_row(around.type(bias).shape, around.type(data).shape)
-                        and all(around.type(v).rank == 2 for v in producer.inputs) and _sole_reader(node, data, around)):
-                    return True
-        return False
+        """:func:`ort_absorbs`."""
+        return ort_absorbs(node, around)
 
     # -- where each weight lives when its node runs (taso.cost.residency) --
 
@@ -339,7 +310,7 @@ class OrtCpuCost(CostModel):
         if hit is not None and hit[0] is graph:
             return hit[1:]
         consts = graph.constant_values()
-        order = graph_run_order(graph)
+        order = graph_run_order(graph, fusion_pass(graph))
         position = {id(n): i for i, n in enumerate(order)}
         reads = WeightReads.of((i, n, w, self._nbytes(w, graph)) for i, n in enumerate(order) if (w := self._weight_of(n, graph, consts)))
         penalties = self._read_penalties(reads, graph, consts)
@@ -362,7 +333,7 @@ class OrtCpuCost(CostModel):
         hit = self._penalties.get((id(node), evicted))
         if hit is not None and hit[0] is node:
             return hit[1]
-        key = f"{node_key(node, graph, consts)}@cold-after-{evicted >> 10}K"
+        key = f"{node_key(node, graph, consts)}@{_PENALTY_KEY}-{evicted >> 10}K"
         seconds = self._table.get(key)
         if seconds is None:
             if time.perf_counter() + self._expected_measuring(node, graph) > self.deadline:
@@ -390,6 +361,93 @@ class OrtCpuCost(CostModel):
 
     def close(self) -> None:
         self.cache.save()
+
+
+def ort_absorbs(node: Node, around: Neighbourhood) -> bool:
+    """ONNX Runtime's CPU fusions at ENABLE_ALL that a per-node price would miss.
+
+    * a BatchNormalization of constant parameters after a Conv of constant weights without an
+      activation: ConvBNFusion folds it into the Conv's weights;
+    * an activation (Relu, Sigmoid, Tanh) after a Conv without one, or after a BatchNormalization
+      folded so: FusedConv;
+    * a bias Add after a MatMul of 2-D operands, the bias a constant row (shape ``[N]`` or
+      ``[1, N]``): MatMulAddFusion makes them one Gemm.
+
+    Each only when the producer's output has no other reader and is not a graph output.
+    A rewrite that gives the producer a second reader, or puts a Split between the two,
+    pays for the absorbed node again: the +2.7 us per merged step that kept unrolled
+    LSTM exports' merges from paying, priced as zero before.
+    """
+    name = node.op.name
+    if name == "batch_norm":
+        return _folded_into_conv(node, around)
+    if name in ACTIVATION_OPS:
+        data = node.inputs[0]
+        producer = around.producer(data)
+        if producer is None or not _sole_reader(node, data, around):
+            return False
+        if producer.op.name == "batch_norm":
+            return _folded_into_conv(producer, around)
+        return producer.op.name == "conv2d" and producer.params["activation"] == "none"
+    if name == "add" and len(node.inputs) == 2:
+        for data, bias in (node.inputs, node.inputs[::-1]):
+            producer = around.producer(data)
+            if (producer is not None and producer.op.name == "matmul" and producer.params["activation"] == "none"
+                    and bias in around.consts and _bias_row(around.type(bias).shape, around.type(data).shape)
+                    and all(around.type(v).rank == 2 for v in producer.inputs) and _sole_reader(node, data, around)):
+                return True
+    return False
+
+
+def fusion_pass(graph: Graph) -> Callable[[Node], tuple[int, int]]:
+    """For each node of ``graph``, which of ONNX Runtime's fusion passes replaces it by a new node (0: none), and the
+    new node's place among those that pass makes (:func:`taso.cost.residency.run_order`).
+
+    A product and its bias export writes as one Gemm stay where the file has them
+    (:func:`taso.onnx.exporter.gemm_pairs`). Pass 1, MatMulAddFusion: another MatMul of 2-D operands and the Add
+    that alone reads it become a Gemm (the addend any row or matrix of the product's shape); of two products an
+    Add sums, the one ONNX Runtime's order reaches first. Pass 2: a Gemm, or a Conv (a BatchNormalization after it
+    folded into its weights), and the activation that alone reads it become a FusedGemm or FusedConv. Each pass
+    visits the nodes in the run order of the graph the pass before left. A new node is numbered after every node
+    of the file and every node an earlier pass made, which changes the run order: in a recurrent cell, a step's
+    recurrent product added to its input product runs before the input product that the file lists first."""
+    around = Neighbourhood.of(graph)
+    passes: dict[int, tuple[int, int]] = {}
+    products: dict[int, Node] = gemm_pairs(graph, graph.meta.opset)  # an Add -> the MatMul it is one Gemm with
+    for place, node in enumerate(graph_run_order(graph)):
+        if node.op.name != "matmul" or node.params["activation"] != "none" or any(around.type(v).rank != 2 for v in node.inputs):
+            continue
+        readers = around.readers(node.outputs[0])
+        add = readers[0] if len(readers) == 1 else None
+        if add is None or add.op.name != "add" or len(add.inputs) != 2 or id(add) in products or not _sole_reader(add, node.outputs[0], around):
+            continue
+        addend = add.inputs[1] if add.inputs[0] == node.outputs[0] else add.inputs[0]
+        if _broadcasts_to(around.type(addend).shape, around.type(node.outputs[0]).shape):
+            passes[id(node)] = passes[id(add)] = (1, place)
+            products[id(add)] = node
+    after_first = graph_run_order(graph, lambda n: passes.get(id(n), (0, 0)))
+    place_of = {id(n): i for i, n in enumerate(after_first)}
+    for node in after_first:
+        if node.op.name not in ACTIVATION_OPS:
+            continue
+        producer = around.producer(node.inputs[0])
+        if producer is None or not _sole_reader(node, node.inputs[0], around):
+            continue
+        fused = [producer]
+        if producer.op.name == "batch_norm" and _folded_into_conv(producer, around):
+            fused.append(around.producer(producer.inputs[0]))
+        if id(producer) in products:
+            fused.append(products[id(producer)])
+        elif fused[-1].op.name != "conv2d" or fused[-1].params["activation"] != "none":
+            continue
+        for n in (node, *fused):
+            passes[id(n)] = (2, place_of[id(producer)])
+    return lambda node: passes.get(id(node), (0, 0))
+
+
+def _broadcasts_to(addend: tuple, shape: tuple) -> bool:
+    """Whether a Gemm's C input of shape ``addend`` broadcasts to its output's ``shape`` (rank 2)."""
+    return len(addend) <= 2 and all(a in (1, b) for a, b in zip(reversed(addend), reversed(shape)))
 
 
 def _folded_into_conv(batch_norm: Node, around: Neighbourhood) -> bool:
@@ -488,25 +546,33 @@ _WORK = "work"  # a profiled kernel of the model itself, not one added beside it
 
 
 def _profiled_runs(proto: onnx.ModelProto, feeds: dict, threads: int, min_total: float, min_runs: int, max_runs: int,
-                   other_feeds: dict | None = None, in_place: InPlaceWeights | None = None) -> list[dict]:
-    """ONNX Runtime's profile events of ``_WARM_UP_RUNS`` runs, then runs until ``min_total`` seconds and ``min_runs`` runs;
-    with ``other_feeds``, every second run (counting from the first warm-up) takes those."""
+                   in_place: InPlaceWeights | None = None) -> list[dict]:
+    """ONNX Runtime's profile events of ``_WARM_UP_RUNS`` runs, then runs until ``min_total`` seconds and ``min_runs`` runs."""
+    return _profiled_blocks(proto, [feeds], threads, min_total, min_runs, max_runs, in_place)[0]
+
+
+def _profiled_blocks(proto: onnx.ModelProto, blocks: Sequence[dict], threads: int, min_total: float, min_runs: int, max_runs: int,
+                     in_place: InPlaceWeights | None = None) -> tuple[list[dict], list[int]]:
+    """One session's profile events over blocks of runs, one block per feeds in ``blocks``, each ``_WARM_UP_RUNS``
+    runs then runs until ``min_total`` seconds and ``min_runs`` runs; and how many runs each block timed."""
     options = session_options(threads)
     with tempfile.TemporaryDirectory() as tmp:
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(tmp, "profile")
         session = in_place_session(proto, options, in_place)
-        alternating = (feeds, feeds if other_feeds is None else other_feeds)
-        total, runs = 0.0, 0
-        for i in range(_WARM_UP_RUNS):
-            session.run(None, alternating[i % 2])
-        while (total < min_total or runs < min_runs) and runs < max_runs:
-            start = time.perf_counter()
-            session.run(None, alternating[(_WARM_UP_RUNS + runs) % 2])
-            total += time.perf_counter() - start
-            runs += 1
+        counts = []
+        for feeds in blocks:
+            for _ in range(_WARM_UP_RUNS):
+                session.run(None, feeds)
+            total, runs = 0.0, 0
+            while (total < min_total or runs < min_runs) and runs < max_runs:
+                start = time.perf_counter()
+                session.run(None, feeds)
+                total += time.perf_counter() - start
+                runs += 1
+            counts.append(runs)
         with open(session.end_profiling(), encoding="utf-8") as f:
-            return json.load(f)
+            return json.load(f), counts
 
 
 def _role_times(events: list[dict], skip: int, roles: tuple[str, ...]) -> dict[str, list[float]]:
@@ -550,29 +616,37 @@ def _kernel_role(name: str, roles: tuple[str, ...]) -> str:
 COLD = "__taso_cold/"
 WARM = "__taso_warm/"
 EVICT = "__taso_evict"
+# A read penalty's cost-table name: "cold-after" named the penalties the alternating probe measured (far too low past
+# a few MB); a new name so that none of them is read again, while the tables' warm prices stay.
+_PENALTY_KEY = "evicted-each-run"
 
 
 def profile_cold_penalty(model: bytes, feeds: dict, threads: int, evict_bytes: int, min_total: float = FULL_SECONDS,
                          in_place: InPlaceWeights | None = None) -> list[float]:
-    """Per pair of runs, how much longer the kernels of ``model`` take when ``evict_bytes`` were read through the
-    caches just before them than when the same kernels run again right after (on the weights they just read).
+    """Per run, how much longer the kernels of ``model`` take when ``evict_bytes`` are read through the caches before
+    them in every run than when 4 bytes are: the second block of runs against the median of the first.
 
-    Both copies run in one session run, so the load, the profiler's overhead and the input sizes are the same for
-    both. The cold copy is slower by a microsecond or so even when nothing is evicted (it runs first, after other
-    kernels); so runs alternate between ``evict_bytes`` and 4 bytes read, and each pair's difference is what the
-    evicted bytes cost (``taso.cost.residency``). Empty when the model has no computed input to order the copies by.
+    Every run of a block reads the same evicting bytes, as a graph reads the same other weights between two runs of
+    a node. Alternating evicting and resting runs, and comparing each cold copy with a copy run again right after
+    it, measured almost nothing: an 8 MB weight's product took 970 us after 64 MB were read, and 870 us again right
+    after (the cache no longer kept what had just been read), where in a graph among 16 MB of other weights it took
+    860 us against 365 us alone. Read in every run, the same eviction gave 870 us (docs/measured.md, session 22).
+    Empty when the model has no computed input to order the eviction before its kernels by.
     """
     pair = _cold_then_warm(onnx.load_model_from_string(model))
     if pair is None:
         return []
     # Read, not written: a graph's weights between two reads of one are read (written lines would also be written back).
-    evicting = {**feeds, f"{EVICT}_x": np.ones(max(evict_bytes // 4, 1), np.float32)}
     resting = {**feeds, f"{EVICT}_x": np.ones(1, np.float32)}
-    events = _profiled_runs(pair, evicting, threads, min_total, min_runs=30, max_runs=80, other_feeds=resting, in_place=in_place)
-    times = _role_times(events, _WARM_UP_RUNS, roles=(COLD, WARM))
-    slower = [cold - warm for cold, warm in zip(times[COLD], times[WARM])]
-    first = _WARM_UP_RUNS % 2  # the index of the first timed run that evicted (runs alternate from the first warm-up)
-    return [evicted - rested for evicted, rested in zip(slower[first::2], slower[1 - first::2])]
+    evicting = {**feeds, f"{EVICT}_x": np.ones(max(evict_bytes // 4, 1), np.float32)}
+    events, (rested_runs, _) = _profiled_blocks(pair, [resting, evicting], threads, min_total / 2, min_runs=15, max_runs=40,
+                                                in_place=in_place)
+    cold = _role_times(events, _WARM_UP_RUNS, roles=(COLD,))[COLD]
+    rested, evicted = cold[:rested_runs], cold[rested_runs + _WARM_UP_RUNS:]
+    if not rested or not evicted:
+        return []
+    baseline = float(np.median(rested))
+    return [seconds - baseline for seconds in evicted]
 
 
 def _cold_then_warm(proto: onnx.ModelProto, after: str | None = None) -> onnx.ModelProto | None:

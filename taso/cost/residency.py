@@ -17,8 +17,11 @@ ran on all 144 files of the ceiling benchmark (its exports, their hand merges an
 docs/measured.md, session 18). The order-free estimate before it priced the LSTM h256 input as
 interleaved, at 1.3-1.4x its measured time.
 
-What a read after that much other data costs is measured: the node is timed right after that many
-bytes were read through the caches, and right after its own previous run
+Where ONNX Runtime fuses nodes into a new one (a product and the sum after it into a Gemm), the new
+node is numbered after the file's and walked as one (``taso.cost.ort_cpu.fusion_pass``).
+
+What a read after that much other data costs is measured: the node is timed in runs that each read
+that many bytes through the caches before it, against runs that read none
 (``taso.cost.ort_cpu.profile_cold_penalty``); the difference is added to its price. Only the
 bytes of constant inputs count: at the batch sizes these models run at, activations are small
 beside weights (a batch-64 convolution's are not; see docs/design.md).
@@ -97,33 +100,43 @@ def main_weight(node: Node, is_const: Callable[[str], bool], nbytes: Callable[[s
     return best
 
 
-def run_order(nodes: Sequence[Node], producer: Callable[[str], Node | None]) -> list[Node]:
+def run_order(nodes: Sequence[Node], producer: Callable[[str], Node | None], fused: Callable[[Node], tuple[int, int]] | None = None) -> list[Node]:
     """The order ONNX Runtime's sequential executor runs ``nodes`` in, given in the order the file lists them.
 
-    GraphViewer's order: a depth-first walk from the nodes no other node reads (pushed in file order, so the
-    last is walked first), back through each node's producers (pushed in file order: the latest is walked
-    first), a node placed when the walk leaves it. ``producer`` gives a value's producing node, None for a
-    graph input or a weight (a node folded into a weight is not among ``nodes``).
+    GraphViewer's order: a depth-first walk from the nodes no other node reads (pushed in index order, so the
+    last is walked first), back through each node's producers (pushed in index order: the latest is walked
+    first), a node placed when the walk leaves it. A node's index is its place in the file, except where ONNX
+    Runtime replaces nodes by one new fused node (a MatMul and its bias Add by a Gemm): ``fused`` gives each node
+    the pass that makes its new node (0: none) and the new node's place among those the pass makes, which the nodes
+    fused together share. A new node takes the next index, after the file's nodes and those earlier passes made,
+    and is walked as one node. ``producer`` gives a value's producing node, None for a graph input or a weight (a
+    node folded into a weight is not among ``nodes``).
     """
-    index = {id(n): i for i, n in enumerate(nodes)}
+    groups: dict[tuple[int, int], list[Node]] = {}
+    for position, node in enumerate(nodes):
+        made_by, place = fused(node) if fused is not None else (0, 0)
+        groups.setdefault((made_by, place if made_by else position), []).append(node)
+    members = [groups[key] for key in sorted(groups)]
+    index = {id(n): i for i, group in enumerate(members) for n in group}
     inputs_of: list[list[int]] = []
-    read = [False] * len(nodes)
-    for node in nodes:
+    read = [False] * len(members)
+    for i, group in enumerate(members):
         found = set()
-        for v in node.inputs:
-            p = producer(v)
-            i = index.get(id(p)) if p is not None else None
-            if i is not None:
-                found.add(i)
-                read[i] = True
+        for node in group:
+            for v in node.inputs:
+                p = producer(v)
+                j = index.get(id(p)) if p is not None else None
+                if j is not None and j != i:
+                    found.add(j)
+                    read[j] = True
         inputs_of.append(sorted(found))
-    stack = [(i, False) for i in range(len(nodes)) if not read[i]]
-    visited = [False] * len(nodes)
+    stack = [(i, False) for i in range(len(members)) if not read[i]]
+    visited = [False] * len(members)
     order: list[Node] = []
     while stack:
         i, leaving = stack.pop()
         if leaving:
-            order.append(nodes[i])
+            order.extend(members[i])
             continue
         if visited[i]:
             continue
@@ -133,10 +146,11 @@ def run_order(nodes: Sequence[Node], producer: Callable[[str], Node | None]) -> 
     return order
 
 
-def graph_run_order(graph: Graph) -> list[Node]:
-    """The nodes of ``graph`` that run (not computed from weights alone, which export folds) in ONNX Runtime's order."""
+def graph_run_order(graph: Graph, fused: Callable[[Node], tuple[int, int]] | None = None) -> list[Node]:
+    """The nodes of ``graph`` that run (not computed from weights alone, which export folds) in ONNX Runtime's order
+    (``fused``: see :func:`run_order`)."""
     consts = graph.constant_values()
-    return run_order([n for n in graph.topological_order() if not all(o in consts for o in n.outputs)], graph.producer)
+    return run_order([n for n in graph.topological_order() if not all(o in consts for o in n.outputs)], graph.producer, fused)
 
 
 class WeightReads:

@@ -27,59 +27,29 @@ from .saturate import EGraph, Limits, Saturation, saturate
 __all__ = ["eqsat_search", "Limits", "Saturation", "Extraction"]
 
 
-def _merged(graph: Graph, match) -> Graph | None:
-    """``graph`` with one group merge applied and cleaned up (None when the merge does not apply)."""
-    from ..cleanup import clean_up
-    from ..rewrite import plan_match
-
-    plan = plan_match(graph, match)
-    merged = plan.materialize() if plan is not None else None
-    return clean_up(merged)[0] if merged is not None else None
-
-
 def _add_cleaned_versions(egraph: EGraph, graph: Graph, library, excluded, seeds, deadline: float,
                           texts: dict[str, str]) -> list[tuple[list[str], Graph]]:
     """Group merges applied to the input and cleaned up, as other versions of the graph in the e-graph; the versions
     added, each with the merges it holds.
 
-    What makes an unrolled cell's merge pay is the clean-up after it (the k gathers that fed the
-    merged product become one transpose, :mod:`taso.cleanup`); the backtracking search prices a
-    merge as cleaned up, and extraction can only choose what the e-graph holds. Each merge found on
-    the input is one version; and a chain of versions merges one group more each (NasRNN's products
-    share an input only once their rows are merged), until no group is left or ``deadline``. Each
+    The backtracking search prices a merge as cleaned up (:func:`taso.groups.merged`), and extraction can
+    only choose what the e-graph holds. Each merge found on the input is one version; and the chain of
+    :func:`taso.groups.merge_chain`, which merges one group more each, adds one version per step. Each
     merge's text goes in ``texts``.
     """
-    from ..groups import find_groups
+    from ..groups import merge_chain, merged
 
     versions: list[tuple[list[str], Graph]] = []
-    chain: tuple[list[str], Graph] | None = None  # the chain starts from the first merge that applies to the input
     for match in seeds:
-        merged = _merged(graph, match)
-        if merged is None:
-            continue
-        chain = chain or ([match.rule.label], merged)
-        if egraph.add_version(merged, match.rule.label):
-            versions.append(([match.rule.label], merged))
-    if chain is None:
-        return versions
-    labels, current = chain
-    for _ in range(_CHAIN - 1):
-        if time.perf_counter() > deadline:
-            break
-        for found in find_groups(current, library, excluded=excluded).merges:
-            merged = _merged(current, found.match)
-            if merged is not None:
-                break
-        else:
-            break
-        current, labels = merged, [*labels, found.match.rule.label]
-        texts.setdefault(found.match.rule.label, library.describe(found.match.rule.rule))
-        if egraph.add_version(current, found.match.rule.label):
-            versions.append((labels, current))
+        step = merged(graph, match)
+        if step is not None and egraph.add_version(step[0], match.rule.label):
+            versions.append(([match.rule.label], step[0]))
+    for step in merge_chain(graph, library, excluded, deadline):
+        last = step.rules[-1]
+        texts.setdefault(last.label, library.describe(last.rule))
+        if egraph.add_version(step.graph, last.label):
+            versions.append(([crule.label for crule in step.rules], step.graph))
     return versions
-
-
-_CHAIN = 32  # most group merges one version chains
 
 
 def _priced(cost_model: CostModel, graph: Graph) -> tuple[float, int]:
