@@ -1,15 +1,17 @@
 """What a weight read costs after other weights passed through the caches: in a graph, and as the probe measures it.
 
 ``taso.cost.ort_cpu.profile_cold_penalty`` prices a read by timing the node after ``E`` bytes were read
-through the caches. Until session 22 it compared, in runs alternating with resting ones, the node's copy
-right after the eviction with a second copy right after the first; on this machine that measured almost
-nothing where a graph paid double. This prints, for products ``[1, K] x [K, N]`` of an 8 MB weight (the
+through the caches. Two ways it measured that before (below) read a fraction of what a graph pays on
+this machine. This prints, for products ``[1, K] x [K, N]`` of an 8 MB weight (the
 weight as B, which ONNX Runtime pre-packs, and transposed as A, which it does not):
 
 * in a graph: the median kernel time of each of ``k`` such products with weights of their own, run after
   run (``k - 1`` weights, ``8 (k - 1)`` MB, between two reads of each), minus the one-product graph's;
-* the probe as it was: (cold - warm copy) in evicting runs minus the same in resting runs, alternated;
-* the probe as it is: the node in runs that each evict, against runs that read 4 bytes (``profile_cold_penalty``).
+* the first probe: (cold - warm copy) in evicting runs minus the same in resting runs, alternated, the eviction a
+  ReduceMax over a fed buffer of ``E`` bytes;
+* the second (session 22): the copy in a block of runs that each read the buffer, against a block that reads 4 bytes;
+* the probe as it is (``profile_cold_penalty``): the node after products over ``E`` bytes of weights of their own, in
+  every run, against the node after none.
 
 Run: python benchmarks/bench_cold_probe.py [--sizes 8 16 32]   (MB read between two reads of the weight)
 """
@@ -75,23 +77,37 @@ def alternating_probe_us(model: bytes, feeds: dict, evict_bytes: int, runs: int 
     return float(np.median([e - r for e, r in zip(slower[0::2], slower[1::2])])) * 1e6
 
 
+def buffer_probe_us(model: bytes, feeds: dict, evict_bytes: int, runs: int = 20) -> float:
+    """The second probe: the copy after a ReduceMax over a fed buffer, a block of runs that each read ``evict_bytes``
+    against a block before it that reads 4."""
+    pair = ort_cpu._cold_then_warm(onnx.load_model_from_string(model))
+    resting = {**feeds, f"{ort_cpu.EVICT}_x": np.ones(1, np.float32)}
+    evicting = {**feeds, f"{ort_cpu.EVICT}_x": np.ones(evict_bytes // 4, np.float32)}
+    events = _profiled(pair.SerializeToString(), [resting] * runs + [evicting] * runs)
+    cold = ort_cpu._role_times(events, 0, roles=(ort_cpu.COLD,))[ort_cpu.COLD]
+    skip = ort_cpu._WARM_UP_RUNS
+    return float(np.median(cold[runs + skip:]) - np.median(cold[skip:runs])) * 1e6
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", nargs="+", type=int, default=[8, 16, 32], help="MB between two reads (default 8 16 32)")
     args = parser.parse_args(argv)
     print(f"products [1, {K}] x [{K}, {N}] (8 MB weight), 1 thread; microseconds beyond the weight read alone")
-    print("| weight | MB between reads | in a graph | probe as it was (alternating, cold - warm copy) | probe as it is (every run evicts) |")
-    print("|---|---:|---:|---:|---:|")
+    print("| weight | MB between reads | in a graph | first probe (alternating, cold - warm copy) | second (a buffer read every run) "
+          "| as it is (products every run) |")
+    print("|---|---:|---:|---:|---:|---:|")
     for transposed in (False, True):
         alone = in_graph_us(1, transposed)
         model, feeds = _product_graph(1, transposed)
         raw = model.SerializeToString()
         for mb in args.sizes:
             graph = in_graph_us(mb // 8 + 1, transposed) - alone
-            old = alternating_probe_us(raw, feeds, mb << 20)
-            new = float(np.median(ort_cpu.profile_cold_penalty(raw, feeds, 1, mb << 20))) * 1e6
+            first = alternating_probe_us(raw, feeds, mb << 20)
+            second = buffer_probe_us(raw, feeds, mb << 20)
+            now = float(np.median(ort_cpu.profile_cold_penalty(raw, feeds, 1, mb << 20))) * 1e6
             label = "A (transposed, not pre-packed)" if transposed else "B (pre-packed)"
-            print(f"| {label} | {mb} | {graph:.0f} | {old:.0f} | {new:.0f} |", flush=True)
+            print(f"| {label} | {mb} | {graph:.0f} | {first:.0f} | {second:.0f} | {now:.0f} |", flush=True)
     return 0
 
 

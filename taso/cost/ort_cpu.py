@@ -35,7 +35,7 @@ import random
 import re
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -548,31 +548,21 @@ _WORK = "work"  # a profiled kernel of the model itself, not one added beside it
 def _profiled_runs(proto: onnx.ModelProto, feeds: dict, threads: int, min_total: float, min_runs: int, max_runs: int,
                    in_place: InPlaceWeights | None = None) -> list[dict]:
     """ONNX Runtime's profile events of ``_WARM_UP_RUNS`` runs, then runs until ``min_total`` seconds and ``min_runs`` runs."""
-    return _profiled_blocks(proto, [feeds], threads, min_total, min_runs, max_runs, in_place)[0]
-
-
-def _profiled_blocks(proto: onnx.ModelProto, blocks: Sequence[dict], threads: int, min_total: float, min_runs: int, max_runs: int,
-                     in_place: InPlaceWeights | None = None) -> tuple[list[dict], list[int]]:
-    """One session's profile events over blocks of runs, one block per feeds in ``blocks``, each ``_WARM_UP_RUNS``
-    runs then runs until ``min_total`` seconds and ``min_runs`` runs; and how many runs each block timed."""
     options = session_options(threads)
     with tempfile.TemporaryDirectory() as tmp:
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(tmp, "profile")
         session = in_place_session(proto, options, in_place)
-        counts = []
-        for feeds in blocks:
-            for _ in range(_WARM_UP_RUNS):
-                session.run(None, feeds)
-            total, runs = 0.0, 0
-            while (total < min_total or runs < min_runs) and runs < max_runs:
-                start = time.perf_counter()
-                session.run(None, feeds)
-                total += time.perf_counter() - start
-                runs += 1
-            counts.append(runs)
+        for _ in range(_WARM_UP_RUNS):
+            session.run(None, feeds)
+        total, runs = 0.0, 0
+        while (total < min_total or runs < min_runs) and runs < max_runs:
+            start = time.perf_counter()
+            session.run(None, feeds)
+            total += time.perf_counter() - start
+            runs += 1
         with open(session.end_profiling(), encoding="utf-8") as f:
-            return json.load(f), counts
+            return json.load(f)
 
 
 def _role_times(events: list[dict], skip: int, roles: tuple[str, ...]) -> dict[str, list[float]]:
@@ -616,37 +606,79 @@ def _kernel_role(name: str, roles: tuple[str, ...]) -> str:
 COLD = "__taso_cold/"
 WARM = "__taso_warm/"
 EVICT = "__taso_evict"
-# A read penalty's cost-table name: "cold-after" named the penalties the alternating probe measured (far too low past
-# a few MB); a new name so that none of them is read again, while the tables' warm prices stay.
-_PENALTY_KEY = "evicted-each-run"
+# A read penalty's cost-table name: "cold-after" and "evicted-each-run" named the penalties two earlier probes measured
+# (a fraction of what a graph pays); a new name so that none of them is read again, while the tables' warm prices stay.
+_PENALTY_KEY = "after-products"
 
 
 def profile_cold_penalty(model: bytes, feeds: dict, threads: int, evict_bytes: int, min_total: float = FULL_SECONDS,
                          in_place: InPlaceWeights | None = None) -> list[float]:
-    """Per run, how much longer the kernels of ``model`` take when ``evict_bytes`` are read through the caches before
-    them in every run than when 4 bytes are: the second block of runs against the median of the first.
+    """Per run, how much longer the kernels of ``model`` take when products over ``evict_bytes`` of weights of their
+    own run before them in every run than when none do: in one session, against the median in another.
 
-    Every run of a block reads the same evicting bytes, as a graph reads the same other weights between two runs of
-    a node. Alternating evicting and resting runs, and comparing each cold copy with a copy run again right after
-    it, measured almost nothing: an 8 MB weight's product took 970 us after 64 MB were read, and 870 us again right
-    after (the cache no longer kept what had just been read), where in a graph among 16 MB of other weights it took
-    860 us against 365 us alone. Read in every run, the same eviction gave 870 us (docs/measured.md, session 22).
-    Empty when the model has no computed input to order the eviction before its kernels by.
+    The eviction is what a graph does between two reads of a weight: other products read their (pre-packed) weights,
+    run after run. Two probes measured before it read far less than a graph pays: a copy run right after an evicting
+    read of a buffer against a copy right after it (the cache kept neither the weight just read nor the one before:
+    an 8 MB weight's product took 970 us cold and 870 us right after), and then runs that each read the buffer
+    (18-70 us where a graph among 16-32 MB of others paid 80-460 us, on a quiet machine). With products it measured
+    70-380 us there (docs/measured.md, session 22). Empty when the model has no computed input to order the eviction
+    before its kernels by.
     """
-    pair = _cold_then_warm(onnx.load_model_from_string(model))
-    if pair is None:
+    proto = onnx.load_model_from_string(model)
+    evicting, resting = _after_eviction(proto, evict_bytes), _after_eviction(proto, 0)
+    if evicting is None or resting is None:
         return []
-    # Read, not written: a graph's weights between two reads of one are read (written lines would also be written back).
-    resting = {**feeds, f"{EVICT}_x": np.ones(1, np.float32)}
-    evicting = {**feeds, f"{EVICT}_x": np.ones(max(evict_bytes // 4, 1), np.float32)}
-    events, (rested_runs, _) = _profiled_blocks(pair, [resting, evicting], threads, min_total / 2, min_runs=15, max_runs=40,
-                                                in_place=in_place)
-    cold = _role_times(events, _WARM_UP_RUNS, roles=(COLD,))[COLD]
-    rested, evicted = cold[:rested_runs], cold[rested_runs + _WARM_UP_RUNS:]
+    feeds = {**feeds, f"{EVICT}_x": np.ones((1, _EVICT_ROWS), np.float32)}
+    rested, evicted = (_role_times(_profiled_runs(m, feeds, threads, min_total / 2, min_runs=15, max_runs=40, in_place=in_place),
+                                   _WARM_UP_RUNS, roles=(COLD,))[COLD] for m in (resting, evicting))
     if not rested or not evicted:
         return []
     baseline = float(np.median(rested))
     return [seconds - baseline for seconds in evicted]
+
+
+_EVICT_ROWS = 1024  # the eviction's products: [1, 1024] x [1024, n], n up to _EVICT_COLUMNS (4 MB weights)
+_EVICT_COLUMNS = 1024
+
+
+@functools.lru_cache(maxsize=1)
+def _eviction_weight() -> np.ndarray:
+    """A 4 MB weight the eviction's products shift by their number (a weight of its own for each)."""
+    return (np.random.default_rng(0).standard_normal((_EVICT_ROWS, _EVICT_COLUMNS)) / 32).astype(np.float32)
+
+
+def _after_eviction(proto: onnx.ModelProto, evict_bytes: int) -> onnx.ModelProto | None:
+    """The model's nodes (named ``COLD...``) after products ``EVICT_x @ E_i`` over ``evict_bytes`` of weights (none for
+    0); each computed input waits on them (the input plus zero times one element of their result), so ONNX Runtime
+    runs the eviction, then the model. None when the model has no computed input to wait with."""
+    graph = proto.graph
+    initializers = {t.name for t in graph.initializer}
+    dynamic = {i.name: i.type.tensor_type.elem_type for i in graph.input if i.name not in initializers}
+    if not dynamic or any(t in (TensorProto.BOOL, TensorProto.STRING, TensorProto.UNDEFINED) for t in dynamic.values()):
+        return None
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    g = out.graph
+    del g.node[:]
+    g.input.append(helper.make_tensor_value_info(f"{EVICT}_x", TensorProto.FLOAT, [1, _EVICT_ROWS]))
+    parts, left, weight = [], evict_bytes, _eviction_weight()
+    while left >= 4 * _EVICT_ROWS:
+        columns = min(_EVICT_COLUMNS, left // (4 * _EVICT_ROWS))
+        name = f"{EVICT}_w{len(parts)}"
+        # Each product's weight holds values of its own: given the same bytes, ONNX Runtime's products read one
+        # buffer (the eviction then measured 2-14 us where distinct weights measured 46-228).
+        g.initializer.append(numpy_helper.from_array(weight[:, :columns] + np.float32(len(parts)), name))
+        g.node.append(helper.make_node("MatMul", [f"{EVICT}_x", name], [f"{name}_y"], name=f"{EVICT}_product{len(parts)}"))
+        parts.append(f"{name}_y")
+        left -= 4 * _EVICT_ROWS * columns
+    if len(parts) > 1:
+        g.node.append(helper.make_node("Concat", parts, [f"{EVICT}_all"], axis=1, name=f"{EVICT}_all"))
+        read = f"{EVICT}_all"
+    else:
+        read = parts[0] if parts else f"{EVICT}_x"
+    g.node.append(helper.make_node("ReduceMax", [read], [f"{EVICT}_streamed"], keepdims=0, name=f"{EVICT}_read"))
+    _append_copy(g, proto.graph.node, COLD, {v: _waiting(g, v, dynamic[v], f"{EVICT}_streamed", "cold") for v in dynamic}, "")
+    return out
 
 
 def _cold_then_warm(proto: onnx.ModelProto, after: str | None = None) -> onnx.ModelProto | None:
