@@ -278,7 +278,6 @@ def find_groups(graph: Graph, library: GroupLibrary, families: Sequence[Family] 
     return found
 
 
-
 def merged(graph: Graph, match: Match, clean: bool = True) -> tuple[Graph, bool] | None:
     """``graph`` with one group merge applied and (with ``clean``) cleaned up, and whether clean-up changed it (None
     when the merge does not apply).
@@ -290,8 +289,10 @@ def merged(graph: Graph, match: Match, clean: bool = True) -> tuple[Graph, bool]
 
     plan = plan_match(graph, match)
     built = plan.materialize() if plan is not None else None
-    if built is None or not clean:
-        return None if built is None else (built, False)
+    if built is None:
+        return None
+    if not clean:
+        return built, False
     cleaned = clean_up(built)[0]
     return cleaned, cleaned is not built
 
