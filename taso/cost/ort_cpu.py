@@ -647,19 +647,28 @@ def _eviction_weight() -> np.ndarray:
     return (np.random.default_rng(0).standard_normal((_EVICT_ROWS, _EVICT_COLUMNS)) / 32).astype(np.float32)
 
 
-def _after_eviction(proto: onnx.ModelProto, evict_bytes: int) -> onnx.ModelProto | None:
-    """The model's nodes (named ``COLD...``) after products ``EVICT_x @ E_i`` over ``evict_bytes`` of weights (none for
-    0); each computed input waits on them (the input plus zero times one element of their result), so ONNX Runtime
-    runs the eviction, then the model. None when the model has no computed input to wait with."""
-    graph = proto.graph
-    initializers = {t.name for t in graph.initializer}
-    dynamic = {i.name: i.type.tensor_type.elem_type for i in graph.input if i.name not in initializers}
+def _without_nodes(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, int]] | None:
+    """A copy of the model with no nodes (its inputs, weights and outputs kept), for copies of its nodes that wait on
+    something to be added, and the element type of each computed input; None when it has none a copy can wait with."""
+    initializers = {t.name for t in proto.graph.initializer}
+    dynamic = {i.name: i.type.tensor_type.elem_type for i in proto.graph.input if i.name not in initializers}
     if not dynamic or any(t in (TensorProto.BOOL, TensorProto.STRING, TensorProto.UNDEFINED) for t in dynamic.values()):
         return None
     out = onnx.ModelProto()
     out.CopyFrom(proto)
+    del out.graph.node[:]
+    return out, dynamic
+
+
+def _after_eviction(proto: onnx.ModelProto, evict_bytes: int) -> onnx.ModelProto | None:
+    """The model's nodes (named ``COLD...``) after products ``EVICT_x @ E_i`` over ``evict_bytes`` of weights (none for
+    0); each computed input waits on them (the input plus zero times one element of their result), so ONNX Runtime
+    runs the eviction, then the model. None when the model has no computed input to wait with."""
+    emptied = _without_nodes(proto)
+    if emptied is None:
+        return None
+    out, dynamic = emptied
     g = out.graph
-    del g.node[:]
     g.input.append(helper.make_tensor_value_info(f"{EVICT}_x", TensorProto.FLOAT, [1, _EVICT_ROWS]))
     parts, left, weight = [], evict_bytes, _eviction_weight()
     while left >= 4 * _EVICT_ROWS:
@@ -686,15 +695,11 @@ def _cold_then_warm(proto: onnx.ModelProto, after: str | None = None) -> onnx.Mo
     the caches (named ``COLD...``), then again right after them (``WARM...``). Each copy's computed inputs wait on
     what must run before it (the input plus zero times one element of it), so ONNX Runtime runs: eviction, cold
     copy, warm copy."""
-    graph = proto.graph
-    initializers = {t.name for t in graph.initializer}
-    dynamic = {i.name: i.type.tensor_type.elem_type for i in graph.input if i.name not in initializers}
-    if not dynamic or any(t in (TensorProto.BOOL, TensorProto.STRING, TensorProto.UNDEFINED) for t in dynamic.values()):
+    emptied = _without_nodes(proto)
+    if emptied is None:
         return None
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
+    out, dynamic = emptied
     g = out.graph
-    del g.node[:]
     if after is None:
         g.input.append(helper.make_tensor_value_info(f"{EVICT}_x", TensorProto.FLOAT, None))
     g.node.append(helper.make_node("ReduceMax", [after or f"{EVICT}_x"], [f"{EVICT}_streamed"], keepdims=0, name=f"{EVICT}_read"))
