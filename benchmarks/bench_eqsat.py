@@ -9,12 +9,14 @@ would (measured ``ort-cpu`` costs, 1 thread):
 * ``--search eqsat`` at the default time limit.
 
 It reads each run's report (predicted cost, engine figures), the peak memory of the process
-(the largest of the report's per-stage peaks), and times the input and the two default-limit outputs in one
-:func:`taso.timing.interleaved_times` call (ratios: input time / output time). An output that
-is the input's bytes is 1 by construction. Prints a Markdown table and geometric means, and
-writes JSON after every model.
+(the largest of the report's per-stage peaks), and times the input and the two default-limit outputs side by side
+(ratios: input time / output time), the median of ``--series`` interleaved series each in fresh sessions
+(:func:`taso.timing.fresh_session_speedups`): a pair of sessions can run a sub-millisecond LSTM 10% apart from the
+next pair for as long as they live. The two engines' outputs, when they are the same file, are timed once and
+given the same figure: two timings of one file differ only by the timing's noise. An output that is the input's
+bytes is 1 by construction. Prints a Markdown table and geometric means, and writes JSON after every model.
 
-Run: python benchmarks/bench_eqsat.py [--model zoo/nasrnn --model torch-dynamo/lstm_cell_unrolled16 ...] [--rounds 7] [--json FILE]
+Run: python benchmarks/bench_eqsat.py [--model zoo/nasrnn --model torch-dynamo/lstm_cell_unrolled16 ...] [--rounds 7] [--series 3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import corpus  # noqa: E402 - sibling scripts, not a package
 from bench_corpus import read_report  # noqa: E402
 from bench_exports import resolve  # noqa: E402
 
-from taso.timing import TimingError, interleaved_times  # noqa: E402
+from taso.timing import TimingError, fresh_session_speedups  # noqa: E402
 from taso.validate import random_input_sets  # noqa: E402
 
 DEFAULT_MODELS = ("zoo/nasrnn", "zoo/squeezenet", "zoo/resnet50", "zoo/inception_v3", "zoo/bert", "zoo/nasnet_a",
@@ -67,6 +69,7 @@ class Row:
     nodes: int
     file_mb: float
     runs: dict[str, Run] = field(default_factory=dict)
+    same_output: bool | None = None  # both default-limit runs wrote the same bytes
 
 
 def optimize(path: Path, out: Path, report: Path, engine: str, time_limit: float | None, shape_args: list[str],
@@ -100,7 +103,7 @@ def _ms(seconds) -> float | None:
     return None if seconds is None else seconds * 1e3
 
 
-def bench_model(entry: corpus.Entry, rounds: int, workdir: Path, log) -> Row:
+def bench_model(entry: corpus.Entry, rounds: int, series: int, workdir: Path, log) -> Row:
     model = onnx.load(str(entry.path()))
     row = Row(entry.name, len(model.graph.node), round(entry.path().stat().st_size / 2**20, 1))
     shape_args = corpus.input_shape_args(entry)
@@ -115,17 +118,25 @@ def bench_model(entry: corpus.Entry, rounds: int, workdir: Path, log) -> Row:
                 run.measured = 1.0
             elif limit is None:
                 outputs[label] = out
+    written = [stem.with_suffix(f".{label}.onnx") for label in ("backtracking", "eqsat") if row.runs[label].exit == 0]
+    if len(written) == 2:
+        row.same_output = written[0].read_bytes() == written[1].read_bytes()
     if outputs:
         static = corpus.with_static_inputs(model, entry.input_shapes)
         feeds = random_input_sets(static, (0,))[0]
-        names = ["input", *outputs]
+        distinct: dict[bytes, list[str]] = {}  # the engines' outputs, one entry per distinct file
+        for label, out in outputs.items():
+            distinct.setdefault(out.read_bytes(), []).append(label)
+        files = [str(outputs[labels[0]]) for labels in distinct.values()]
         try:
-            seconds = interleaved_times([str(entry.path()), *map(str, outputs.values())], feeds, 1, rounds, labels=names)
+            _, speedups = fresh_session_speedups([str(entry.path()), *files], feeds, 1, rounds, series,
+                                                 labels=["input", *(" = ".join(labels) for labels in distinct.values())])
         except TimingError as e:
             log(f"  timing: {e}")
             return row
-        for label, s in zip(names[1:], seconds[1:]):
-            row.runs[label].measured = seconds[0] / s
+        for labels, speedup in zip(distinct.values(), speedups[1:]):
+            for label in labels:
+                row.runs[label].measured = speedup
     return row
 
 
@@ -146,14 +157,14 @@ def _cost(run: Run | None) -> str:
 
 def markdown(rows: list[Row]) -> str:
     lines = ["| model | nodes | input cost ms | backtracking cost ms, predicted (9 s) | backtracking (60 s) | eqsat (9 s) | "
-             "measured backtracking | measured eqsat | seconds bt / eqsat | peak GB bt / eqsat (file MB) | eqsat e-nodes, extraction |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "measured backtracking | measured eqsat | same file | seconds bt / eqsat | peak GB bt / eqsat (file MB) | eqsat e-nodes, extraction |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     for r in rows:
         bt, bt60, eq = (r.runs.get(k) for k in ("backtracking", "backtracking-60s", "eqsat"))
         initial = next((x.initial_ms for x in (bt, eq) if x and x.initial_ms), None)
         e = eq.eqsat if eq else {}
         lines.append(f"| {r.model} | {r.nodes} | {initial or 0:.3f} | {_cost(bt)} | {_cost(bt60)} | {_cost(eq)} | "
-                     f"{_x(bt)} | {_x(eq)} | {bt.seconds if bt else 0:.0f} / {eq.seconds if eq else 0:.0f} | "
+                     f"{_x(bt)} | {_x(eq)} | {_same(r)} | {bt.seconds if bt else 0:.0f} / {eq.seconds if eq else 0:.0f} | "
                      f"{bt.peak_gb if bt else 0:.2f} / {eq.peak_gb if eq else 0:.2f} ({r.file_mb}) | "
                      f"{e.get('enodes', '—')}, {e.get('extraction', eq.note if eq else '—')} |")
     costs_ok = sum(1 for r in rows if _le(r.runs.get("eqsat"), r.runs.get("backtracking-60s")))
@@ -169,6 +180,10 @@ def _le(a: Run | None, b: Run | None) -> bool:
     return pa is not None and pb is not None and pa >= pb * 0.9999
 
 
+def _same(row: Row) -> str:
+    return "—" if row.same_output is None else ("yes" if row.same_output else "no")
+
+
 def _x(run: Run | None) -> str:
     return "—" if run is None or run.measured is None else f"{run.measured:.3f}x"
 
@@ -176,12 +191,14 @@ def _x(run: Run | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", action="append", help="zoo/NAME or a corpus model; repeatable (default: %(default)s)")
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds per timing series")
+    parser.add_argument("--series", type=int, default=3, help="timing series, each in fresh sessions (the median is reported)")
     parser.add_argument("--json", default="bench_eqsat.json")
     parser.add_argument("--table", metavar="JSON", help="print the table of an earlier run's JSON and exit")
     args = parser.parse_args(argv)
     if args.table:
-        rows = [Row(r["model"], r["nodes"], r["file_mb"], {k: Run(**v) for k, v in r["runs"].items()}) for r in json.loads(Path(args.table).read_text())]
+        rows = [Row(r["model"], r["nodes"], r["file_mb"], {k: Run(**v) for k, v in r["runs"].items()}, r.get("same_output"))
+                for r in json.loads(Path(args.table).read_text())]
         print(markdown(rows))
         return 0
 
@@ -197,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"{name}: {entry}")
                 continue
             log(name)
-            rows.append(bench_model(entry, args.rounds, workdir, log))
+            rows.append(bench_model(entry, args.rounds, args.series, workdir, log))
             Path(args.json).write_text(json.dumps([asdict(r) for r in rows], indent=1))
     print(markdown(rows))
     return 0

@@ -46,6 +46,8 @@ def add_parser(sub) -> None:
                    help="no group merges (k products sharing a weight merged in one proved step; taso info lists them): the library's rules only")
     p.add_argument("--no-confirm", action="store_true",
                    help="keep the search's result even if the whole model is not measurably faster on ONNX Runtime (measured ort-cpu and ort-cpu-region costs only)")
+    p.add_argument("--retime", action="store_true",
+                   help="time the result against the input even if an earlier run on this machine judged the same pair (taso remembers each verdict; the new one replaces it)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--explain", metavar="RULE", help="instead of optimizing, say for each place the rule's operators occur "
                    "whether it applies and why not (a rule id, or text of the rule as `taso info LIBRARY` prints it)")
@@ -105,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
         if source.graph.meta.sizes:
             say(f"taso: symbolic dims kept; costs measured at {', '.join(f'{k}={v}' for k, v in source.graph.meta.sizes)}")
         outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit, groups=not args.no_groups, engine=args.engine), args.threads,
-                                 confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress.search_progress, clock=clock)
+                                 confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress.search_progress, clock=clock,
+                                 retime=args.retime)
     for note in outcome.notes:  # even with --quiet: they say why a candidate was not kept
         print(f"taso: note: {note}", file=sys.stderr)
     with clock.stage("write"):
@@ -189,7 +192,7 @@ def _write_report(path: str, before, outcome, plan, cost_fingerprint: str) -> No
     data = {**outcome.report.to_json(), "nodes_before": len(before), "nodes_after": len(outcome.graph), "kept": outcome.kept,
             "cleanup": outcome.cleanup.to_json() if outcome.cleanup else None,
             "folding": {"folded": len(plan.folded), "unfolded": [{"op": n.op.name, "output": n.outputs[0], "why": why} for n, why in plan.unfolded]},
-            "measured_speedups": outcome.speedups, "notes": outcome.notes, "check": outcome.comparison.describe() if outcome.comparison else None,
+            "measured_speedups": outcome.speedups, "remembered_verdicts": sorted(outcome.remembered), "notes": outcome.notes, "check": outcome.comparison.describe() if outcome.comparison else None,
             "measurement_sizes": dict(before.meta.sizes), "checked_sizes": outcome.checked_sizes,
             "cost_model": cost_fingerprint, **outcome.clock.to_json()}
     write_model(json.dumps(data, indent=2).encode(), path)
@@ -239,7 +242,8 @@ def _format_report(args, before, outcome, folding) -> str:
     ]
     for name, speedup in outcome.speedups.items():
         lines.append(f"  measured {speedup:.2f}x end to end on ONNX Runtime vs the input file: {name} "
-                     f"({'kept' if outcome.kept == name else 'not kept'})")
+                     f"({'kept' if outcome.kept == name else 'not kept'}"
+                     f"{'; remembered from an earlier run on this machine, --retime times it again' if name in outcome.remembered else ''})")
     lines += [
         f"  nodes    {len(before)} -> {len(after)}",
         *_cleanup_lines(outcome, folding),

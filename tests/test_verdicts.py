@@ -1,0 +1,122 @@
+"""The end-to-end guard's verdicts: decided on independent pairs of sessions for a short model, remembered per
+(input, candidate) pair on this machine, and timed again on request."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+import numpy as np
+import onnx
+from helpers import fake_timer
+from onnx import TensorProto, helper, numpy_helper
+from test_cli_robustness import _save, library, matmul_relu_model  # noqa: F401 - library is a fixture
+
+from taso.cli import main
+from taso.verdicts import Verdict, VerdictCache, layout_digest
+
+optimize_module = importlib.import_module("taso.optimize")
+
+SHORT = 0.001  # an input's seconds per run, under the guard's short-run bound
+
+
+def _counting_timer(monkeypatch, speedups):
+    """A fake timer whose k-th series times the input at SHORT seconds and the candidate SHORT / speedups[k]; the
+    list of models each series timed is returned for counting."""
+    series, timed = iter(speedups), []
+
+    def times(models):
+        timed.append(list(models))
+        return [SHORT, SHORT / next(series)]
+
+    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(times))
+    return timed
+
+
+def _optimize(src, library, **options):
+    return optimize_module.optimize_model(optimize_module.ModelSource.from_file(src), optimize_module.load_rules(library), "analytic",
+                                          confirm=True, **options)
+
+
+def test_a_short_model_outlier_pair_is_outvoted_by_fresh_pairs(tmp_path, library, monkeypatch):
+    """The same LSTMCell merge measured 0.60x in one pair of sessions and 1.04-1.18x in eight others."""
+    timed = _counting_timer(monkeypatch, [0.6, 1.1, 1.08])
+    outcome = _optimize(_save(tmp_path, matmul_relu_model(), "mr.onnx"), library)
+    assert outcome.kept == "optimized" and outcome.speedups["optimized"] == 1.08  # the median of the three pairs
+    assert len(timed) == 3
+
+
+def test_a_short_model_lucky_pair_is_outvoted_too(tmp_path, library, monkeypatch):
+    timed = _counting_timer(monkeypatch, [1.5, 0.97, 0.99, 1.0, 1.0])  # optimized: one lucky pair; the re-export: 1x twice
+    outcome = _optimize(_save(tmp_path, matmul_relu_model(), "mr.onnx"), library)
+    assert outcome.kept == "input" and outcome.speedups["optimized"] == 0.99
+    assert len(timed) == 5
+
+
+def test_two_agreeing_pairs_decide_a_short_model(tmp_path, library, monkeypatch):
+    timed = _counting_timer(monkeypatch, [1.1, 1.2])
+    outcome = _optimize(_save(tmp_path, matmul_relu_model(), "mr.onnx"), library)
+    assert outcome.kept == "optimized" and len(timed) == 2
+
+
+def test_a_verdict_is_remembered_for_the_same_pair_and_timed_again_on_request(tmp_path, library, monkeypatch):
+    src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
+    timed = _counting_timer(monkeypatch, [1.1, 1.2])
+    first = _optimize(src, library)
+    assert first.kept == "optimized" and len(timed) == 2 and not first.remembered
+    again = _optimize(src, library)  # no series left: timing now would fail
+    assert again.kept == "optimized" and again.remembered == {"optimized"} and len(timed) == 2
+    assert again.speedups["optimized"] == first.speedups["optimized"]
+    timed = _counting_timer(monkeypatch, [0.9, 0.95, 1.0, 1.0])  # measured again: slower now, and the re-export 1x
+    retimed = _optimize(src, library, retime=True)
+    assert retimed.kept == "input" and not retimed.remembered and len(timed) == 4
+    assert _optimize(src, library).kept == "input", "the new verdict replaced the old"
+
+
+def test_a_remembered_verdict_is_not_used_on_another_machine_or_timing_size(tmp_path):
+    cache = VerdictCache("machine A", str(tmp_path / "v.json"))
+    cache.put("in>out", Verdict(1.3, True))
+    assert VerdictCache("machine A", str(tmp_path / "v.json")).get("in>out") == Verdict(1.3, True)
+    assert VerdictCache("machine B", str(tmp_path / "v.json")).get("in>out") is None
+    (tmp_path / "bad.json").write_text("{not json")
+    broken = VerdictCache("machine A", str(tmp_path / "bad.json"))
+    assert broken.get("in>out") is None
+    broken.put("in>out", Verdict(0.9, False))
+    assert json.loads((tmp_path / "bad.json").read_text())["machine A"]["in>out"] == {"kept": False, "speedup": 0.9}
+
+
+def test_verdicts_of_two_runs_saved_in_turn_are_both_kept(tmp_path):
+    first, second = VerdictCache("m", str(tmp_path / "v.json")), VerdictCache("m", str(tmp_path / "v.json"))
+    first.put("a", Verdict(1.1, True))
+    second.put("b", Verdict(0.9, False))
+    assert VerdictCache("m", str(tmp_path / "v.json")).get("a") == Verdict(1.1, True)
+
+
+def _two_products(weight_scale: float = 1.0, swap: bool = False, bias_value: float = 0.0) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    big = [numpy_helper.from_array((rng.standard_normal((64, 64)) * weight_scale).astype(np.float32), f"w{i}") for i in range(2)]
+    small = numpy_helper.from_array(np.full(64, bias_value, np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w0"], ["p0"]), helper.make_node("MatMul", ["x", "w1"], ["p1"])]
+    nodes = nodes[::-1] if swap else nodes
+    nodes += [helper.make_node("Add", ["p0", "p1"], ["s"]), helper.make_node("Add", ["s", "b"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])], [*big, small])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_layout_is_named_by_what_decides_its_speed():
+    base = layout_digest(_two_products())
+    assert layout_digest(_two_products(weight_scale=2.0)) == base, "large weights' values do not change a kernel's speed"
+    assert layout_digest(_two_products(swap=True)) != base, "node order decides ONNX Runtime's run order"
+    assert layout_digest(_two_products(bias_value=1.0)) != base, "small constants decide its no-op eliminations"
+
+
+def test_the_cli_says_a_verdict_was_remembered(tmp_path, library, monkeypatch, capsys):
+    src, out = _save(tmp_path, matmul_relu_model(), "mr.onnx"), str(tmp_path / "out.onnx")
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path / "cache"))
+    _counting_timer(monkeypatch, [1.1, 1.2])
+    args = ["optimize", src, "-o", out, "--library", library, "--budget", "3", "--quiet"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(args) == 0
+    assert "remembered from an earlier run on this machine, --retime times it again" in capsys.readouterr().out
