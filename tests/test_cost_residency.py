@@ -13,7 +13,6 @@ from onnx import TensorProto, helper, numpy_helper
 import taso
 from taso import ops
 from taso.cost.model import CostModel, _roofline_seconds
-from taso.cost import ort_cpu
 from taso.cost.ort_cpu import COLD, EVICT, WARM, OrtCpuCost, _cold_then_warm, _profiled_runs
 from taso.cost.residency import CacheSizes, WeightReads
 from taso.ir import Graph, Node, TensorType
@@ -30,7 +29,7 @@ def _n(op, inputs, outputs, **params):
 
 def _reads(weights: str, nbytes: dict[str, int]) -> WeightReads:
     """Reads of one-letter weights in the order written."""
-    return WeightReads.of(((i, _n("relu", [f"v{i}"], [f"y{i}"]), w, nbytes[w]) for i, w in enumerate(weights)), len(weights))
+    return WeightReads.of((i, _n("relu", [f"v{i}"], [f"y{i}"]), w, nbytes[w]) for i, w in enumerate(weights))
 
 
 def test_a_reads_distance_is_what_other_weights_were_read_since_its_weights_last_read_run_after_run():
@@ -47,23 +46,9 @@ def test_a_reads_distance_is_what_other_weights_were_read_since_its_weights_last
     assert _reads("AB", sizes).distances() == [50.0, 100.0]
 
 
-def test_a_reads_kernel_distance_is_the_nodes_run_since_its_weights_last_read_run_after_run():
-    # An LSTM's input products merged into one (W, at the run's start) and 16 steps of 10 nodes, each reading U first.
-    nodes = [_n("relu", [f"v{i}"], [f"y{i}"]) for i in range(17)]
-    reads = WeightReads.of([(0, nodes[0], "W", 8), *((1 + 10 * k, nodes[1 + k], "U", 8) for k in range(16))], 170)
-    assert reads.kernel_distances() == [170, 20] + [10] * 15, "W once a run: the whole run; U's first read: the last step's rest"
-    merged = reads.changed(nodes[1:3], [(nodes[1], "U", 8), (nodes[2], "U", 8)], at=1)
-    assert merged.kernel_distances()[1:3] == [20, 1], "two reads a rewrite puts at one place: back to back"
-
-
-def test_a_stretch_of_small_kernels_is_priced_on_a_scale_of_powers_of_two():
-    assert ort_cpu.kernel_stretch(20) is None and ort_cpu.kernel_stretch(47) is None, "after 20 small kernels a product took 1.02x"
-    assert [ort_cpu.kernel_stretch(k) for k in (48, 90, 91, 182, 5000)] == [64, 64, 128, 256, 256]
-
-
 def test_changed_reads_drop_the_removed_nodes_and_put_the_new_ones_where_the_first_removed_one_ran():
     a, b, c, d = (_n("relu", [v], [v + "y"]) for v in "abcd")
-    reads = WeightReads.of([(0, a, "W", 10), (1, b, "W", 10), (5, c, "V", 30)], 6)
+    reads = WeightReads.of([(0, a, "W", 10), (1, b, "W", 10), (5, c, "V", 30)])
     after = reads.changed([a, c], [(d, "U", 20), (a, "X", 5)], at=0)
     assert after.nodes == [d, a, b] and after.weights == ["U", "X", "W"] and after.bytes == {"W": 10, "U": 20, "X": 5}
     assert reads.nodes == [a, b, c], "the parent's reads are not changed"
@@ -129,19 +114,15 @@ class _Priced(OrtCpuCost):
     def __init__(self):
         super().__init__(threads=1)
         self.caches = CacheSizes(l1=128, l2=1 << 10, l3=16 << 10)  # the bias (64 bytes) is not a weight here
-        self.penalties_measured: list[int] = []  # eviction bytes
-        self.kernels_measured: list[int] = []  # stretches of small kernels
+        self.penalties_measured: list[int] = []
 
     def measure(self, node, graph, key, consts):
         return _roofline_seconds(node, graph, key, consts) or 1e-6
 
-    def measure_penalty(self, node, graph, consts, size, probe):
+    def cold_penalty(self, node, graph, consts, evicted):
+        self.penalties_measured.append(evicted)
         weight = max(graph.type(v).concrete().nbytes for v in node.inputs if v in consts)
-        if probe is ort_cpu.profile_kernel_penalty:
-            self.kernels_measured.append(size)
-            return weight * 1e-10 * size.bit_length(), 0.1
-        self.penalties_measured.append(size)
-        return weight * 1e-9 * (1 + size.bit_length()), 0.1
+        return weight * 1e-9 * (1 + evicted.bit_length()), 0.1
 
 
 @pytest.fixture

@@ -114,7 +114,7 @@ class OrtCpuCost(CostModel):
         self.measured = 0  # nodes measured: new entries, and cached ones no longer trusted
         self._seconds_per_byte = 0.0  # the slowest measuring seen, per byte of a node's tensors
         self.caches = CacheSizes.of_this_machine()
-        self._penalties: dict[tuple[int, str], tuple[Node, float]] = {}  # (id(node), penalty key suffix) -> (node, seconds)
+        self._penalties: dict[tuple[int, int], tuple[Node, float]] = {}  # (id(node), eviction bytes) -> (node, seconds)
         self._reads: dict[int, tuple] = {}  # id(graph) -> (graph, its weight reads, their penalties, node positions)
 
     @property
@@ -312,8 +312,7 @@ class OrtCpuCost(CostModel):
         consts = graph.constant_values()
         order = graph_run_order(graph, fusion_pass(graph))
         position = {id(n): i for i, n in enumerate(order)}
-        reads = WeightReads.of(((i, n, w, self._nbytes(w, graph)) for i, n in enumerate(order) if (w := self._weight_of(n, graph, consts))),
-                               len(order))
+        reads = WeightReads.of((i, n, w, self._nbytes(w, graph)) for i, n in enumerate(order) if (w := self._weight_of(n, graph, consts)))
         penalties = self._read_penalties(reads, graph, consts)
         if len(self._reads) >= 64:
             self._reads.clear()
@@ -321,47 +320,36 @@ class OrtCpuCost(CostModel):
         return reads, penalties, position
 
     def _read_penalties(self, reads: WeightReads, graph, consts) -> float:
-        """Per read, the larger of what the bytes read since its weight's last read and what the kernels run since cost it."""
         total = 0.0
-        for node, weight, between, kernels in zip(reads.nodes, reads.weights, reads.distances(), reads.kernel_distances()):
+        for node, weight, between in zip(reads.nodes, reads.weights, reads.distances()):
             evicted = self.caches.eviction(reads.bytes[weight], between, self.threads)
-            stretch = kernel_stretch(kernels) if node.op.name in _AFTER_KERNELS_OPS else None
-            total += max(self.read_penalty(node, graph, consts, evicted) if evicted else 0.0,
-                         self.kernel_penalty(node, graph, consts, stretch) if stretch else 0.0)
+            if evicted:
+                total += self.read_penalty(node, graph, consts, evicted)
         return total
 
     def read_penalty(self, node: Node, graph, consts, evicted: int) -> float:
         """What ``node`` costs beyond its price when ``evicted`` bytes passed through the caches since it last ran:
         measured once per key and size (:func:`profile_cold_penalty`)."""
-        return self._penalty(node, graph, consts, f"{_PENALTY_KEY}-{evicted >> 10}K", evicted, profile_cold_penalty)
-
-    def kernel_penalty(self, node: Node, graph, consts, kernels: int) -> float:
-        """What ``node`` costs beyond its price when ``kernels`` small kernels ran since it last did: measured once per
-        key and count (:func:`profile_kernel_penalty`)."""
-        return self._penalty(node, graph, consts, f"{_KERNELS_KEY}-{kernels}", kernels, profile_kernel_penalty)
-
-    def _penalty(self, node: Node, graph, consts, suffix: str, size: int, probe: Callable[..., list[float]]) -> float:
-        hit = self._penalties.get((id(node), suffix))
+        hit = self._penalties.get((id(node), evicted))
         if hit is not None and hit[0] is node:
             return hit[1]
-        key = f"{node_key(node, graph, consts)}@{suffix}"
+        key = f"{node_key(node, graph, consts)}@{_PENALTY_KEY}-{evicted >> 10}K"
         seconds = self._table.get(key)
         if seconds is None:
             if time.perf_counter() + self._expected_measuring(node, graph) > self.deadline:
                 self.estimated += 1
                 return 0.0  # past the time limit: priced warm, not remembered
-            seconds, band = self.measure_penalty(node, graph, consts, size, probe)
+            seconds, band = self.cold_penalty(node, graph, consts, evicted)
             self.cache.record(self._fingerprint, key, seconds, band)
             self.measured += 1
-        self._penalties[(id(node), suffix)] = (node, seconds)
+        self._penalties[(id(node), evicted)] = (node, seconds)
         return seconds
 
-    def measure_penalty(self, node: Node, graph, consts, size: int, probe: Callable[..., list[float]]) -> tuple[float, float]:
-        """Measures now what the probe's stress of ``size`` (bytes streamed through the caches, small kernels run) adds
-        to ``node``'s kernel: (seconds, noise band)."""
+    def cold_penalty(self, node: Node, graph, consts, evicted: int) -> tuple[float, float]:
+        """Measures now what ``evicted`` bytes streamed through the caches add to ``node``'s kernel: (seconds, noise band)."""
         try:
             model, feeds, in_place = self._single_model(node, graph, consts)
-            deltas = probe(model, feeds, self.threads, size, in_place=in_place)
+            deltas = profile_cold_penalty(model, feeds, self.threads, evicted, in_place=in_place)
         except Exception:  # noqa: BLE001 - as in fresh(): an opaque node that cannot run alone is priced warm
             if node.op.name != "opaque":
                 raise
@@ -621,18 +609,6 @@ EVICT = "__taso_evict"
 # A read penalty's cost-table name: "cold-after" and "evicted-each-run" named the penalties two earlier probes measured
 # (a fraction of what a graph pays); a new name so that none of them is read again, while the tables' warm prices stay.
 _PENALTY_KEY = "after-products"
-_KERNELS_KEY = "after-kernels"
-# The nodes priced after a stretch of small kernels: products, where it was measured (a convolution was not).
-_AFTER_KERNELS_OPS = frozenset({"matmul"})
-_FEWEST_KERNELS = 48  # a stretch shorter than this costs nothing: after 20 small kernels a product took 1.02x
-
-
-def kernel_stretch(kernels: int) -> int | None:
-    """The stretch of small kernels a read is priced after: None under ``_FEWEST_KERNELS``, else the nearest power of
-    two, at most 256 (a product took 1.17-1.31x after 50, 1.32-1.57x after 100, 1.61-1.64x after 200)."""
-    if kernels < _FEWEST_KERNELS:
-        return None
-    return min(1 << round(math.log2(kernels)), 256)
 
 
 def profile_cold_penalty(model: bytes, feeds: dict, threads: int, evict_bytes: int, min_total: float = FULL_SECONDS,
@@ -649,38 +625,16 @@ def profile_cold_penalty(model: bytes, feeds: dict, threads: int, evict_bytes: i
     before its kernels by.
     """
     proto = onnx.load_model_from_string(model)
-    feeds = {**feeds, f"{EVICT}_x": np.ones((1, _EVICT_ROWS), np.float32)}
-    return _penalties(_after_eviction(proto, 0), _after_eviction(proto, evict_bytes), feeds, threads, min_total, in_place)
-
-
-def profile_kernel_penalty(model: bytes, feeds: dict, threads: int, kernels: int, min_total: float = FULL_SECONDS,
-                           in_place: InPlaceWeights | None = None) -> list[float]:
-    """Per run, how much longer the kernels of ``model`` take when ``kernels`` small kernels (a chain of Sigmoids on
-    ``[1, 256]``, touching 1 KB each) run before them in every run than when none do; as :func:`profile_cold_penalty`.
-
-    A large product after a stretch of small kernels is slower though they touch little memory: a ``[16, 256] x
-    [256, 1024]`` Gemm took 81 us after 0-20 of them and 1.3-1.6x that after 100-200, where 16 products reading another
-    1 MB weight before it left it at 83 us (``benchmarks/bench_after_small_kernels.py``; docs/measured.md, session 22).
-    An unrolled LSTM's merged input product runs once a run, after all the steps' small kernels: priced 65 us, it
-    took 125-137 us there. Empty when the model has no computed input to order the chain before its kernels by.
-    """
-    proto = onnx.load_model_from_string(model)
-    feeds = {**feeds, f"{EVICT}_s": np.zeros((1, _SMALL_KERNEL_WIDTH), np.float32)}
-    return _penalties(_after_kernels(proto, 0), _after_kernels(proto, kernels), feeds, threads, min_total, in_place)
-
-
-def _penalties(resting: onnx.ModelProto | None, stressed: onnx.ModelProto | None, feeds: dict, threads: int, min_total: float,
-               in_place: InPlaceWeights | None) -> list[float]:
-    """Per run of ``stressed`` (the model's nodes, named ``COLD...``, after something), their seconds beyond the
-    median of ``resting``'s (the same nodes after nothing), each model in a session of its own."""
-    if stressed is None or resting is None:
+    evicting, resting = _after_eviction(proto, evict_bytes), _after_eviction(proto, 0)
+    if evicting is None or resting is None:
         return []
-    rested, stressed_times = (_role_times(_profiled_runs(m, feeds, threads, min_total / 2, min_runs=15, max_runs=40, in_place=in_place),
-                                          _WARM_UP_RUNS, roles=(COLD,))[COLD] for m in (resting, stressed))
-    if not rested or not stressed_times:
+    feeds = {**feeds, f"{EVICT}_x": np.ones((1, _EVICT_ROWS), np.float32)}
+    rested, evicted = (_role_times(_profiled_runs(m, feeds, threads, min_total / 2, min_runs=15, max_runs=40, in_place=in_place),
+                                   _WARM_UP_RUNS, roles=(COLD,))[COLD] for m in (resting, evicting))
+    if not rested or not evicted:
         return []
     baseline = float(np.median(rested))
-    return [seconds - baseline for seconds in stressed_times]
+    return [seconds - baseline for seconds in evicted]
 
 
 _EVICT_ROWS = 1024  # the eviction's products: [1, 1024] x [1024, n], n up to _EVICT_COLUMNS (4 MB weights)
@@ -706,43 +660,15 @@ def _without_nodes(proto: onnx.ModelProto) -> tuple[onnx.ModelProto, dict[str, i
     return out, dynamic
 
 
-def _after(proto: onnx.ModelProto, prelude: Callable[[onnx.GraphProto], str]) -> onnx.ModelProto | None:
-    """The model's nodes (named ``COLD...``) after the nodes ``prelude`` adds to the graph (it returns the value they
-    end in): each computed input waits on that value (the input plus zero times one element of it), so ONNX Runtime
-    runs the prelude, then the model. None when the model has no computed input to wait with."""
+def _after_eviction(proto: onnx.ModelProto, evict_bytes: int) -> onnx.ModelProto | None:
+    """The model's nodes (named ``COLD...``) after products ``EVICT_x @ E_i`` over ``evict_bytes`` of weights (none for
+    0); each computed input waits on them (the input plus zero times one element of their result), so ONNX Runtime
+    runs the eviction, then the model. None when the model has no computed input to wait with."""
     emptied = _without_nodes(proto)
     if emptied is None:
         return None
     out, dynamic = emptied
-    end = prelude(out.graph)
-    _append_copy(out.graph, proto.graph.node, COLD, {v: _waiting(out.graph, v, dynamic[v], end, "cold") for v in dynamic}, "")
-    return out
-
-
-_SMALL_KERNEL_WIDTH = 256  # the chain's Sigmoids: [1, 256], 1 KB each
-
-
-def _after_kernels(proto: onnx.ModelProto, kernels: int) -> onnx.ModelProto | None:
-    """The model's nodes after a chain of ``kernels`` Sigmoids on ``EVICT_s`` (none for 0)."""
-    def chain(g: onnx.GraphProto) -> str:
-        g.input.append(helper.make_tensor_value_info(f"{EVICT}_s", TensorProto.FLOAT, [1, _SMALL_KERNEL_WIDTH]))
-        value = f"{EVICT}_s"
-        for i in range(kernels):
-            g.node.append(helper.make_node("Sigmoid", [value], [f"{EVICT}_small{i}"], name=f"{EVICT}_small{i}"))
-            value = f"{EVICT}_small{i}"
-        return value
-
-    return _after(proto, chain)
-
-
-def _after_eviction(proto: onnx.ModelProto, evict_bytes: int) -> onnx.ModelProto | None:
-    """The model's nodes after products ``EVICT_x @ E_i`` over ``evict_bytes`` of weights (none for 0) and a ReduceMax
-    over their results."""
-    return _after(proto, lambda g: _eviction(g, evict_bytes))
-
-
-def _eviction(g: onnx.GraphProto, evict_bytes: int) -> str:
-    """Adds the eviction's products to ``g``; returns the value they end in."""
+    g = out.graph
     g.input.append(helper.make_tensor_value_info(f"{EVICT}_x", TensorProto.FLOAT, [1, _EVICT_ROWS]))
     parts, left, weight = [], evict_bytes, _eviction_weight()
     while left >= 4 * _EVICT_ROWS:
@@ -760,7 +686,8 @@ def _eviction(g: onnx.GraphProto, evict_bytes: int) -> str:
     else:
         read = parts[0] if parts else f"{EVICT}_x"
     g.node.append(helper.make_node("ReduceMax", [read], [f"{EVICT}_streamed"], keepdims=0, name=f"{EVICT}_read"))
-    return f"{EVICT}_streamed"
+    _append_copy(g, proto.graph.node, COLD, {v: _waiting(g, v, dynamic[v], f"{EVICT}_streamed", "cold") for v in dynamic}, "")
+    return out
 
 
 def _cold_then_warm(proto: onnx.ModelProto, after: str | None = None) -> onnx.ModelProto | None:

@@ -160,19 +160,18 @@ class WeightReads:
     first node it removes (:meth:`changed`), so a child's reads are ordered without walking the child.
     """
 
-    __slots__ = ("keys", "nodes", "weights", "bytes", "length", "_distances")
+    __slots__ = ("keys", "nodes", "weights", "bytes", "_distances")
 
-    def __init__(self, keys: list[tuple[int, int]], nodes: list[Node], weights: list[str], nbytes: dict[str, int], length: int):
-        self.keys, self.nodes, self.weights, self.bytes, self.length = keys, nodes, weights, nbytes, length
+    def __init__(self, keys: list[tuple[int, int]], nodes: list[Node], weights: list[str], nbytes: dict[str, int]):
+        self.keys, self.nodes, self.weights, self.bytes = keys, nodes, weights, nbytes
         self._distances: list[float] | None = None
 
     @classmethod
-    def of(cls, reads: Iterable[tuple[int, Node, str, int]], length: int) -> WeightReads:
-        """From (position in the run order, node, its main weight, the weight's bytes) for every running node that has one;
-        ``length``: the nodes a run runs."""
+    def of(cls, reads: Iterable[tuple[int, Node, str, int]]) -> WeightReads:
+        """From (position in the run order, node, its main weight, the weight's bytes) for every running node that has one."""
         ordered = sorted(reads, key=lambda read: read[0])
         return cls([(p, 0) for p, *_ in ordered], [n for _, n, _, _ in ordered], [w for _, _, w, _ in ordered],
-                   {w: size for _, _, w, size in ordered}, length)
+                   {w: size for _, _, w, size in ordered})
 
     def changed(self, removed: Iterable[Node], added: Iterable[tuple[Node, str, int]], at: int) -> WeightReads:
         """These reads after a rewrite: the removed nodes' reads gone, the added ones' at position ``at`` (in their order)."""
@@ -189,23 +188,7 @@ class WeightReads:
             nodes.insert(where, node)
             weights.insert(where, weight)
             nbytes[weight] = size
-        return WeightReads(keys, nodes, weights, nbytes, self.length)
-
-    def kernel_distances(self) -> list[int]:
-        """Per read, the nodes run since the previous read of its weight, its own included, run after run (a weight read
-        once a run: the run's length). Positions are the parent's in a rewritten child (:meth:`changed`): the nodes a
-        rewrite removes still count, those it adds do not (a stretch is judged on a scale of powers of two)."""
-        positions = [key[0] for key in self.keys]
-        last: dict[str, int] = {}
-        for weight, position in zip(self.weights, positions):
-            last[weight] = position
-        seen: dict[str, int] = {}
-        found = []
-        for weight, position in zip(self.weights, positions):
-            previous = seen.get(weight)
-            found.append(max(position - previous, 1) if previous is not None else max(position + self.length - last[weight], 1))
-            seen[weight] = position
-        return found
+        return WeightReads(keys, nodes, weights, nbytes)
 
     def distances(self) -> list[float]:
         """Per read, the bytes of the other weights read since the previous read of its weight (each counted once),
