@@ -216,7 +216,7 @@ def _cleanup_lines(outcome, plan) -> list[str]:
 
 
 _EQSAT_CHOICE = {"input": "input (nothing cheaper priced whole on measured costs)", "extraction": "extracted graph",
-                 "version": "group-merged version (cheaper priced whole than the extracted graph)"}
+                 "version": "group-merged version (priced whole at most as the extracted graph)"}
 
 
 def _search_line(report) -> str:

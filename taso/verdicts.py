@@ -40,17 +40,30 @@ class Verdict:
 
 
 def layout_digest(model: onnx.ModelProto) -> str:
-    """A digest of what decides how fast ONNX Runtime runs ``model``: everything but the values of large weights
-    (and of weights kept outside the file, named by name, type and shape)."""
+    """A digest of what decides how fast ONNX Runtime runs ``model``: everything but the names of its nodes and of the
+    values they compute (numbered in order instead), and the values of large weights (and of weights kept outside the
+    file, named by name, type and shape)."""
     h = hashlib.blake2b(digest_size=16)
     h.update(f"ir{model.ir_version}".encode())
     for opset in model.opset_import:
         h.update(f"|{opset.domain}:{opset.version}".encode())
     graph = model.graph
-    for part in (graph.input, graph.output, graph.node):
+    for part in (graph.input, graph.output):
         h.update(b"|part")
         for item in part:
             h.update(item.SerializeToString(deterministic=True))
+    outputs = {o.name for o in graph.output}
+    numbered: dict[str, str] = {}
+    h.update(b"|nodes")
+    for node in graph.node:
+        copy = onnx.NodeProto()
+        copy.CopyFrom(node)
+        copy.name = ""
+        copy.input[:] = [numbered.get(v, v) for v in node.input]
+        for i, v in enumerate(node.output):
+            if v and v not in outputs:
+                numbered[v] = copy.output[i] = f"%{len(numbered)}"
+        h.update(copy.SerializeToString(deterministic=True))
     for tensor in graph.initializer:
         h.update(f"|{tensor.name}:{tensor.data_type}:{list(tensor.dims)}".encode())
         if tensor.data_location != onnx.TensorProto.EXTERNAL and tensor.ByteSize() <= _VALUES_UP_TO:

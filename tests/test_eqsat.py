@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 
 import numpy as np
@@ -84,6 +85,17 @@ def test_a_group_merge_cheaper_only_priced_whole_is_kept(rules):
     assert [rule for rule in report.applied] == [step.rule for step in report.trace] and report.trace[0].rule.startswith("shared-weight-rows")
     assert report.rule_texts[report.trace[0].rule], "the merge is named with its text, as the CLI prints it"
     _same_on_ort(graph, best)
+
+
+def test_on_a_tie_the_version_made_by_rewriting_the_input_is_chosen_and_written_as_backtracking_writes_it(rules):
+    """The extraction rebuilds the graph from the e-graph in an order of its own; a version is the input rewritten, in
+    the input's order (ONNX Runtime's run order follows a file's). Priced alike, the version is kept: on the GRUCell
+    x32 export the two engines then wrote the same file (and the end-to-end guard's verdict on it is shared)."""
+    graph = _products_read_apart()
+    best, report = search(graph, rules, _WeightBound(), QUICK)
+    assert report.eqsat["chosen"] == "version" and report.eqsat["extracted_cost_s"] == report.best_cost, "a tie"
+    backtracking, _ = search(graph, rules, _WeightBound(), dataclasses.replace(QUICK, engine="backtracking"))
+    assert [(n.op.name, n.inputs) for n in best.nodes] == [(n.op.name, n.inputs) for n in backtracking.nodes]
 
 
 def test_a_graph_priced_on_estimates_is_not_chosen_over_the_input(rules):

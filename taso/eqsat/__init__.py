@@ -86,13 +86,15 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
     extraction = extract(egraph, cost_model, remaining, priced=lambda g: _priced(cost_model, g))
     # The extraction prices node by node; the whole graph's price also sees what runs between nodes (weights read
     # again after other weights, fusions). The versions added whole are graphs the e-graph holds: each is priced whole
-    # too, and the cheapest of all is the result.
+    # too, and the cheapest of all is the result. Versions come first, so that on a tie the graph made by rewriting the
+    # input wins over the same graph rebuilt from the e-graph: it keeps the input's node order, which ONNX Runtime's run
+    # order follows, and is the file the backtracking search writes (the GRUCell x32 export's two were priced alike).
     # Past the time limit a measured cost model estimates the nodes it has not measured, and an extracted graph can be
     # full of nodes no run measured: ResNet-50's, its Conv + BN folded (which ONNX Runtime does itself), was priced
     # 1.05-1.12x on 237-377 estimates and measured 0.93-1.01x. A graph is chosen over the input only on measured prices.
     extracted_cost, extracted_estimates = extraction.whole
-    priced = [(extraction.graph, extracted_cost, extracted_estimates, extraction.rewrites)]
-    priced += [(version, *_priced(cost_model, version), labels) for labels, version in versions]
+    priced = [(version, *_priced(cost_model, version), labels) for labels, version in versions]
+    priced.append((extraction.graph, extracted_cost, extracted_estimates, extraction.rewrites))
     best, best_cost, best_rules = graph, initial, []
     for candidate, cost, estimates, rules_used in priced:
         if cost < best_cost and not estimates:
