@@ -71,13 +71,6 @@ def matmul_relu_model(bad_gather: bool = False) -> onnx.ModelProto:
 
 
 @pytest.fixture
-def library(tmp_path) -> str:
-    path = tmp_path / "lib.json"
-    Library([r.with_status("proved") for r in all_rules()]).save(path)
-    return str(path)
-
-
-@pytest.fixture
 def merge_only_library(tmp_path) -> str:
     """Rules that never match a conv net: nothing to rewrite there."""
     path = tmp_path / "merge.json"

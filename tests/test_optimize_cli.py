@@ -23,13 +23,6 @@ def _rnn_model(tmp_path) -> str:
     return str(path)
 
 
-@pytest.fixture
-def library(tmp_path) -> str:
-    path = tmp_path / "lib.json"
-    Library([r.with_status("proved") for r in all_rules()]).save(path)
-    return str(path)
-
-
 def _wrong_library(tmp_path) -> str:
     """A rule claiming tanh(x) = x, marked proved by hand: only the output check stands between it and a wrong model."""
     x = RuleInput("x", "act", TensorType((2, 4)))

@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from helpers import fake_timer
 from onnx import TensorProto, helper, numpy_helper
-from test_cli_robustness import _save, library, matmul_relu_model  # noqa: F401 - library is a fixture
+from test_cli_robustness import _save, matmul_relu_model
 
 from taso.cli import main
 from taso.verdicts import Verdict, VerdictCache, layout_digest
