@@ -191,6 +191,9 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
         per_rule: dict[int, int] = {}
         reach = _Reach(frozen, classes)
         for pattern, key, row in _new_matches(egraph, frozen, numbered, classes, seen):
+            if time.perf_counter() - started > limits.seconds:  # a round can read many matches and add few
+                report.stop_reason = "time limit"
+                break
             if per_rule.get(pattern.number, 0) >= limits.matches_per_rule:
                 continue  # read again next round
             per_rule[pattern.number] = per_rule.get(pattern.number, 0) + 1
@@ -222,9 +225,6 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
                     report.stop_reason = "node limit"
                     break
                 reach = _Reach(after, egraph.classes(after))
-                if time.perf_counter() - started > limits.seconds:
-                    report.stop_reason = "time limit"
-                    break
         if not added:
             break
         egraph.run("\n".join(commands) + "\n" + INSERT)
