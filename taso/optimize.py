@@ -38,7 +38,7 @@ from .rules import LibraryFile, Rule, usable_reverse
 from .search import ENGINES, LazyRules, RuleSlot, SearchConfig, SearchReport, search
 from .stages import StageClock
 from .timing import InterleavedTimer, TimingError, interleaved_times, nothing_pays, open_session
-from .verdicts import Verdict, VerdictCache, layout_digest
+from .verdicts import GuardVerdict, VerdictCache, layout_digest
 
 __all__ = ["DEFAULT_LIBRARY", "MIN_CONFIRMED_SPEEDUP", "OutputMismatchError", "ModelSource", "Outcome", "load_rules", "optimize",
            "optimize_with_report", "optimize_model", "save_onnx", "export_clean", "write_model", "copy_model_file", "model_bytes", "end_to_end_speedup",
@@ -430,8 +430,11 @@ class _Verdicts:
     def key(self, candidate: CandidateModel) -> str:
         return VerdictCache.key(self.input_layout, layout_digest(candidate.model if isinstance(candidate, SpilledModel) else candidate))
 
-    def get(self, key: str) -> Verdict | None:
+    def get(self, key: str) -> GuardVerdict | None:
         return None if self.retime else self.cache.get(key)
+
+    def put(self, key: str, speedup: float, kept: bool) -> None:
+        self.cache.put(key, GuardVerdict(speedup, kept))
 
 
 @dataclass
@@ -617,8 +620,7 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, fallb
             checks.sessions.pop(name, None)  # the output check's session, opened for timing: not needed
             outcome.speedups[name] = remembered.speedup
             outcome.remembered.add(name)
-            if remembered.kept and (name != "re-export" or checks.reference is None
-                                    or _reexport_matches(outcome, candidates[name][1], checks, threads)):
+            if remembered.kept and _reexport_checked(outcome, name, candidates[name][1], checks, threads):
                 outcome.graph, outcome.model, outcome.kept = *candidates[name], name
                 return
             continue
@@ -626,18 +628,12 @@ def _keep_fastest(outcome: Outcome, source: ModelSource, candidates: dict, fallb
             release_mapped_weights()
             timer = _time_beside_input(outcome, source, timer, name, checks.sessions.pop(name, None) or _runnable(candidates[name][1]),
                                        checks.timing_feeds, threads)
-            if timer is not None and outcome.input_seconds < _SHORT_RUN:
-                timer, confirmed = _fresh_pairs_agree(outcome, source, timer, name, candidates[name][1], checks, threads)
-            else:
-                confirmed = timer is not None and _confirmed(outcome, timer, name, checks, threads)
-            if timer is not None and not confirmed and outcome.input_seconds >= _SHORT_RUN and _worth_fresh_sessions(outcome, name):
-                outcome.notes.append(f"the optimized model measured {outcome.speedups.get(name, 0.0):.2f}x where "
-                                     f"{outcome.report.predicted_speedup:.2f}x was predicted: timed again in fresh sessions")
-                timer = _time_beside_input(outcome, source, timer, name, _runnable(candidates[name][1]), checks.timing_feeds, threads,
-                                           reopen_input=True)
-                confirmed = timer is not None and _confirmed(outcome, timer, name, checks, threads)
+            confirmed = False
+            if timer is not None:
+                agree = _fresh_pairs_agree if outcome.input_seconds < _SHORT_RUN else _one_pair_agrees
+                timer, confirmed = agree(outcome, source, timer, name, candidates[name][1], checks, threads)
             if verdicts is not None and timer is not None and name in outcome.speedups:
-                verdicts.cache.put(key, Verdict(outcome.speedups[name], confirmed))
+                verdicts.put(key, outcome.speedups[name], confirmed)
             if confirmed:
                 outcome.graph, outcome.model, outcome.kept = *candidates[name], name
                 return
@@ -661,9 +657,21 @@ def _fresh_pairs_agree(outcome: Outcome, source: ModelSource, timer: Interleaved
             return None, False
         speedups.append(outcome.speedups[name])
     outcome.speedups[name] = statistics.median(speedups)
-    if outcome.speedups[name] < MIN_CONFIRMED_SPEEDUP:
-        return timer, False
-    return timer, name != "re-export" or checks.reference is None or _reexport_matches(outcome, timer.sessions[1], checks, threads)
+    return timer, outcome.speedups[name] >= MIN_CONFIRMED_SPEEDUP and _reexport_checked(outcome, name, timer.sessions[1], checks, threads)
+
+
+def _one_pair_agrees(outcome: Outcome, source: ModelSource, timer: InterleavedTimer, name: str, model: CandidateModel,
+                     checks: _Checks, threads: int) -> tuple[InterleavedTimer | None, bool]:
+    """The guard for a longer model: a second series on the same pair must agree (:func:`_confirmed`), with one look in
+    fresh sessions for a predicted gain that did not measure (:func:`_worth_fresh_sessions`). Returns the timer left
+    open and the verdict."""
+    confirmed = _confirmed(outcome, timer, name, checks, threads)
+    if not confirmed and _worth_fresh_sessions(outcome, name):
+        outcome.notes.append(f"the optimized model measured {outcome.speedups.get(name, 0.0):.2f}x where "
+                             f"{outcome.report.predicted_speedup:.2f}x was predicted: timed again in fresh sessions")
+        timer = _time_beside_input(outcome, source, timer, name, _runnable(model), checks.timing_feeds, threads, reopen_input=True)
+        confirmed = timer is not None and _confirmed(outcome, timer, name, checks, threads)
+    return timer, confirmed
 
 
 def _worth_fresh_sessions(outcome: Outcome, name: str) -> bool:
@@ -701,9 +709,7 @@ def _confirmed(outcome: Outcome, timer: InterleavedTimer, name: str, checks: _Ch
     check (on the session timing opened: no third copy of the weights)."""
     if outcome.speedups.get(name, 0.0) < MIN_CONFIRMED_SPEEDUP:
         return False
-    if name == "re-export" and checks.reference is not None and not _reexport_matches(outcome, timer.sessions[1], checks, threads):
-        return False
-    return _still_faster(outcome, timer, name)
+    return _reexport_checked(outcome, name, timer.sessions[1], checks, threads) and _still_faster(outcome, timer, name)
 
 
 def _time_beside_input(outcome: Outcome, source: ModelSource, timer: InterleavedTimer | None, name: str, model, feeds,
@@ -746,6 +752,12 @@ def _still_faster(outcome: Outcome, timer: InterleavedTimer, name: str) -> bool:
         return False
     outcome.speedups[name] = min(outcome.speedups[name], before / after)
     return outcome.speedups[name] >= MIN_CONFIRMED_SPEEDUP
+
+
+def _reexport_checked(outcome: Outcome, name: str, model, checks: _Checks, threads: int) -> bool:
+    """Whether the candidate ``name`` may be kept as far as outputs go: the optimized model passed its check before
+    timing; a re-export passes its own now (on ``model``: a session timing opened, or the model), unless checks are off."""
+    return name != "re-export" or checks.reference is None or _reexport_matches(outcome, model, checks, threads)
 
 
 def _reexport_matches(outcome: Outcome, model, checks: _Checks, threads: int) -> bool:

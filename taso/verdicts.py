@@ -24,7 +24,9 @@ from dataclasses import dataclass
 
 import onnx
 
-__all__ = ["Verdict", "VerdictCache", "layout_digest"]
+from .cost.cache import cache_directory
+
+__all__ = ["GuardVerdict", "VerdictCache", "layout_digest"]
 
 # Initializers up to this many bytes are named by their values as well (ONNX Runtime's graph optimizations read
 # small constants: an Add of zeros is removed); larger ones by name, type and shape only.
@@ -32,7 +34,7 @@ _VALUES_UP_TO = 4096
 
 
 @dataclass(frozen=True)
-class Verdict:
+class GuardVerdict:
     """A candidate's measured speedup over its input (input time / candidate time) and whether it was kept."""
 
     speedup: float
@@ -72,8 +74,7 @@ def layout_digest(model: onnx.ModelProto) -> str:
 
 
 def default_path() -> str:
-    directory = os.environ.get("TASO_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "taso"))
-    return os.environ.get("TASO_VERDICTS") or os.path.join(directory, "verdicts.json")
+    return os.environ.get("TASO_VERDICTS") or os.path.join(cache_directory(), "verdicts.json")
 
 
 class VerdictCache:
@@ -94,14 +95,14 @@ class VerdictCache:
     def key(input_layout: str, candidate_layout: str) -> str:
         return f"{input_layout}>{candidate_layout}"
 
-    def get(self, key: str) -> Verdict | None:
+    def get(self, key: str) -> GuardVerdict | None:
         entry = self._data.get(self.machine, {}).get(key)
         try:
-            return Verdict(float(entry["speedup"]), bool(entry["kept"])) if isinstance(entry, dict) else None
+            return GuardVerdict(float(entry["speedup"]), bool(entry["kept"])) if isinstance(entry, dict) else None
         except (KeyError, TypeError, ValueError):
             return None
 
-    def put(self, key: str, verdict: Verdict) -> None:
+    def put(self, key: str, verdict: GuardVerdict) -> None:
         """Records the verdict and saves the file at once (atomically; an unwritable cache is not an error)."""
         self._data.update(VerdictCache(self.machine, self.path)._data)  # another run may have saved since this one read
         self._data.setdefault(self.machine, {})[key] = {"speedup": round(verdict.speedup, 4), "kept": verdict.kept}

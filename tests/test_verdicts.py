@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from test_cli_robustness import _save, matmul_relu_model
 
 from taso.cli import main
-from taso.verdicts import Verdict, VerdictCache, layout_digest
+from taso.verdicts import GuardVerdict, VerdictCache, layout_digest
 
 optimize_module = importlib.import_module("taso.optimize")
 
@@ -77,21 +77,21 @@ def test_a_verdict_is_remembered_for_the_same_pair_and_timed_again_on_request(tm
 
 def test_a_remembered_verdict_is_not_used_on_another_machine_or_timing_size(tmp_path):
     cache = VerdictCache("machine A", str(tmp_path / "v.json"))
-    cache.put("in>out", Verdict(1.3, True))
-    assert VerdictCache("machine A", str(tmp_path / "v.json")).get("in>out") == Verdict(1.3, True)
+    cache.put("in>out", GuardVerdict(1.3, True))
+    assert VerdictCache("machine A", str(tmp_path / "v.json")).get("in>out") == GuardVerdict(1.3, True)
     assert VerdictCache("machine B", str(tmp_path / "v.json")).get("in>out") is None
     (tmp_path / "bad.json").write_text("{not json")
     broken = VerdictCache("machine A", str(tmp_path / "bad.json"))
     assert broken.get("in>out") is None
-    broken.put("in>out", Verdict(0.9, False))
+    broken.put("in>out", GuardVerdict(0.9, False))
     assert json.loads((tmp_path / "bad.json").read_text())["machine A"]["in>out"] == {"kept": False, "speedup": 0.9}
 
 
 def test_verdicts_of_two_runs_saved_in_turn_are_both_kept(tmp_path):
     first, second = VerdictCache("m", str(tmp_path / "v.json")), VerdictCache("m", str(tmp_path / "v.json"))
-    first.put("a", Verdict(1.1, True))
-    second.put("b", Verdict(0.9, False))
-    assert VerdictCache("m", str(tmp_path / "v.json")).get("a") == Verdict(1.1, True)
+    first.put("a", GuardVerdict(1.1, True))
+    second.put("b", GuardVerdict(0.9, False))
+    assert VerdictCache("m", str(tmp_path / "v.json")).get("a") == GuardVerdict(1.1, True)
 
 
 def _two_products(weight_scale: float = 1.0, swap: bool = False, bias_value: float = 0.0) -> onnx.ModelProto:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CostCache", "CostEntry", "SpotCheck", "SpotCheckPolicy", "SPOT_CHECK_OFF", "Verdict", "noise_band", "format_cost_report"]
+__all__ = ["cache_directory", "CostCache", "CostEntry", "SpotCheck", "SpotCheckPolicy", "SPOT_CHECK_OFF", "Verdict", "noise_band", "format_cost_report"]
 
 
 # An entry's noise band is a relative half-width: the interquartile range over the median of the
@@ -43,6 +43,11 @@ STALE = "stale"  # its table went stale before it was checked: not re-measured y
 
 # Measures an entry's node now: (seconds, noise band); quick=True for a shorter screening measurement.
 Measure = Callable[[bool], tuple[float, float]]
+
+
+def cache_directory() -> str:
+    """Where taso keeps what it measured on this machine: ``$TASO_CACHE_DIR``, default ``~/.cache/taso``."""
+    return os.environ.get("TASO_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "taso"))
 
 
 def noise_band(seconds: float, spread: float) -> float:
@@ -277,8 +282,7 @@ class CostCache:
     """
 
     def __init__(self, path: str | None = None, spot_check: SpotCheckPolicy | None = None):
-        directory = os.environ.get("TASO_CACHE_DIR", os.path.join(os.path.expanduser("~"), ".cache", "taso"))
-        self.path = path or os.path.join(directory, "costs.json")
+        self.path = path or os.path.join(cache_directory(), "costs.json")
         self.policy = spot_check or SpotCheckPolicy()
         self.problem: str | None = None  # what was wrong with the file on disk, and ignored
         self._data: dict[str, dict[str, float]] = {}
