@@ -153,6 +153,17 @@ def test_a_graph_pays_for_the_weights_it_reads_cold(priced):
     assert priced.graph_cost(one_weight) == CostModel.graph_cost(priced, one_weight), "nothing between its reads"
 
 
+def test_the_surcharges_are_each_products_cold_reads_and_add_up_to_the_whole_price(priced):
+    """eqsat's extraction prices node by node and reads here what the whole price adds at each node."""
+    cell = _cell(4)
+    surcharges = priced.surcharges(cell)
+    products = {id(n) for n in cell.nodes if n.op.name == "matmul"}
+    assert surcharges and set(surcharges) <= products and all(s > 0 for s in surcharges.values())
+    assert sum(surcharges.values()) == pytest.approx(priced.graph_cost(cell) - CostModel.graph_cost(priced, cell), rel=1e-12)
+    one_weight = Graph({"x": TensorType((1, 16))}, {"W": cell.weights["W"]}, [_n("matmul", ["x", "W"], ["y"])], ["y"])
+    assert priced.surcharges(one_weight) == {}
+
+
 @pytest.mark.parametrize("graph", [_cell(4), taso.load_onnx(__import__("taso.models", fromlist=["build"]).build("nasrnn", steps=2, hidden=16))],
                          ids=["cell", "nasrnn"])
 def test_a_rewrites_price_is_the_child_graphs_cost_with_residency(priced, graph):

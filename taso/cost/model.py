@@ -145,6 +145,13 @@ class CostModel(ABC):
         around = Neighbourhood.of(graph)
         return sum(self.cost_in(n, around) for n in graph.nodes)
 
+    def surcharges(self, graph: Graph) -> dict[int, float]:
+        """What :meth:`graph_cost` charges each node (by ``id``) beyond its price in place: none here.
+
+        A search that prices node by node (eqsat's extraction) reads here which nodes a rewrite might make cheaper
+        than their prices alone say (``OrtCpuCost``: a weight read cold after other weights evicted it)."""
+        return {}
+
     def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
         """The child's cost from its parent's: only the removed and added nodes are priced.
 

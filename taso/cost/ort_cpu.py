@@ -35,7 +35,7 @@ import random
 import re
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -320,12 +320,21 @@ class OrtCpuCost(CostModel):
         return reads, penalties, position
 
     def _read_penalties(self, reads: WeightReads, graph, consts) -> float:
-        total = 0.0
+        return sum(penalty for _, penalty in self._penalised_reads(reads, graph, consts))
+
+    def _penalised_reads(self, reads: WeightReads, graph, consts) -> Iterator[tuple[Node, float]]:
+        """Each read whose weight the reads since its last were large enough to evict, with its penalty."""
         for node, weight, between in zip(reads.nodes, reads.weights, reads.distances()):
             evicted = self.caches.eviction(reads.bytes[weight], between, self.threads)
             if evicted:
-                total += self.read_penalty(node, graph, consts, evicted)
-        return total
+                yield node, self.read_penalty(node, graph, consts, evicted)
+
+    def surcharges(self, graph: Graph) -> dict[int, float]:
+        """Each node's weight-read penalties in ``graph`` (what :meth:`graph_cost` adds to the nodes' warm prices)."""
+        found: dict[int, float] = {}
+        for node, penalty in self._penalised_reads(self._parent_reads(graph)[0], graph, graph.constant_values()):
+            found[id(node)] = found.get(id(node), 0.0) + penalty
+        return found
 
     def read_penalty(self, node: Node, graph, consts, evicted: int) -> float:
         """What ``node`` costs beyond its price when ``evicted`` bytes passed through the caches since it last ran:

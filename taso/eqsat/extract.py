@@ -293,10 +293,15 @@ def extract(egraph: EGraph, cost_model: CostModel, seconds: float,
     built = _build(choice, chosen, roots)
     whole = None
     if priced is not None:
-        whole, undone = _undo_unpaid(choice, index, chosen, roots, built, priced, deadline)
+        refining = time.perf_counter()
+        whole, undone = _undo_unpaid(choice, index, chosen, roots, built, priced, refining + (deadline - refining) / 2)
         if undone is not None:
             chosen, built = undone
             method += ", rewrites undone by whole price"
+        whole, taken = _take_passed_over(choice, index, costs, greedy, roots, chosen, built, whole, priced, cost_model, deadline)
+        if taken is not None:
+            chosen, built = taken
+            method += ", passed-over rewrites taken by whole price"
     graph, rewrites, used = built
     picked = {chosen[c] for c in used}
     total = sum(costs[i] for i in picked) - sum(costs[i] for i in _fused_in(enodes, picked, fusions))
@@ -349,6 +354,108 @@ def _undo_unpaid(choice: _Choice, index: dict, chosen: dict[int, int], roots: li
         if trial_whole[0] < whole[0] and not trial_whole[1]:
             best, whole, current = (trial, trial_built), trial_whole, trial
     return whole, best
+
+
+def _take_passed_over(choice: _Choice, index: dict, costs: list[float], greedy: dict[int, int], roots: list[int], chosen: dict[int, int],
+                      built: tuple[Graph, list[str], list[int]], whole: tuple[float, int], priced: Callable[[Graph], tuple[float, int]],
+                      cost_model: CostModel, deadline: float) -> tuple[tuple[float, int], tuple | None]:
+    """The whole price of the best graph found, and the choice with each rewrite the integer program passed over taken
+    where taking it lowers that price with its built graph; None for the latter when taking none does.
+
+    The mirror of :func:`_undo_unpaid`: a rewrite dearer node by node can pay in the whole price, where the cost model
+    charges a node more than its price alone (:meth:`CostModel.surcharges`: a weight read cold). On BERT, eight products
+    ``x @ transpose(w)`` rewritten as ``transpose(w @ transpose(x))`` cost 329 us more each in their nodes' prices and
+    82 us less each priced whole: the weight's cold read costs 442 us less as the left operand. The backtracking
+    search, which prices whole, took them; the integer program cannot see them.
+
+    Building and pricing a whole graph takes BERT 10 ms, and its e-graph holds about 2,000 rewrites, so each is
+    screened first: taken into the choice (its targets chosen, the classes they need and nothing computes yet filled
+    by the greedy choice), its nodes' price may rise by less than the surcharges on the nodes it replaces, or it
+    cannot pay. Rewrites of one rule at sites priced alike are alike (a transformer's layers): the first one tried
+    speaks for the others when it does not pay.
+    """
+    kinds = _passed_over(choice, index, costs, greedy, chosen, set(built[2]), _class_surcharges(choice, built[0], cost_model))
+    best, current, used = None, chosen, set(built[2])
+    for sites in kinds:
+        for k, changed in enumerate(sites):
+            if time.perf_counter() > deadline:
+                return whole, best
+            trial = {**greedy, **{c: current[c] for c in used}, **changed}
+            try:
+                trial_built = _build(choice, trial, roots)
+            except RuntimeError:  # taking it closes a cycle
+                trial_built = None
+            trial_whole = priced(trial_built[0]) if trial_built is not None else None
+            if trial_whole is not None and trial_whole[0] < whole[0] and not trial_whole[1]:
+                best, whole, current, used = (trial, trial_built), trial_whole, trial, set(trial_built[2])
+            elif k == 0:
+                break
+    return whole, best
+
+
+def _class_surcharges(choice: _Choice, graph: Graph, cost_model: CostModel) -> dict[int, float]:
+    """The cost model's surcharges on a built graph's nodes (:meth:`CostModel.surcharges`), by the class each computes."""
+    by_name = {name: c for c, name in choice.names.items()}
+    by_name.update({choice.output_name(c, 0): c for c in choice.order if isinstance(choice.classes.type(c), tuple)})
+    found: dict[int, float] = {}
+    by_id = {id(node): node for node in graph.nodes}
+    for node_id, seconds in cost_model.surcharges(graph).items():
+        c = by_name.get(by_id[node_id].outputs[0]) if node_id in by_id else None
+        if c is not None:
+            found[c] = found.get(c, 0.0) + seconds
+    return found
+
+
+def _passed_over(choice: _Choice, index: dict, costs: list[float], greedy: dict[int, int], chosen: dict[int, int], used: set[int],
+                 surcharges: dict[int, float]) -> list[list[dict[int, int]]]:
+    """The rewrites in the e-graph a choice does not hold that might pay priced whole, each as the picks taking it
+    changes (class -> e-node), grouped by kind (rule, and the rise in the nodes' prices and the surcharges at stake),
+    the kinds most promising first."""
+    enodes, of = choice.enodes, choice.classes.class_of_handle
+    outs: dict[int, list[int]] = {}  # a tuple's class -> the e-nodes reading its outputs
+    for i, n in enumerate(enodes):
+        if n.kind == "out":
+            outs.setdefault(n.children[0], []).append(i)
+    targets: dict[int, tuple[str, list[int]]] = {}
+    for key, inputs, rule, rewrite in choice.classes.egraph.table.origins:
+        i = index.get((key, tuple(of[h] for h in inputs)))
+        if i is not None:
+            targets.setdefault(rewrite, (rule, []))[1].append(i)
+    kinds: dict[tuple[str, int, int], list[dict[int, int]]] = {}
+    seen: set[frozenset] = set()
+    for rule, members in targets.values():
+        picks = {enodes[i].cls: i for i in members}
+        picks.update({enodes[o].cls: o for i in members for o in outs.get(enodes[i].cls, ())})
+        changed = {c: i for c, i in picks.items() if chosen.get(c) != i or c not in used}
+        if not changed or frozenset(changed.items()) in seen:
+            continue
+        seen.add(frozenset(changed.items()))
+        rise = _price_rise(enodes, costs, greedy, chosen, used, changed)
+        at_stake = sum(surcharges.get(c, 0.0) for c in changed if c in used)
+        if rise is not None and rise < at_stake:
+            kinds.setdefault((rule, round(rise * 1e8), round(at_stake * 1e8)), []).append(changed)
+    return [kinds[kind] for kind in sorted(kinds, key=lambda kind: kind[1] - kind[2])]
+
+
+def _price_rise(enodes: list[ENode], costs: list[float], greedy: dict[int, int], chosen: dict[int, int], used: set[int],
+                changed: dict[int, int]) -> float | None:
+    """What taking these picks adds to the nodes' prices: the new e-nodes and the greedy choice of each class they need
+    that nothing computes yet, less the e-nodes they replace (what no longer has a reader is not counted: an upper
+    bound). None when a class they need has no usable e-node."""
+    rise = sum(costs[i] for i in changed.values()) - sum(costs[chosen[c]] for c in changed if c in used)
+    stack = [d for i in changed.values() for d in enodes[i].children]
+    counted = set(changed)
+    while stack:
+        c = stack.pop()
+        if c in counted or c in used:
+            continue
+        counted.add(c)
+        pick = greedy.get(c)
+        if pick is None:
+            return None
+        rise += costs[pick]
+        stack.extend(enodes[pick].children)
+    return rise
 
 
 def _greedy(choice: _Choice, enodes: list[ENode], costs: list[float]) -> dict[int, int]:
