@@ -198,9 +198,8 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
         per_rule: dict[int, int] = {}
         reach = _Reach(frozen, classes)
         setting_up = time.perf_counter() - round_started
-        for pattern, key, row in _new_matches(egraph, frozen, numbered, classes, seen):
+        for pattern, key, row in _new_matches(egraph, frozen, numbered, classes, seen, started + limits.seconds):
             if time.perf_counter() - started > limits.seconds:  # a round can read many matches and add few
-                report.stop_reason = "time limit"
                 break
             if per_rule.get(pattern.number, 0) >= limits.matches_per_rule:
                 continue  # read again next round
@@ -233,13 +232,12 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
                     report.stop_reason = "node limit"
                     break
                 reach = _Reach(after, egraph.classes(after))
+        if report.stop_reason == "saturated" and time.perf_counter() - started > limits.seconds:
+            report.stop_reason = "time limit"
         if not added:
             break
         egraph.run("\n".join(commands) + "\n" + INSERT)
         if report.stop_reason != "saturated":
-            break
-        if time.perf_counter() - started > limits.seconds:
-            report.stop_reason = "time limit"
             break
     report.terms = enode_count(egraph.freeze())
     report.seconds = time.perf_counter() - started
@@ -313,12 +311,15 @@ def _add_seeds(egraph: EGraph, seeds: Iterable[Match], report: Saturation) -> No
     egraph.run("\n".join(commands) + "\n" + INSERT)
 
 
-def _new_matches(egraph: EGraph, frozen, numbered: list[RulePattern], classes: dict[int, int], seen: set[tuple]):
-    """(pattern, key, (handles, parameter keys)) for each match not in ``seen``, by pattern number (rows in table order)."""
+def _new_matches(egraph: EGraph, frozen, numbered: list[RulePattern], classes: dict[int, int], seen: set[tuple], deadline: float):
+    """(pattern, key, (handles, parameter keys)) for each match not in ``seen``, by pattern number (rows in table order);
+    none when reading them all would pass ``deadline`` (BERT's fourth round took 4 s to read before its first match)."""
     value = egraph.egraph
     found: list[tuple[int, list[int], list[str]]] = []
     for relation in sorted(egraph.table.relations):
-        for row in frozen.functions[relation].rows:
+        for k, row in enumerate(frozen.functions[relation].rows):
+            if k % 1024 == 1023 and time.perf_counter() > deadline:
+                return
             number = value.value_to_i64(row.inputs[0])
             pattern = numbered[number]
             handles = [classes[hash(v)] for v in row.inputs[1:1 + pattern.classes]]
