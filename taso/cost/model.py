@@ -163,16 +163,22 @@ class CostModel(ABC):
         before = Neighbourhood.of(parent)
         after = Neighbourhood.after(parent, removed, added, child)
         delta = sum(self.cost_in(n, after) for n in added) - sum(self.cost_in(n, before) for n in removed)
-        if self.absorbers:
-            gone = {id(n) for n in removed}
-            neighbours = {id(user): user for v in self._fusion_values(before, after, removed, added)
-                          for user, _ in parent.uses(v) if id(user) not in gone}
-            # An absorbing neighbour passes the change on: a Conv given a second reader no longer folds the
-            # BatchNormalization after it, nor then fuses the activation after that.
-            for user in [n for n in neighbours.values() if n.op.name in self.absorbers]:
-                neighbours.update({id(reader): reader for v in user.outputs for reader, _ in parent.uses(v) if id(reader) not in gone})
-            delta += sum(self.cost_in(n, after) - self.cost_in(n, before) for n in neighbours.values())
+        neighbours = self.fusion_neighbours(parent, before, after, removed, added)
+        delta += sum(self.cost_in(n, after) - self.cost_in(n, before) for n in neighbours.values())
         return parent_cost + delta
+
+    def fusion_neighbours(self, parent: Graph, before: Neighbourhood, after: Neighbourhood, removed, added) -> dict[int, Node]:
+        """The parent's nodes (by ``id``), not removed, whose fusion a rewrite may make or break: what it re-prices."""
+        if not self.absorbers:
+            return {}
+        gone = {id(n) for n in removed}
+        neighbours = {id(user): user for v in self._fusion_values(before, after, removed, added)
+                      for user, _ in parent.uses(v) if id(user) not in gone}
+        # An absorbing neighbour passes the change on: a Conv given a second reader no longer folds the
+        # BatchNormalization after it, nor then fuses the activation after that.
+        for user in [n for n in neighbours.values() if n.op.name in self.absorbers]:
+            neighbours.update({id(reader): reader for v in user.outputs for reader, _ in parent.uses(v) if id(reader) not in gone})
+        return neighbours
 
     def _fusion_values(self, before: Neighbourhood, after: Neighbourhood, removed, added) -> set[str]:
         """Values around a rewrite whose readers' fusions it may change: computed ones an absorbing op produces, before or after."""
