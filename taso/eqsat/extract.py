@@ -12,9 +12,11 @@ e-nodes read it: a shared subgraph is paid for once, which is what running the g
   after a Conv): its price back where the choice keeps the fusion.
 
 Costs come from the same cost model as the backtracking search: one node at a time, zero
-for a node computed from weights alone (folded at export). When the solver finds no
-acyclic solution in its time, the greedy choice (each class's cheapest e-node by tree cost,
-egg's extractor) is used instead.
+for a node computed from weights alone (folded at export; a hair in the choice, so that the
+shortest way to compute a weight wins). When the solver finds no acyclic solution in its time,
+the greedy choice (each class's cheapest e-node by tree cost, egg's extractor) is used instead.
+What node prices cannot see (weights read cold, the runtime's fusions) the whole graph's price
+does: single rewrites are then undone or taken by it.
 """
 
 from __future__ import annotations
@@ -273,7 +275,8 @@ def extract(egraph: EGraph, cost_model: CostModel, seconds: float,
     """The cheapest acyclic graph in the e-graph computing the original graph's outputs.
 
     ``priced``: a graph's whole price and how many of its nodes were estimated; given, the
-    extraction's rewrites that the whole price says do not pay are undone (:func:`_undo_unpaid`).
+    extraction's rewrites that the whole price says do not pay are undone (:func:`_undo_unpaid`),
+    and those it passed over that the whole price says pay are taken (:func:`_take_passed_over`).
     """
     started = time.perf_counter()
     deadline = started + seconds
