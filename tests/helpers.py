@@ -74,3 +74,19 @@ def fake_timer(series, by_label: bool = False):
             return series([(self.labels if by_label else self.models)[k] for k in chosen])
 
     return FakeTimer
+
+
+def library_rewrites(graph):
+    """(rule, plan, child) for every place a rule of the shipped library rewrites ``graph`` into a graph it can build:
+    what the tests that hold a rewrite's price from its parent to the built child's own walk over."""
+    from taso.optimize import load_rules
+    from taso.rewrite import CompiledRule, plans
+
+    present = {n.op.name for n in graph.nodes}
+    for rule in load_rules():
+        if not {rn.op for rn in rule.source} <= present:
+            continue
+        for plan in plans(graph, CompiledRule(rule)):
+            child = plan.materialize()
+            if child is not None:
+                yield rule, plan, child

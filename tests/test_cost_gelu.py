@@ -11,13 +11,13 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from helpers import library_rewrites
 from test_cost_residency import _n, _Priced
 
 import taso
 from taso.cost.model import CostModel, Neighbourhood
 from taso.cost.ort_cpu import gelu_parts
 from taso.ir import Graph, TensorType
-from taso.rewrite import CompiledRule, plans
 
 DATA = Path(__file__).parent / "data" / "symbolic"
 
@@ -91,23 +91,14 @@ def test_the_gelus_found_in_real_exports_are_those_onnx_runtime_fuses(name, shap
 def test_a_rewrite_that_takes_the_half_away_pays_for_the_kernels_it_unfuses(priced):
     """Moving the scale by 0.5 into the next product's weight saves a kernel node by node; priced with the fusion it
     breaks, it costs the Div, Add and Mul that then run apart. Each rewrite's price from its parent is the child's own."""
-    from taso.optimize import load_rules
-
     graph = _gelu_net()
     parent_cost = priced.graph_cost(graph)
-    present = {n.op.name for n in graph.nodes}
     checked = unfused = 0
-    for rule in load_rules():
-        if not {rn.op for rn in rule.source} <= present:
-            continue
-        for plan in plans(graph, CompiledRule(rule)):
-            child = plan.materialize()
-            if child is None:
-                continue
-            assert priced.rewrite_cost(graph, parent_cost, plan.removed, plan.added, plan) == pytest.approx(priced.graph_cost(child), rel=1e-12), rule
-            checked += 1
-            after = Neighbourhood.of(child)
-            if not any(priced.absorbed(n, after) for n in child.nodes):
-                unfused += 1
-                assert priced.graph_cost(child) > CostModel.graph_cost(priced, child) - 1e-15
+    for rule, plan, child in library_rewrites(graph):
+        assert priced.rewrite_cost(graph, parent_cost, plan.removed, plan.added, plan) == pytest.approx(priced.graph_cost(child), rel=1e-12), rule
+        checked += 1
+        after = Neighbourhood.of(child)
+        if not any(priced.absorbed(n, after) for n in child.nodes):
+            unfused += 1
+            assert priced.graph_cost(child) > CostModel.graph_cost(priced, child) - 1e-15
     assert checked > 5 and unfused > 0

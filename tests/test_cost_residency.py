@@ -10,6 +10,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from helpers import library_rewrites
+
 import taso
 from taso import ops
 from taso.cost.model import CostModel, _roofline_seconds
@@ -171,27 +173,19 @@ def test_a_rewrites_price_is_the_child_graphs_cost_with_residency(priced, graph)
     # price of the child (from its parent, without building it) must be the child's cost wherever the child runs its
     # weight reads in the order that price assumed (the parent's, the new reads in the first removed node's place).
     from taso.cost.model import Neighbourhood
-    from taso.optimize import load_rules
 
     parent_cost = priced.graph_cost(graph)
-    present = {n.op.name for n in graph.nodes}
     checked = moved = reordered = 0
-    for rule in load_rules():
-        if not {rn.op for rn in rule.source} <= present:
+    for rule, plan, child in library_rewrites(graph):
+        priced_child = priced.rewrite_cost(graph, parent_cost, plan.removed, plan.added, plan)
+        assumed = priced.child_reads(graph, plan.removed, plan.added, Neighbourhood.after(graph, plan.removed, plan.added, plan))
+        assumed = assumed or priced._parent_reads(graph)[0]
+        if [id(n) for n in assumed.nodes] != [id(n) for n in priced._parent_reads(child)[0].nodes]:
+            reordered += 1  # priced in an order ONNX Runtime will not run: the search re-prices what it builds
             continue
-        for plan in plans(graph, CompiledRule(rule)):
-            child = plan.materialize()
-            if child is None:
-                continue
-            priced_child = priced.rewrite_cost(graph, parent_cost, plan.removed, plan.added, plan)
-            assumed = priced.child_reads(graph, plan.removed, plan.added, Neighbourhood.after(graph, plan.removed, plan.added, plan))
-            assumed = assumed or priced._parent_reads(graph)[0]
-            if [id(n) for n in assumed.nodes] != [id(n) for n in priced._parent_reads(child)[0].nodes]:
-                reordered += 1  # priced in an order ONNX Runtime will not run: the search re-prices what it builds
-                continue
-            assert priced_child == pytest.approx(priced.graph_cost(child), rel=1e-12, abs=1e-15), rule
-            checked += 1
-            moved += priced._parent_reads(child)[1] != priced._parent_reads(graph)[1]
+        assert priced_child == pytest.approx(priced.graph_cost(child), rel=1e-12, abs=1e-15), rule
+        checked += 1
+        moved += priced._parent_reads(child)[1] != priced._parent_reads(graph)[1]
     assert checked > 10 and moved > 0
 
 

@@ -389,6 +389,22 @@ def test_extraction_prices_the_runtimes_fusions_as_the_whole_graph_does(rules):
     _same_on_ort(graph, result.graph)
 
 
+def _two_products_of_one_input(read_by_tanh: bool) -> Graph:
+    """x @ w1 and x @ w2 (64 x 64 weights), the outputs themselves or each read by a tanh: one merge makes them one product."""
+    rng = np.random.default_rng(0)
+    nodes = [_n("matmul", ["x", "w1"], ["q"]), _n("matmul", ["x", "w2"], ["k"])]
+    if read_by_tanh:
+        nodes += [_n("tanh", ["q"], ["a"]), _n("tanh", ["k"], ["b"])]
+    weights = {w: rng.standard_normal((64, 64)).astype(np.float32) for w in ("w1", "w2")}
+    return Graph({"x": TensorType((1, 64))}, weights, nodes, ["a", "b"] if read_by_tanh else ["q", "k"])
+
+
+def _saturated(graph: Graph, rules) -> saturation.EGraph:
+    egraph = saturation.EGraph(graph)
+    saturation.saturate(egraph, rules, saturation.Limits(nodes=2000, iterations=2, seconds=10))
+    return egraph
+
+
 def test_a_rewrite_the_whole_price_says_does_not_pay_is_undone(rules):
     """Two products of one input with two weights: merged, one product over the concatenated weight. Node by node the
     merge pays; the whole graph's price here charges a weight made by a concat (as a cold read of a wider weight
@@ -402,12 +418,8 @@ def test_a_rewrite_the_whole_price_says_does_not_pay_is_undone(rules):
             made_by_concat = {o for n in graph.nodes if n.op.name == "concat" for o in n.outputs}
             return super().graph_cost(graph) + sum(1.0 for n in graph.nodes if n.op.name == "matmul" and n.inputs[1] in made_by_concat)
 
-    rng = np.random.default_rng(0)
-    nodes = [_n("matmul", ["x", "w1"], ["q"]), _n("matmul", ["x", "w2"], ["k"]), _n("tanh", ["q"], ["a"]), _n("tanh", ["k"], ["b"])]
-    weights = {w: rng.standard_normal((64, 64)).astype(np.float32) for w in ("w1", "w2")}
-    graph = Graph({"x": TensorType((1, 64))}, weights, nodes, ["a", "b"])
-    egraph = saturation.EGraph(graph)
-    saturation.saturate(egraph, rules, saturation.Limits(nodes=2000, iterations=2, seconds=10))
+    graph = _two_products_of_one_input(read_by_tanh=True)
+    egraph = _saturated(graph, rules)
     model = WiderWeightsCold()
     merged = extraction.extract(egraph, model, 10.0)
     assert merged.graph.op_histogram()["matmul"] == 1, "priced node by node, the merge pays"
@@ -434,12 +446,8 @@ def test_a_rewrite_that_pays_only_priced_whole_is_taken(rules):
         def graph_cost(self, graph):
             return super().graph_cost(graph) + sum(self.surcharges(graph).values())
 
-    rng = np.random.default_rng(0)
-    nodes = [_n("matmul", ["x", "w1"], ["q"]), _n("matmul", ["x", "w2"], ["k"])]
-    weights = {w: rng.standard_normal((64, 64)).astype(np.float32) for w in ("w1", "w2")}
-    graph = Graph({"x": TensorType((1, 64))}, weights, nodes, ["q", "k"])
-    egraph = saturation.EGraph(graph)
-    saturation.saturate(egraph, rules, saturation.Limits(nodes=2000, iterations=2, seconds=10))
+    graph = _two_products_of_one_input(read_by_tanh=False)
+    egraph = _saturated(graph, rules)
     model = ColdReadsApart()
     apart = extraction.extract(egraph, model, 10.0)
     assert apart.graph.op_histogram()["matmul"] == 2, "priced node by node, the merge does not pay"

@@ -258,14 +258,16 @@ class OrtCpuCost(CostModel):
         """Also the parts of each GELU near the rewrite (a rewrite that takes one part away unfuses the others)."""
         neighbours = super().fusion_neighbours(parent, before, after, removed, added)
         gone = {id(n) for n in removed}
-        for node in (*removed, *added):
-            if node.op.name in _GELU_OPS:
-                for erf in _erfs_near(node, before if id(node) in gone else after):
-                    if id(erf) not in gone and parent.producer(erf.outputs[0]) is erf:
-                        for near in (before, after):
-                            parts = gelu_parts(erf, near)
-                            neighbours.update({id(n): n for n in parts or () if id(n) not in gone and parent.producer(n.outputs[0]) is n})
-                        neighbours[id(erf)] = erf
+
+        def kept(n: Node) -> bool:  # a node of the parent the rewrite leaves in place
+            return id(n) not in gone and parent.producer(n.outputs[0]) is n
+
+        erfs = {id(erf): erf for node in (*removed, *added) if node.op.name in _GELU_OPS
+                for erf in _erfs_near(node, before if id(node) in gone else after) if kept(erf)}
+        for erf in erfs.values():
+            neighbours[id(erf)] = erf
+            for near in (before, after):
+                neighbours.update({id(n): n for n in gelu_parts(erf, near) or () if kept(n)})
         return neighbours
 
     # -- where each weight lives when its node runs (taso.cost.residency) --

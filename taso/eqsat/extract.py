@@ -405,12 +405,12 @@ def _class_surcharges(choice: _Choice, graph: Graph, cost_model: CostModel) -> d
     """The cost model's surcharges on a built graph's nodes (:meth:`CostModel.surcharges`), by the class each computes."""
     by_name = {name: c for c, name in choice.names.items()}
     by_name.update({choice.output_name(c, 0): c for c in choice.order if isinstance(choice.classes.type(c), tuple)})
+    charged = cost_model.surcharges(graph)
     found: dict[int, float] = {}
-    by_id = {id(node): node for node in graph.nodes}
-    for node_id, seconds in cost_model.surcharges(graph).items():
-        c = by_name.get(by_id[node_id].outputs[0]) if node_id in by_id else None
-        if c is not None:
-            found[c] = found.get(c, 0.0) + seconds
+    for node in graph.nodes:
+        c = by_name.get(node.outputs[0])
+        if id(node) in charged and c is not None:
+            found[c] = found.get(c, 0.0) + charged[id(node)]
     return found
 
 
@@ -435,9 +435,10 @@ def _passed_over(choice: _Choice, index: dict, costs: list[float], greedy: dict[
         picks = {enodes[i].cls: i for i in members}
         picks.update({enodes[o].cls: o for i in members for o in outs.get(enodes[i].cls, ())})
         changed = {c: i for c, i in picks.items() if chosen.get(c) != i or c not in used}
-        if not changed or frozenset(changed.items()) in seen:
+        signature = frozenset(changed.items())
+        if not changed or signature in seen:
             continue
-        seen.add(frozenset(changed.items()))
+        seen.add(signature)
         rise = _price_rise(enodes, costs, greedy, chosen, used, changed)
         at_stake = sum(surcharges.get(c, 0.0) for c in changed if c in used)
         if rise is not None and rise < at_stake:
