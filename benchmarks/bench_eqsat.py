@@ -8,6 +8,8 @@ would (measured ``ort-cpu`` costs, 1 thread):
   (the issue's bar: eqsat's cost within the default limit against backtracking's after 60 s);
 * ``--search eqsat`` at the default time limit.
 
+Each model first gets a warm-up run of each engine (not reported, the cost table's usual spot-checks on); the three
+runs compared then re-measure no cached entry (``TASO_SPOT_CHECKS=0``), so their predicted costs come from one table.
 It reads each run's report (predicted cost, engine figures), the peak memory of the process
 (the largest of the report's per-stage peaks), and times the input and the two default-limit outputs side by side
 (ratios: input time / output time), the median of ``--series`` interleaved series each in fresh sessions
@@ -77,13 +79,17 @@ class Row:
 
 
 def optimize(path: Path, out: Path, report: Path, engine: str, time_limit: float | None, shape_args: list[str],
-             extra: tuple[str, ...] = ()) -> Run:
-    """``taso optimize`` in a child process: its report, seconds and peak memory (from the report's stages)."""
+             extra: tuple[str, ...] = (), spot_checks: bool = False) -> Run:
+    """``taso optimize`` in a child process: its report, seconds and peak memory (from the report's stages).
+
+    Without ``spot_checks`` the run re-measures none of the cost table's entries (``TASO_SPOT_CHECKS=0``): the runs
+    compared price with one table (entries they measure new are recorded and read alike by the runs after)."""
     command = [sys.executable, "-m", "taso", "optimize", str(path), "-o", str(out), "--cost", "ort-cpu", "--search", engine,
                "--report", str(report), "--quiet", *shape_args, *extra] + (["--time-limit", str(time_limit)] if time_limit else [])
+    env = dict(os.environ) if spot_checks else {**os.environ, "TASO_SPOT_CHECKS": "0"}
     start = time.perf_counter()
     with tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, text=True)
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=err, text=True, env=env)
         _, status, _ = os.wait4(proc.pid, 0)
         err.seek(0)
         message = err.read()
@@ -112,6 +118,13 @@ def bench_model(entry: corpus.Entry, rounds: int, series: int, workdir: Path, lo
     row = Row(entry.name, len(model.graph.node), round(entry.path().stat().st_size / 2**20, 1))
     shape_args = corpus.input_shape_args(entry)
     stem = workdir / entry.name.replace("/", "__")
+    # Warm-up runs, one per engine, not reported: they measure the nodes both will price and give the table its usual
+    # spot-checks, so that no compared run prices a node estimated that another measured (past the time limit) or
+    # with an entry a later run replaced.
+    for engine in ("backtracking", "eqsat"):
+        warm = optimize(entry.path(), stem.with_suffix(".warm.onnx"), stem.with_suffix(".warm.json"), engine, None, shape_args,
+                        spot_checks=True)
+        log(f"  warm-up {engine}: exit {warm.exit}, {warm.seconds:.1f} s {warm.note}")
     outputs = {}
     for label, engine, limit in RUNS:
         out, report = stem.with_suffix(f".{label}.onnx"), stem.with_suffix(f".{label}.json")

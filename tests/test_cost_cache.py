@@ -293,3 +293,32 @@ def test_check_rebuilds_a_node_from_its_key_unless_a_constant_value_may_pick_the
     assert node.op.name == "conv2d" and node_key(node, graph) == conv
     assert _single_node(power) is None  # Pow's exponent is a value the key does not hold
     assert _single_node("opaque|(('proto', 'abc'),)|float32[1]") is None and _single_node("nonsense") is None
+
+
+def test_taso_spot_checks_0_leaves_a_planted_wrong_entry_to_be_read_as_it_is(tmp_path, fake, monkeypatch):
+    # What a benchmark comparing runs in separate processes relies on: with TASO_SPOT_CHECKS=0 every run prices with
+    # the table as it is, the planted 10x entry included, and nothing is re-measured.
+    graph = _model((64, 32, 48))
+    keys = _keys(graph)
+    path = _seeded(tmp_path, graph, [20e-6, 150e-6, 2e-6])
+    measurements = fake(dict(zip(keys, (20e-6, 15e-6, 2e-6))))
+    monkeypatch.setenv("TASO_SPOT_CHECKS", "0")
+    cache = CostCache(path)
+    assert cache.policy.entries == 0
+    assert OrtCpuCost(cache=cache).graph_cost(graph) == pytest.approx(172e-6) and measurements.calls == []
+    monkeypatch.setenv("TASO_SPOT_CHECKS", "2")
+    assert CostCache(path).policy == SpotCheckPolicy(entries=2)
+    monkeypatch.delenv("TASO_SPOT_CHECKS")
+    assert CostCache(path).policy == SpotCheckPolicy()
+
+
+def test_a_malformed_taso_spot_checks_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TASO_SPOT_CHECKS", "few")
+    path = tmp_path / "relu.onnx"
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8])])
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    assert main(["optimize", str(path), "-o", str(tmp_path / "out.onnx"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "TASO_SPOT_CHECKS='few'" in err and "Traceback" not in err and not (tmp_path / "out.onnx").exists()

@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import TasoError
+
 __all__ = ["cache_directory", "CostCache", "CostEntry", "SpotCheck", "SpotCheckPolicy", "SPOT_CHECK_OFF", "Verdict", "noise_band", "format_cost_report"]
 
 
@@ -158,6 +160,19 @@ class SpotCheckPolicy:
 SPOT_CHECK_OFF = SpotCheckPolicy(entries=0)
 
 
+def spot_check_policy() -> SpotCheckPolicy:
+    """The default policy, or none where ``$TASO_SPOT_CHECKS`` is ``0``: a benchmark comparing runs made in separate
+    processes needs them all to price with one table, and a spot-check that replaces an entry in the third run
+    makes the first two's prices stale (NasRNN's four 8-way Splits, fixed from 3.9 to 7.5 us in the third run, moved
+    the graph all three wrote by 14 us)."""
+    value = os.environ.get("TASO_SPOT_CHECKS", "").strip()
+    if value == "":
+        return SpotCheckPolicy()
+    if value.isdigit():
+        return SpotCheckPolicy(entries=int(value))
+    raise TasoError(f"TASO_SPOT_CHECKS={value!r}: expected how many cost entries a run re-measures (a whole number; 0: none)")
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One spot-checked entry: its cached and fresh seconds, how far apart they could be, what was concluded and the seconds to use now."""
@@ -283,7 +298,7 @@ class CostCache:
 
     def __init__(self, path: str | None = None, spot_check: SpotCheckPolicy | None = None):
         self.path = path or os.path.join(cache_directory(), "costs.json")
-        self.policy = spot_check or SpotCheckPolicy()
+        self.policy = spot_check or spot_check_policy()
         self.problem: str | None = None  # what was wrong with the file on disk, and ignored
         self._data: dict[str, dict[str, float]] = {}
         self._meta: dict[str, dict[str, CostEntry]] = {}
