@@ -8,7 +8,10 @@ session after ``k`` small kernels that touch 1 KB each (a chain of Sigmoids on `
 products (``[1, 256] x [256, 256]``), the product waiting on the chain, and prints its median kernel time beside
 ``k = 0`` in the same process.
 
-Run: python benchmarks/bench_after_small_kernels.py [--counts 0 20 50 100 200] [--runs 150]
+``--shape M K N`` times another product: the GRU's merge at hidden 256 is ``16 256 768``, and whether its
+product pays what the LSTM's does tells a penalty for the position apart from one for the shape.
+
+Run: python benchmarks/bench_after_small_kernels.py [--counts 0 20 50 100 200] [--runs 150] [--shape 16 256 1024]
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from taso.cost import ort_cpu
 
-M, K, N = 16, 256, 1024
+LSTM_H256_MERGE = (16, 256, 1024)
 
 
-def product_after(k: int, small: str, runs: int) -> float:
+def product_after(k: int, small: str, runs: int, shape: tuple[int, int, int] = LSTM_H256_MERGE) -> float:
     """The median kernel microseconds of the ``[M, K] x [K, N]`` Gemm after ``k`` small kernels in every run."""
+    M, K, N = shape
     rng = np.random.default_rng(0)
     graph = helper.make_graph([], "after_small", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [M, K]),
                                                    helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, K])],
@@ -63,15 +67,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--counts", nargs="+", type=int, default=[0, 20, 50, 100, 200])
     parser.add_argument("--runs", type=int, default=150)
+    parser.add_argument("--shape", nargs=3, type=int, default=list(LSTM_H256_MERGE), metavar=("M", "K", "N"))
     args = parser.parse_args(argv)
+    M, K, N = shape = tuple(args.shape)
     print(f"[{M}, {K}] x [{K}, {N}] Gemm, 1 thread: median kernel us after k small kernels in the same run (ratio to k = 0)")
-    print("| k | after Sigmoids on [1, 256] | after [1, 256] x [256, 256] products |")
+    print(f"| k | after Sigmoids on [1, {K}] | after [1, {K}] x [{K}, {K}] products |")
     print("|---:|---:|---:|")
-    base = {small: product_after(0, small, args.runs) for small in ("sigmoid", "product")}
+    base = {small: product_after(0, small, args.runs, shape) for small in ("sigmoid", "product")}
     for k in args.counts:
         cells = []
         for small in ("sigmoid", "product"):
-            us = base[small] if k == 0 else product_after(k, small, args.runs)
+            us = base[small] if k == 0 else product_after(k, small, args.runs, shape)
             cells.append(f"{us:.0f} ({us / base[small]:.2f})")
         print(f"| {k} | {cells[0]} | {cells[1]} |", flush=True)
     return 0
