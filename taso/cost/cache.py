@@ -293,7 +293,8 @@ class CostCache:
 
     Args:
         path: the file (default as above).
-        spot_check: how entries taken from it are checked (``SPOT_CHECK_OFF``: never).
+        spot_check: how entries taken from it are checked (``SPOT_CHECK_OFF``: never; default
+            :func:`spot_check_policy`, which reads ``$TASO_SPOT_CHECKS``).
     """
 
     def __init__(self, path: str | None = None, spot_check: SpotCheckPolicy | None = None):
