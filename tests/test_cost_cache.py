@@ -164,7 +164,7 @@ def test_a_table_that_went_stale_is_remeasured_when_used_not_trusted(tmp_path, f
     cache = CostCache(path)
     cache.record(fingerprint(1), "add|()|float32[1,7];float32[1,7]", 3e-6, 0.1)  # another model's entry, not used here
     cache.save()
-    measurements = fake({k: 40e-6 for k in keys})  # everything 4x slower now: another ONNX Runtime build
+    fake({k: 40e-6 for k in keys})  # everything 4x slower now: another ONNX Runtime build
     model = OrtCpuCost(cache=CostCache(path, spot_check=SpotCheckPolicy(entries=3, seconds=60.0, rate=1.0)))
     assert model.graph_cost(graph) == pytest.approx(40e-6 * len(keys))  # no entry trusted after the sample disagreed
     check = model.cache.spot_check(fingerprint(1))
