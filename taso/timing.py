@@ -29,7 +29,7 @@ import onnxruntime as ort
 
 from .errors import TasoError, first_line
 
-__all__ = ["TimingError", "InterleavedTimer", "nothing_pays", "session_options", "open_session", "warm_session", "fastest_run", "mean_run", "median_run", "interleaved_samples", "interleaved_medians", "interleaved_times", "rotated"]
+__all__ = ["TimingError", "InterleavedTimer", "nothing_pays", "session_options", "open_session", "warm_session", "fastest_run", "mean_run", "median_run", "interleaved_samples", "interleaved_medians", "interleaved_times", "fresh_session_series", "fresh_session_speedups", "rotated"]
 
 CPU = ("CPUExecutionProvider",)
 
@@ -258,7 +258,7 @@ def interleaved_times(
 def fresh_session_speedups(models: Sequence[str | bytes], feeds: Mapping[str, np.ndarray], threads: int = 1, rounds: int = 7,
                            series: int = 3, *, labels: Sequence[str] | None = None) -> tuple[float, list[float]]:
     """The first model's seconds per run and each model's speedup over it (first / model), each the median over
-    ``series`` interleaved series (:func:`interleaved_times`), every series in fresh sessions.
+    ``series`` interleaved series (:func:`fresh_session_series`).
 
     A session can run a model 30% slower than a fresh one for as long as it lives (why is not pinned down):
     an LSTMCell ceiling measured 1.91x in one series and 1.33-1.37x in four fresh ones.
@@ -266,8 +266,19 @@ def fresh_session_speedups(models: Sequence[str | bytes], feeds: Mapping[str, np
     Raises:
         TimingError: ONNX Runtime cannot load or run one of the models.
     """
-    timed = [interleaved_times(models, feeds, threads, rounds, labels=labels) for _ in range(series)]
+    timed = fresh_session_series(models, feeds, threads, rounds, series, labels=labels)
     return statistics.median(t[0] for t in timed), [statistics.median(t[0] / t[k] for t in timed) for k in range(len(models))]
+
+
+def fresh_session_series(models: Sequence[str | bytes], feeds: Mapping[str, np.ndarray], threads: int = 1, rounds: int = 7,
+                         series: int = 3, *, labels: Sequence[str] | None = None) -> list[list[float]]:
+    """Each model's seconds per run in each of ``series`` interleaved series (:func:`interleaved_times`), every series
+    in fresh sessions: what a benchmark needs to say how far apart the series of one pair of files measured.
+
+    Raises:
+        TimingError: ONNX Runtime cannot load or run one of the models.
+    """
+    return [interleaved_times(models, feeds, threads, rounds, labels=labels) for _ in range(series)]
 
 
 def _measure(position: int, label: str, session: ort.InferenceSession, feeds, runs: int, seconds: float) -> Callable[[], float]:

@@ -78,6 +78,20 @@ def test_input_projections_follows_a_transposed_weight() -> None:
     assert bench.input_projections(helper.make_model(graph), weight) == 3
 
 
+def test_summary_counts_rows_whose_series_spread_past_what_a_10_percent_bar_can_hold() -> None:
+    """A row measured 1.9x and 2.6x in two series has no figure within 10% of both; the summary says so."""
+    steady = bench.Row("lstm h512x32 dynamo", 1, 1.75, 1.74, "optimized", 12.0, False, predicted=1.74, taso_series=(1.70, 1.75, 1.80))
+    jumpy = bench.Row("gru h256x32 dynamo", 1, 2.5, 2.3, "optimized", 9.0, False, predicted=2.15, taso_series=(1.9, 2.5, 2.6))
+    reverted = bench.Row("gru h128x32 dynamo", 1, 1.0, 1.1, "input", 8.0, False, predicted=1.2, taso_series=(0.99, 1.0, 1.01))
+    assert steady.spread == pytest.approx(1.80 / 1.70) and steady.predicted_in_series
+    assert jumpy.spread == pytest.approx(2.6 / 1.9) and jumpy.predicted_in_series  # 2.15 lies between 1.9 and 2.6
+    lines = bench.summary([steady, jumpy, reverted]).splitlines()
+    assert lines[1].endswith("within 10%: 1/2")  # 2.15 / 2.5 = 0.86; the reverted row has no prediction to judge
+    assert "median 1.21, largest 1.37" in lines[2] and "on 1/2" in lines[2] and lines[2].endswith("series: 2/2")
+    table = bench.table([steady, jumpy])
+    assert "| 1.90-2.60x |" in table and "| 1.70-1.80x |" in table
+
+
 def test_geomean() -> None:
     assert bench.geomean([0.5, 2.0]) == pytest.approx(1.0)
     assert np.isnan(bench.geomean([]))

@@ -158,3 +158,12 @@ def test_fresh_session_speedups_take_the_median_of_each_ratio_over_series_in_fre
     first, speedups = timing.fresh_session_speedups(["a.onnx", "b.onnx", "c.onnx"], {}, 1, rounds=5, series=3)
     assert len(calls) == 3 and first == 1.0
     assert speedups == [1.0, 2.0, 1.0]
+
+
+def test_fresh_session_series_keeps_every_series(monkeypatch):
+    """A benchmark that reports how far apart the series of one pair measured needs each of them, not their median."""
+    import taso.timing as timing
+
+    series = iter([[1.0, 0.5], [1.2, 0.4], [0.9, 0.6]])
+    monkeypatch.setattr(timing, "interleaved_times", lambda models, feeds, threads=1, rounds=7, **options: next(series))
+    assert timing.fresh_session_series(["a.onnx", "b.onnx"], {}, 1, rounds=5, series=3) == [[1.0, 0.5], [1.2, 0.4], [0.9, 0.6]]
