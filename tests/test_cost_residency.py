@@ -121,7 +121,7 @@ class _Priced(OrtCpuCost):
     def measure(self, node, graph, key, consts):
         return _roofline_seconds(node, graph, key, consts) or 1e-6
 
-    def cold_penalty(self, node, graph, consts, evicted):
+    def cold_penalty(self, node, graph, consts, evicted, cycle=None):
         self.penalties_measured.append(evicted)
         weight = max(graph.type(v).concrete().nbytes for v in node.inputs if v in consts)
         return weight * 1e-9 * (1 + evicted.bit_length()), 0.1
@@ -343,7 +343,7 @@ def test_copies_of_a_node_all_run_where_a_node_is_timed_by_the_wall_clock(tmp_pa
     elimination, on by default, would fold identical nodes into one and price the node at zero)."""
     import json
 
-    from taso.cost.ort_cpu import copies_session, with_copies
+    from taso.cost.copies import copies_session, with_copies
 
     many = with_copies(_product(64), 5)
     session = copies_session(many, threads=1, enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))

@@ -47,9 +47,11 @@ from onnx import TensorProto, helper, numpy_helper
 from ..errors import TasoError
 from ..ir import Graph, GraphMeta, Node, Params, TensorType
 from ..ops import ACTIVATION_OPS, HAS_ACTIVATION, get
-from ..timing import fastest_run, interleaved_samples, median_run, open_session, session_options
+from ..timing import median_run, open_session, session_options
 from .cache import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, Measure, SpotCheck, SpotCheckPolicy, noise_band)
-from .in_place import InPlaceWeights, in_place_session
+from .copies import (WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, append_copy, cold_read_penalty, interquartile_range,
+                     wall_clock_marginal)
+from .in_place import IN_PLACE_BYTES, InPlaceWeights, in_place_session
 from ..onnx.exporter import gemm_pairs
 from .model import CostModel, Neighbourhood, node_key, random_array
 from .residency import CacheSizes, WeightReads, graph_run_order, main_weight
@@ -146,6 +148,8 @@ class OrtCpuCost(CostModel):
     def measure(self, node: Node, graph: Graph, key: str, consts) -> float:
         if node.op.name in HAS_ACTIVATION and node.params["activation"] != "none":
             return self._with_activation(node, graph, consts)
+        if self._near_l2(node, graph, consts):
+            key += BY_COPIES
         cached = self._table.get(key)
         if cached is not None:
             seconds = self._from_cache(key, cached, node, graph, consts)
@@ -186,15 +190,17 @@ class OrtCpuCost(CostModel):
                 return cached
             self.measured += 1
             return check.remeasure(key, cached, fresh)
-        if check.wants(key, self._check_seconds(cached)):
+        if check.wants(key, self._check_seconds(cached, by_copies=key.endswith(BY_COPIES))):
             return check.verify(key, cached, fresh).value
         return cached
 
-    def _check_seconds(self, cached: float) -> float:
+    def _check_seconds(self, cached: float, by_copies: bool = False) -> float:
         """About what screening an entry of ``cached`` seconds takes (profile_kernels: a session, 3 warm-up runs, then 7 runs or 5 ms)."""
         per_run = 2 * cached + (self._unit or 0.0)  # the node runs twice (profile_kernels' warm copy), the reference beside it
         profiled = _SESSION_SECONDS + 3 * per_run + max(7 * per_run, QUICK_SECONDS)
-        return profiled + (_WALL_CLOCK_SECONDS if cached < SMALL_SECONDS else 0.0)
+        if cached < SMALL_SECONDS or (by_copies and cached < COPIES_MAX_SECONDS):
+            profiled += _WALL_CLOCK_SECONDS * max(cached / SMALL_SECONDS, 1.0)  # then timed again as 33 copies a run
+        return profiled
 
     def fresh(self, node: Node, graph: Graph, consts, quick: bool = False) -> tuple[float, float]:
         """Measures a node now, whatever the cache holds: (seconds, relative noise band); ``quick``: runs for 5 ms, not 20 (a spot-check's screen)."""
@@ -214,9 +220,14 @@ class OrtCpuCost(CostModel):
         # nothing moves from session to session (2-4 us at 1 thread, 4-8 us at 2), and it is in every kernel's time.
         ratios = [(k - f) / r for k, f, r in zip(profile.kernels, profile.floor, profile.reference)]
         seconds = max(_robust_mean(ratios) * self._unit, 0.0) + self._dispatch
-        if seconds < SMALL_SECONDS:
+        if seconds < SMALL_SECONDS or (seconds < COPIES_MAX_SECONDS and self._near_l2(node, graph, consts)):
             return wall_clock_marginal(model, feeds, self.threads, in_place)
-        return seconds, noise_band(seconds, _interquartile_range(ratios) * self._unit)
+        return seconds, noise_band(seconds, interquartile_range(ratios) * self._unit)
+
+    def _near_l2(self, node: Node, graph: Graph, consts) -> bool:
+        """Whether the node's main weight is about the L2's size: it is priced by copies of it (:data:`BY_COPIES`)."""
+        weight = self._weight_of(node, graph, consts)
+        return weight is not None and self.caches.near_l2(self._nbytes(weight, graph), self.threads)
 
     def _single_model(self, node: Node, graph: Graph, consts) -> tuple[bytes, dict[str, np.ndarray], InPlaceWeights]:
         """``node`` alone as an ONNX model (its constant inputs as initializers, the large ones handed to ONNX Runtime in
@@ -355,31 +366,46 @@ class OrtCpuCost(CostModel):
 
     def read_penalty(self, node: Node, graph, consts, evicted: int) -> float:
         """What ``node`` costs beyond its price when ``evicted`` bytes passed through the caches since it last ran:
-        measured once per key and size (:func:`profile_cold_penalty`)."""
+        measured once per key and size (:meth:`cold_penalty`)."""
         hit = self._penalties.get((id(node), evicted))
         if hit is not None and hit[0] is node:
             return hit[1]
-        key = f"{node_key(node, graph, consts)}@{_PENALTY_KEY}-{evicted >> 10}K"
+        cycle = self._cycle(node, graph, consts, evicted)
+        suffix = f"{_CYCLE_PENALTY_KEY}-{cycle}" if cycle else f"{_PENALTY_KEY}-{evicted >> 10}K"
+        key = f"{node_key(node, graph, consts)}@{suffix}"
         seconds = self._table.get(key)
         if seconds is None:
             if time.perf_counter() + _PENALTY_PAIRS * self._expected_measuring(node, graph) > self.deadline:
                 self.estimated += 1
                 return 0.0  # past the time limit: priced warm, not remembered
-            seconds, band = self.cold_penalty(node, graph, consts, evicted)
+            seconds, band = self.cold_penalty(node, graph, consts, evicted, cycle)
             self.cache.record(self._fingerprint, key, seconds, band)
             self.measured += 1
         self._penalties[(id(node), evicted)] = (node, seconds)
         return seconds
 
-    def cold_penalty(self, node: Node, graph, consts, evicted: int) -> tuple[float, float]:
-        """Measures now what ``evicted`` bytes streamed through the caches add to ``node``'s kernel: (seconds, noise band),
-        the median over ``_PENALTY_PAIRS`` pairs of sessions.
+    def _cycle(self, node: Node, graph, consts, evicted: int) -> int | None:
+        """How many weights of the node's main weight's size, read in turn, stand for ``evicted`` bytes between its reads
+        (:meth:`CacheSizes.cycle`); None for a weight handed to ONNX Runtime in place (too large to copy)."""
+        own = self._nbytes(self._weight_of(node, graph, consts), graph)
+        return self.caches.cycle(own, evicted) if own < IN_PLACE_BYTES else None
+
+    def cold_penalty(self, node: Node, graph, consts, evicted: int, cycle: int | None = None) -> tuple[float, float]:
+        """Measures now what ``evicted`` bytes streamed through the caches add to ``node``'s kernel: (seconds, noise band).
+
+        With ``cycle``, by the wall clock: copies of the node cycling over that many weights of its own against copies
+        reading one (:func:`taso.cost.copies.cold_read_penalty`), which a graph of products read in turn takes
+        (an unrolled GRU h256: 16.8 us a read where the profiled pairs below measured 10.4). Otherwise the median over
+        ``_PENALTY_PAIRS`` pairs of sessions, each profiling the node after products over ``evicted`` bytes of weights.
 
         Each pair compares one session's evicting runs with another's resting runs, and two sessions of a millisecond
         product differ by more than its penalty: one pair's figure for BERT's [1, 64, 1024] x [1024, 4096] product was
         0, 492, 0 and 2004 us in four tries (``benchmarks/bench_penalty_noise.py``)."""
         try:
             model, feeds, in_place = self._single_model(node, graph, consts)
+            cycled = cold_read_penalty(model, feeds, self.threads, self._weight_of(node, graph, consts), cycle, in_place) if cycle else None
+            if cycled is not None:
+                return cycled
             pairs = [profile_cold_penalty(model, feeds, self.threads, evicted, in_place=in_place) for _ in range(_PENALTY_PAIRS)]
         except Exception:  # noqa: BLE001 - as in fresh(): an opaque node that cannot run alone is priced warm
             if node.op.name != "opaque":
@@ -389,7 +415,7 @@ class OrtCpuCost(CostModel):
         if not pairs:
             return 0.0, BAND_FLOOR
         seconds = statistics.median(max(_robust_mean(deltas), 0.0) for deltas in pairs)
-        return seconds, noise_band(seconds, _interquartile_range([d for deltas in pairs for d in deltas]))
+        return seconds, noise_band(seconds, interquartile_range([d for deltas in pairs for d in deltas]))
 
     def close(self) -> None:
         self.cache.save()
@@ -598,10 +624,12 @@ QUICK_SECONDS = 0.005
 # and up to an L2-sized weight its bookkeeping between kernels costs the weight part of its residency (a 1 MB
 # product: 24 us a step of a chain, 32 us profiled). Above, a node's run dwarfs both, and 33 copies would take long.
 SMALL_SECONDS = 30e-6
-_COPIES = 33
-_WALL_CLOCK_ROUNDS = 7
-_WALL_CLOCK_RUN_SECONDS = 0.003
-_WALL_CLOCK_SECONDS = 2 * _SESSION_SECONDS + 2 * _WALL_CLOCK_ROUNDS * _WALL_CLOCK_RUN_SECONDS
+# A node whose weight is about the L2's size (CacheSizes.near_l2) is timed by the wall clock up to this price, its entry
+# under a key of its own (BY_COPIES), so that the profiled entries of earlier tables are not read for it.
+COPIES_MAX_SECONDS = 300e-6
+BY_COPIES = "@by-copies"
+_WALL_CLOCK_SECONDS = 2 * _SESSION_SECONDS + 2 * WALL_CLOCK_ROUNDS * WALL_CLOCK_RUN_SECONDS
+
 
 
 @dataclass(frozen=True)
@@ -730,6 +758,8 @@ EVICT = "__taso_evict"
 # them is read again, while the tables' warm prices stay.
 _PENALTY_KEY = "after-products-pairs"
 _PENALTY_PAIRS = 3  # pairs of sessions a penalty is the median of
+# A penalty measured on copies of the node cycling over weights of its own (CacheSizes.cycle of them): a name of its own.
+_CYCLE_PENALTY_KEY = "after-own-weights"
 
 
 def profile_cold_penalty(model: bytes, feeds: dict, threads: int, evict_bytes: int, min_total: float = FULL_SECONDS,
@@ -807,7 +837,7 @@ def _after_eviction(proto: onnx.ModelProto, evict_bytes: int) -> onnx.ModelProto
     else:
         read = parts[0] if parts else f"{EVICT}_x"
     g.node.append(helper.make_node("ReduceMax", [read], [f"{EVICT}_streamed"], keepdims=0, name=f"{EVICT}_read"))
-    _append_copy(g, proto.graph.node, COLD, {v: _waiting(g, v, dynamic[v], f"{EVICT}_streamed", "cold") for v in dynamic}, "")
+    append_copy(g, proto.graph.node, COLD, {v: _waiting(g, v, dynamic[v], f"{EVICT}_streamed", "cold") for v in dynamic}, "")
     return out
 
 
@@ -825,9 +855,9 @@ def _cold_then_warm(proto: onnx.ModelProto, after: str | None = None) -> onnx.Mo
         g.input.append(helper.make_tensor_value_info(f"{EVICT}_x", TensorProto.FLOAT, None))
     g.node.append(helper.make_node("ReduceMax", [after or f"{EVICT}_x"], [f"{EVICT}_streamed"], keepdims=0, name=f"{EVICT}_read"))
 
-    _append_copy(g, proto.graph.node, COLD, {v: _waiting(g, v, dynamic[v], f"{EVICT}_streamed", "cold") for v in dynamic}, "")
+    append_copy(g, proto.graph.node, COLD, {v: _waiting(g, v, dynamic[v], f"{EVICT}_streamed", "cold") for v in dynamic}, "")
     first_output = proto.graph.output[0].name
-    _append_copy(g, proto.graph.node, WARM, {v: _waiting(g, v, dynamic[v], first_output, "warm") for v in dynamic}, "~warm")
+    append_copy(g, proto.graph.node, WARM, {v: _waiting(g, v, dynamic[v], first_output, "warm") for v in dynamic}, "~warm")
     for output in proto.graph.output:
         twin = g.output.add()
         twin.CopyFrom(output)
@@ -852,65 +882,6 @@ def _waiting(g: onnx.GraphProto, value: str, dtype: int, on: str, tag: str) -> s
         helper.make_node("Add", [value, names[5]], [f"{value}~{tag}"], name=f"{EVICT}/{tag}/{value}/add"),
     ])
     return f"{value}~{tag}"
-
-
-def _append_copy(into: onnx.GraphProto, nodes, prefix: str, renamed: dict[str, str], suffix: str) -> None:
-    """Appends a copy of ``nodes`` to ``into``: named ``prefix`` and their index, reading the values ``renamed`` maps
-    instead of the originals (the copy's own outputs included), writing their outputs with ``suffix`` appended."""
-    for i, node in enumerate(nodes):
-        twin = into.node.add()
-        twin.CopyFrom(node)
-        twin.name = f"{prefix}{i}"
-        twin.input[:] = [renamed.get(v, v) for v in node.input]
-        twin.output[:] = [f"{v}{suffix}" if v else v for v in node.output]
-        renamed.update({v: f"{v}{suffix}" for v in node.output if v})
-
-
-def with_copies(proto: onnx.ModelProto, copies: int) -> onnx.ModelProto:
-    """The model with its nodes ``copies`` times over, each copy reading the same inputs; the graph outputs are the first's."""
-    many = onnx.ModelProto()
-    many.CopyFrom(proto)
-    for i in range(1, copies):
-        _append_copy(many.graph, proto.graph.node, f"__taso_copy{i}/", {}, f"~copy{i}")
-    return many
-
-
-def copies_session(proto: onnx.ModelProto, threads: int, in_place: InPlaceWeights | None = None, **options) -> ort.InferenceSession:
-    """A session that keeps identical nodes apart (ONNX Runtime's common-subexpression elimination would make them one)."""
-    session_opts = session_options(threads)
-    for name, value in options.items():
-        setattr(session_opts, name, value)
-    return in_place_session(proto, session_opts, in_place, disabled_optimizers=["CommonSubexpressionElimination"])
-
-
-def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPlaceWeights | None = None) -> tuple[float, float]:
-    """What one more copy of ``model``'s nodes adds to a running session, by the wall clock: (seconds, noise band).
-
-    ``_COPIES`` independent copies reading the same inputs are timed against one copy, in
-    interleaved rounds (common-subexpression elimination off: ONNX Runtime would fold the
-    copies into one; the copies share the weight, prepacked once). For a node under a few
-    microseconds the profiler cannot tell: it times kernels in whole microseconds over an
-    overhead of its own of ~5 us that moves with where the kernel runs, and a 3-way Split with
-    its Concat was priced at 1.5-2.4x what a step of a chain of them takes
-    (``benchmarks/bench_small_nodes.py``: 0.86-1.01x timed so). The difference is the node's
-    kernel, its dispatch and its outputs' allocation, on warm inputs: what it adds inside a graph.
-    """
-    proto = onnx.load_model_from_string(model)
-    sessions = [copies_session(m, threads, in_place) for m in (proto, with_copies(proto, _COPIES))]
-    for session in sessions:
-        for _ in range(3):
-            session.run(None, feeds)
-    measures = [functools.partial(fastest_run, session, feeds, 3, _WALL_CLOCK_RUN_SECONDS) for session in sessions]
-    one, more = interleaved_samples(measures, _WALL_CLOCK_ROUNDS)
-    deltas = [(m - o) / (_COPIES - 1) for o, m in zip(one, more)]
-    seconds = max(float(np.median(deltas)), 0.0)
-    return seconds, noise_band(seconds, _interquartile_range(deltas))
-
-
-def _interquartile_range(values: list[float]) -> float:
-    """The spread of the middle half of the runs: a measurement's noise band, robust to a run the machine disturbed."""
-    lower, upper = np.percentile(values, [25, 75])
-    return float(upper - lower)
 
 
 def _robust_mean(values: list[float]) -> float:

@@ -1,0 +1,138 @@
+"""Timing a node by the wall clock, as copies of it inside one running session.
+
+The profiler times a kernel alone, in whole microseconds, over an overhead of its own; a node's
+price in a graph is what one more of it adds to a running session: its kernel, its dispatch, its
+outputs' allocation. Two measurements are made here from copies of a one-node model:
+
+* :func:`wall_clock_marginal`: copies reading the same inputs and the same weight, against one copy:
+  a node's warm price (a weight read back to back, as an unrolled LSTM reads its input weight).
+* :func:`cold_read_penalty`: copies cycling over ``m`` weights of the node's own shape, against copies
+  all reading one: what each read costs when ``m - 1`` other weights of its size were read since its
+  last (an unrolled GRU alternates its input and recurrent weights: ``m = 2``). Chains of products so
+  cycled take what their graphs take (``benchmarks/bench_weight_residency.py``), where the profiler's
+  cold copy after an eviction measured 0.26-0.83 of it near the L2's size (docs/measured.md, sessions 17-26).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+from ..timing import fastest_run, interleaved_samples, session_options
+from .cache import noise_band
+from .in_place import InPlaceWeights, in_place_session
+
+__all__ = ["COPIES", "WALL_CLOCK_ROUNDS", "WALL_CLOCK_RUN_SECONDS", "append_copy", "with_copies", "copies_session",
+           "wall_clock_marginal", "cycled_copies", "cold_read_penalty", "interquartile_range"]
+
+COPIES = 33
+WALL_CLOCK_ROUNDS = 7
+WALL_CLOCK_RUN_SECONDS = 0.003
+
+
+def append_copy(into: onnx.GraphProto, nodes, prefix: str, renamed: dict[str, str], suffix: str) -> None:
+    """Appends a copy of ``nodes`` to ``into``: named ``prefix`` and their index, reading the values ``renamed`` maps
+    instead of the originals (the copy's own outputs included), writing their outputs with ``suffix`` appended."""
+    for i, node in enumerate(nodes):
+        twin = into.node.add()
+        twin.CopyFrom(node)
+        twin.name = f"{prefix}{i}"
+        twin.input[:] = [renamed.get(v, v) for v in node.input]
+        twin.output[:] = [f"{v}{suffix}" if v else v for v in node.output]
+        renamed.update({v: f"{v}{suffix}" for v in node.output if v})
+
+
+def with_copies(proto: onnx.ModelProto, copies: int, weights: list[str] | None = None) -> onnx.ModelProto:
+    """The model with its nodes ``copies`` times over, each copy reading the same inputs; the graph outputs are the first's.
+
+    With ``weights`` (the main weight's name, then other initializers of its shape), copy ``i`` reads
+    ``weights[i % len(weights)]`` in place of the first."""
+    many = onnx.ModelProto()
+    many.CopyFrom(proto)
+    for i in range(1, copies):
+        renamed = {weights[0]: weights[i % len(weights)]} if weights else {}
+        append_copy(many.graph, proto.graph.node, f"__taso_copy{i}/", renamed, f"~copy{i}")
+    return many
+
+
+def copies_session(proto: onnx.ModelProto, threads: int, in_place: InPlaceWeights | None = None, **options) -> ort.InferenceSession:
+    """A session that keeps identical nodes apart (ONNX Runtime's common-subexpression elimination would make them one)."""
+    session_opts = session_options(threads)
+    for name, value in options.items():
+        setattr(session_opts, name, value)
+    return in_place_session(proto, session_opts, in_place, disabled_optimizers=["CommonSubexpressionElimination"])
+
+
+def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPlaceWeights | None = None) -> tuple[float, float]:
+    """What one more copy of ``model``'s nodes adds to a running session, by the wall clock: (seconds, noise band).
+
+    ``COPIES`` independent copies reading the same inputs are timed against one copy, in
+    interleaved rounds (common-subexpression elimination off: ONNX Runtime would fold the
+    copies into one; the copies share the weight, prepacked once). For a node under a few
+    microseconds the profiler cannot tell: it times kernels in whole microseconds over an
+    overhead of its own of ~5 us that moves with where the kernel runs, and a 3-way Split with
+    its Concat was priced at 1.5-2.4x what a step of a chain of them takes
+    (``benchmarks/bench_small_nodes.py``: 0.86-1.01x timed so). The difference is the node's
+    kernel, its dispatch and its outputs' allocation, on warm inputs: what it adds inside a graph.
+    """
+    proto = onnx.load_model_from_string(model)
+    deltas = _per_copy_differences(proto, with_copies(proto, COPIES), COPIES - 1, feeds, threads, in_place)
+    seconds = max(float(np.median(deltas)), 0.0)
+    return seconds, noise_band(seconds, interquartile_range(deltas))
+
+
+def cycled_copies(proto: onnx.ModelProto, weight: str, cycle: int, copies: int) -> onnx.ModelProto | None:
+    """``copies`` copies of the model whose copy ``i`` reads the ``i % cycle``-th of ``cycle`` weights shaped as
+    ``weight`` (its own values shifted by the weight's number: ONNX Runtime reads equal weights once); None when
+    ``weight`` is not one of the model's initializers."""
+    found = [t for t in proto.graph.initializer if t.name == weight]
+    if not found:
+        return None
+    values = numpy_helper.to_array(found[0])
+    cycled = onnx.ModelProto()
+    cycled.CopyFrom(proto)
+    names = [weight] + [f"{weight}~cycle{j}" for j in range(1, cycle)]
+    cycled.graph.initializer.extend(numpy_helper.from_array(values + values.dtype.type(j), name)
+                                    for j, name in enumerate(names[1:], start=1))
+    return with_copies(cycled, copies, names)
+
+
+def cold_read_penalty(model: bytes, feeds: dict, threads: int, weight: str, cycle: int,
+                      in_place: InPlaceWeights | None = None) -> tuple[float, float] | None:
+    """What each read of ``weight`` costs when ``cycle - 1`` other weights of its size were read since its last:
+    copies cycling over ``cycle`` weights against as many copies reading one, per copy, by the wall clock
+    (seconds, noise band); None when ``weight`` is not an initializer of the model (a large one handed over in place).
+
+    Both sessions run the same kernels on the same shapes; only the weights' reuse distance differs. Each copy of the
+    cycled model reads its weight cold, and the difference is the penalty the residency model adds to a read at that
+    distance (``taso.cost.residency``)."""
+    proto = onnx.load_model_from_string(model)
+    copies = cycle * max(2, -(-16 // cycle))  # whole cycles, at least 16 copies
+    cycled = cycled_copies(proto, weight, cycle, copies)
+    if cycled is None:
+        return None
+    deltas = _per_copy_differences(with_copies(proto, copies), cycled, copies, feeds, threads, in_place)
+    seconds = max(float(np.median(deltas)), 0.0)
+    return seconds, noise_band(seconds, interquartile_range(deltas))
+
+
+def _per_copy_differences(base: onnx.ModelProto, more: onnx.ModelProto, per: int, feeds: dict, threads: int,
+                          in_place: InPlaceWeights | None) -> list[float]:
+    """Per interleaved round, (``more``'s fastest run - ``base``'s) / ``per``."""
+    sessions = [copies_session(m, threads, in_place) for m in (base, more)]
+    for session in sessions:
+        for _ in range(3):
+            session.run(None, feeds)
+    measures = [functools.partial(fastest_run, session, feeds, 3, WALL_CLOCK_RUN_SECONDS) for session in sessions]
+    one, many = interleaved_samples(measures, WALL_CLOCK_ROUNDS)
+    return [(m - o) / per for o, m in zip(one, many)]
+
+
+def interquartile_range(values: list[float]) -> float:
+    """The spread of the middle half of the runs: a measurement's noise band, robust to a run the machine disturbed."""
+    lower, upper = np.percentile(values, [25, 75])
+    return float(upper - lower)
