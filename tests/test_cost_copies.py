@@ -1,0 +1,137 @@
+"""Copies of a one-node model: the wall-clock price and the cold-read penalty measured on them (taso.cost.copies),
+and which nodes the cost model times that way (taso.cost.residency, taso.cost.ort_cpu)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from taso.cost import copies
+from taso.cost.ort_cpu import BY_COPIES, OrtCpuCost
+from taso.cost.residency import CacheSizes
+from taso.ir import Graph, Node, TensorType
+from taso.ops import get
+
+MB = 1 << 20
+
+
+def _gemm(k: int = 8, n: int = 4) -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph([helper.make_node("Gemm", ["x", "W", "b"], ["y"])], "one",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, k])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, n])],
+                              [numpy_helper.from_array(rng.standard_normal((k, n)).astype(np.float32), "W"),
+                               numpy_helper.from_array(rng.standard_normal(n).astype(np.float32), "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_weights_about_the_l2s_size_are_the_ones_timed_by_copies():
+    caches = CacheSizes(l1=32 << 10, l2=MB, l3=36 * MB)
+    assert not caches.near_l2(512 << 10), "half the L2 fits whatever ran before"
+    assert caches.near_l2(768 << 10) and caches.near_l2(MB) and caches.near_l2(2 * MB)
+    assert not caches.near_l2(2 * MB + 4), "past twice the L2 a read streams from the L3 whatever ran before"
+    assert not caches.near_l2(768 << 10, threads=2) and caches.near_l2(4 * MB, threads=2), "two cores, two L2s"
+
+
+def test_a_cycle_of_own_weights_stands_for_the_bytes_between_reads_only_where_it_can():
+    caches = CacheSizes(l1=32 << 10, l2=MB, l3=36 * MB)
+    assert caches.cycle(own=768 << 10, evicted=MB) == 2, "an unrolled GRU h256: the other weight, as large, between reads"
+    assert caches.cycle(own=MB, evicted=4 * MB) == 5
+    assert caches.cycle(own=4 * MB, evicted=MB) == 2, "at least one other weight"
+    assert caches.cycle(own=64 << 10, evicted=32 * MB) is None, "512 copies of a small convolution's weight"
+    assert caches.cycle(own=30 * MB, evicted=64 * MB) is None, "three 30 MB weights are past twice the L3"
+    assert caches.cycle(own=0, evicted=MB) is None
+
+
+def test_cycled_copies_read_the_weights_in_turn_each_with_values_of_its_own():
+    proto = _gemm()
+    cycled = copies.cycled_copies(proto, "W", cycle=3, copies=6)
+    weights = {t.name: numpy_helper.to_array(t) for t in cycled.graph.initializer}
+    own = weights["W"]
+    assert [n.input[1] for n in cycled.graph.node] == ["W", "W~cycle1", "W~cycle2"] * 2
+    assert np.array_equal(weights["W~cycle1"], own + 1) and np.array_equal(weights["W~cycle2"], own + 2)
+    assert all(n.input[0] == "x" and n.input[2] == "b" for n in cycled.graph.node), "every copy reads the same input and bias"
+    assert len({n.output[0] for n in cycled.graph.node}) == 6
+    assert copies.cycled_copies(proto, "not-a-weight", cycle=2, copies=4) is None
+
+
+def test_the_cold_read_penalty_compares_the_same_kernels_reading_one_weight_and_a_cycle(monkeypatch):
+    """Only the weights' reuse distance differs between the two models timed: the same number of copies of the node."""
+    timed = []
+
+    def differences(base, more, per, feeds, threads, in_place):
+        timed.append((base, more, per))
+        return [3e-6, 4e-6, 5e-6]
+
+    monkeypatch.setattr(copies, "_per_copy_differences", differences)
+    seconds, band = copies.cold_read_penalty(_gemm().SerializeToString(), {}, 1, "W", cycle=2)
+    (base, cycled, per), = timed
+    assert seconds == pytest.approx(4e-6) and band > 0
+    assert len(base.graph.node) == len(cycled.graph.node) == per == 16
+    assert {n.input[1] for n in base.graph.node} == {"W"}
+    assert [n.input[1] for n in cycled.graph.node[:4]] == ["W", "W~cycle1", "W", "W~cycle1"]
+    assert copies.cold_read_penalty(_gemm().SerializeToString(), {}, 1, "V", cycle=2) is None
+
+
+def test_the_cycled_copies_run_on_onnx_runtime_and_compute_each_weights_product():
+    ort = pytest.importorskip("onnxruntime")
+    proto = _gemm()
+    cycled = copies.cycled_copies(proto, "W", cycle=2, copies=4)
+    del cycled.graph.output[:]
+    cycled.graph.output.extend(helper.make_tensor_value_info(n.output[0], TensorProto.FLOAT, [1, 4]) for n in cycled.graph.node)
+    x = np.ones((1, 8), np.float32)
+    outputs = ort.InferenceSession(cycled.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    w, b = (numpy_helper.to_array(t) for t in proto.graph.initializer)
+    for i, y in enumerate(outputs):
+        np.testing.assert_allclose(y, x @ (w + (i % 2)) + b, rtol=1e-5)
+
+
+class _Keys(OrtCpuCost):
+    """Records the keys the cost model looks its prices up by; measures nothing."""
+
+    def __init__(self, l2: int):
+        super().__init__(threads=1)
+        self.caches = CacheSizes(l1=1 << 10, l2=l2, l3=16 * l2)
+        self.looked_up: list[str] = []
+
+    def _from_cache(self, key, cached, node, graph, consts):
+        return cached
+
+    def fresh(self, node, graph, consts, quick=False):
+        self.looked_up.append("fresh")
+        return 1e-5, 0.1
+
+    def cold_penalty(self, node, graph, consts, evicted, cycle=None):
+        self.looked_up.append(f"penalty cycle={cycle}")
+        return 1e-6, 0.1
+
+
+def _product(k: int, n: int) -> tuple[Node, Graph]:
+    node = Node(get("matmul"), get("matmul").make_params(), ("x", "W"), ("y",), "p")
+    return node, Graph({"x": TensorType((1, k))}, {"W": np.zeros((k, n), np.float32)}, [node], ["y"])
+
+
+@pytest.mark.parametrize("k, n, by_copies", [(64, 64, False), (128, 128, True), (256, 256, False)], ids=["16 KB", "64 KB", "256 KB"])
+def test_a_weight_about_the_l2s_size_is_priced_under_a_key_of_its_own(tmp_path, monkeypatch, k, n, by_copies):
+    """A 64 KB weight with a 64 KB L2: its entry is timed by copies, under a key the profiled entries of earlier tables do not have."""
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    model = _Keys(l2=64 << 10)
+    node, graph = _product(k, n)
+    model.node_cost(node, graph)
+    keys = [key for key in model.cache.table(model.fingerprint) if not key.startswith("calibration")]
+    assert len(keys) == 1 and keys[0].endswith(BY_COPIES) == by_copies
+
+
+def test_a_penalty_from_own_weights_is_named_apart_from_the_profiled_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    model = _Keys(l2=64 << 10)
+    node, graph = _product(128, 128)  # 64 KB
+    consts = graph.constant_values()
+    model.read_penalty(node, graph, consts, evicted=64 << 10)
+    small, small_graph = _product(16, 16)  # 1 KB: 64 of them for 64 KB between reads, past a cycle's 9
+    model.read_penalty(small, small_graph, small_graph.constant_values(), evicted=64 << 10)
+    assert model.looked_up == ["penalty cycle=2", "penalty cycle=None"]
+    keys = sorted(key.rpartition("@")[2] for key in model.cache.table(model.fingerprint))
+    assert keys == ["after-own-weights-2", "after-products-pairs-64K"]
