@@ -148,8 +148,6 @@ class OrtCpuCost(CostModel):
     def measure(self, node: Node, graph: Graph, key: str, consts) -> float:
         if node.op.name in HAS_ACTIVATION and node.params["activation"] != "none":
             return self._with_activation(node, graph, consts)
-        if self._near_l2(node, graph, consts):
-            key += BY_COPIES
         cached = self._table.get(key)
         if cached is not None:
             seconds = self._from_cache(key, cached, node, graph, consts)
@@ -190,17 +188,15 @@ class OrtCpuCost(CostModel):
                 return cached
             self.measured += 1
             return check.remeasure(key, cached, fresh)
-        if check.wants(key, self._check_seconds(cached, by_copies=key.endswith(BY_COPIES))):
+        if check.wants(key, self._check_seconds(cached)):
             return check.verify(key, cached, fresh).value
         return cached
 
-    def _check_seconds(self, cached: float, by_copies: bool = False) -> float:
+    def _check_seconds(self, cached: float) -> float:
         """About what screening an entry of ``cached`` seconds takes (profile_kernels: a session, 3 warm-up runs, then 7 runs or 5 ms)."""
         per_run = 2 * cached + (self._unit or 0.0)  # the node runs twice (profile_kernels' warm copy), the reference beside it
         profiled = _SESSION_SECONDS + 3 * per_run + max(7 * per_run, QUICK_SECONDS)
-        if cached < SMALL_SECONDS or (by_copies and cached < COPIES_MAX_SECONDS):
-            profiled += _WALL_CLOCK_SECONDS * max(cached / SMALL_SECONDS, 1.0)  # then timed again as 33 copies a run
-        return profiled
+        return profiled + (_WALL_CLOCK_SECONDS if cached < SMALL_SECONDS else 0.0)
 
     def fresh(self, node: Node, graph: Graph, consts, quick: bool = False) -> tuple[float, float]:
         """Measures a node now, whatever the cache holds: (seconds, relative noise band); ``quick``: runs for 5 ms, not 20 (a spot-check's screen)."""
@@ -220,14 +216,9 @@ class OrtCpuCost(CostModel):
         # nothing moves from session to session (2-4 us at 1 thread, 4-8 us at 2), and it is in every kernel's time.
         ratios = [(k - f) / r for k, f, r in zip(profile.kernels, profile.floor, profile.reference)]
         seconds = max(_robust_mean(ratios) * self._unit, 0.0) + self._dispatch
-        if seconds < SMALL_SECONDS or (seconds < COPIES_MAX_SECONDS and self._near_l2(node, graph, consts)):
+        if seconds < SMALL_SECONDS:
             return wall_clock_marginal(model, feeds, self.threads, in_place)
         return seconds, noise_band(seconds, interquartile_range(ratios) * self._unit)
-
-    def _near_l2(self, node: Node, graph: Graph, consts) -> bool:
-        """Whether the node's main weight is about the L2's size: it is priced by copies of it (:data:`BY_COPIES`)."""
-        weight = self._weight_of(node, graph, consts)
-        return weight is not None and self.caches.near_l2(self._nbytes(weight, graph), self.threads)
 
     def _single_model(self, node: Node, graph: Graph, consts) -> tuple[bytes, dict[str, np.ndarray], InPlaceWeights]:
         """``node`` alone as an ONNX model (its constant inputs as initializers, the large ones handed to ONNX Runtime in
@@ -388,7 +379,7 @@ class OrtCpuCost(CostModel):
         """How many weights of the node's main weight's size, read in turn, stand for ``evicted`` bytes between its reads
         (:meth:`CacheSizes.cycle`); None for a weight handed to ONNX Runtime in place (too large to copy)."""
         own = self._nbytes(self._weight_of(node, graph, consts), graph)
-        return self.caches.cycle(own, evicted) if own < IN_PLACE_BYTES else None
+        return self.caches.cycle(own, evicted, self.threads) if own < IN_PLACE_BYTES else None
 
     def cold_penalty(self, node: Node, graph, consts, evicted: int, cycle: int | None = None) -> tuple[float, float]:
         """Measures now what ``evicted`` bytes streamed through the caches add to ``node``'s kernel: (seconds, noise band).
@@ -624,10 +615,6 @@ QUICK_SECONDS = 0.005
 # and up to an L2-sized weight its bookkeeping between kernels costs the weight part of its residency (a 1 MB
 # product: 24 us a step of a chain, 32 us profiled). Above, a node's run dwarfs both, and 33 copies would take long.
 SMALL_SECONDS = 30e-6
-# A node whose weight is about the L2's size (CacheSizes.near_l2) is timed by the wall clock up to this price, its entry
-# under a key of its own (BY_COPIES), so that the profiled entries of earlier tables are not read for it.
-COPIES_MAX_SECONDS = 300e-6
-BY_COPIES = "@by-copies"
 _WALL_CLOCK_SECONDS = 2 * _SESSION_SECONDS + 2 * WALL_CLOCK_ROUNDS * WALL_CLOCK_RUN_SECONDS
 
 

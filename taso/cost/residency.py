@@ -83,19 +83,15 @@ class CacheSizes:
         return min(1 << round(math.log2(between)), 2 * self.l3)
 
 
-    def near_l2(self, own: int, threads: int = 1) -> bool:
-        """Whether a weight of ``own`` bytes is about the size of the L2 of the cores a node runs on (over half, at most
-        twice): how much of it a read finds there depends on what ran just before, and the profiler's warm copy, run
-        after its reference kernel, over-prices it (a 1 MB product: 32 us profiled, 24 us a step of a chain)."""
-        l2 = self.l2 * max(threads, 1)
-        return l2 // 2 < own <= 2 * l2
-
-    def cycle(self, own: int, evicted: int, max_cycle: int = 9) -> int | None:
+    def cycle(self, own: int, evicted: int, threads: int = 1) -> int | None:
         """How many weights of ``own`` bytes, read in turn, put about ``evicted`` bytes between two reads of each (at
-        least 2); None past ``max_cycle`` of them or twice the L3 in all, where copies of one node cannot stand for what
-        a graph reads between (a 64 KB convolution weight after 32 MB of others)."""
-        cycle = 1 + max(1, round(evicted / own)) if own else max_cycle + 1
-        return cycle if cycle <= max_cycle and cycle * own <= 2 * self.l3 else None
+        least 2); None where they would hold more than twice the L2 of the cores the node runs on. Within that, whether a
+        read finds its weight in the core's own L2 decides its price, and copies of the node cycled so take what such a
+        graph takes; past it the L3, which this machine's other tenants share, decides, and the copies measured more
+        than a graph pays (NasRNN's merged 8 MB products: 232 us a read, which made its column merges look a loss
+        where they measure a gain; docs/measured.md, session 26)."""
+        cycle = 1 + max(1, round(evicted / own)) if own else 0
+        return cycle if own and cycle * own <= 2 * self.l2 * max(threads, 1) else None
 
 def _bytes(text: str) -> int:
     """sysfs writes "1024K" or "32768K" or "32M"."""
