@@ -44,7 +44,7 @@ The full run is 36 configurations x 2 thread counts = 72 ``taso optimize`` runs 
 default 9 s search limit), 72 interleaved timings and 72 exports (dynamo's take up to ~10 s at 64 steps).
 Measured on a shared 2-core machine: the quick run (4 rows) takes about 45 s, the largest configuration
 (lstm h512 x64 dynamo, one thread count) about 45 s from nothing; ``--threads 1 --redo`` over all 36
-configurations took 13 minutes, and timing them again from the files it left (3 series) about a minute
+configurations took 13-18 minutes, and timing them again from the files it left about a minute with 3 series, 5 with 9
 (more with ``--time-limit`` above 9). Re-running reuses the exports and taso's outputs.
 Timings at 2 threads are only meaningful on a machine with 2 idle cores.
 """
