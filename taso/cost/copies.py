@@ -8,9 +8,9 @@ outputs' allocation. Two measurements are made here from copies of a one-node mo
   a node's warm price (a weight read back to back, as an unrolled LSTM reads its input weight).
 * :func:`cold_read_penalty`: copies cycling over ``m`` weights of the node's own shape, against copies
   all reading one: what each read costs when ``m - 1`` other weights of its size were read since its
-  last (an unrolled GRU alternates its input and recurrent weights: ``m = 2``). Chains of products so
-  cycled take what their graphs take (``benchmarks/bench_weight_residency.py``), where the profiler's
-  cold copy after an eviction measured 0.26-0.83 of it near the L2's size (docs/measured.md, sessions 17-26).
+  last (an unrolled GRU alternates its input and recurrent weights: ``m = 2``). It measured 0.77-1.05 of
+  what a chain of such products pays a read, where the profiled pairs measured 0.13-0.58 of it
+  (``benchmarks/bench_cycle_probe.py``; docs/measured.md, session 26).
 """
 
 from __future__ import annotations

@@ -394,9 +394,10 @@ class OrtCpuCost(CostModel):
         0, 492, 0 and 2004 us in four tries (``benchmarks/bench_penalty_noise.py``)."""
         try:
             model, feeds, in_place = self._single_model(node, graph, consts)
-            cycled = cold_read_penalty(model, feeds, self.threads, self._weight_of(node, graph, consts), cycle, in_place) if cycle else None
-            if cycled is not None:
-                return cycled
+            if cycle:
+                cycled = cold_read_penalty(model, feeds, self.threads, self._weight_of(node, graph, consts), cycle, in_place)
+                if cycled is not None:
+                    return cycled
             pairs = [profile_cold_penalty(model, feeds, self.threads, evicted, in_place=in_place) for _ in range(_PENALTY_PAIRS)]
         except Exception:  # noqa: BLE001 - as in fresh(): an opaque node that cannot run alone is priced warm
             if node.op.name != "opaque":
@@ -616,7 +617,6 @@ QUICK_SECONDS = 0.005
 # product: 24 us a step of a chain, 32 us profiled). Above, a node's run dwarfs both, and 33 copies would take long.
 SMALL_SECONDS = 30e-6
 _WALL_CLOCK_SECONDS = 2 * _SESSION_SECONDS + 2 * WALL_CLOCK_ROUNDS * WALL_CLOCK_RUN_SECONDS
-
 
 
 @dataclass(frozen=True)
