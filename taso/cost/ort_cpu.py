@@ -378,7 +378,8 @@ class OrtCpuCost(CostModel):
     def _cycle(self, node: Node, graph, consts, evicted: int) -> int | None:
         """How many weights of the node's main weight's size, read in turn, stand for ``evicted`` bytes between its reads
         (:meth:`CacheSizes.cycle`); None for a weight handed to ONNX Runtime in place (too large to copy)."""
-        own = self._nbytes(self._weight_of(node, graph, consts), graph)
+        weight = self._weight_of(node, graph, consts)
+        own = self._nbytes(weight, graph) if weight is not None else 0
         return self.caches.cycle(own, evicted, self.threads) if own < IN_PLACE_BYTES else None
 
     def cold_penalty(self, node: Node, graph, consts, evicted: int, cycle: int | None = None) -> tuple[float, float]:
