@@ -14,8 +14,9 @@ function (ONNX Runtime, random inputs at batch 1 and 3, within 1e-4 relative).
 For each configuration (cell, hidden, steps, exporter) and thread count, three files are timed side
 by side in interleaved runs (``taso.timing.fresh_session_series``, ONNX Runtime ENABLE_ALL, batch 1,
 float32 random input), ``--series`` of them (3), each in fresh sessions, and the median of each ratio
-is reported, with the range of taso's speedup over the series: a session can run a model 30% slower than a fresh one for as long as the session
-lives (the LSTM h256x64 ceiling measured 1.91x in one series, 1.33-1.37x in four fresh ones). The files are
+is reported, with the range of taso's speedup over the series: a session can run a model 30% slower than
+a fresh one for as long as the session lives (the LSTM h256x64 ceiling measured 1.91x in one series,
+1.33-1.37x in four fresh ones). The files are
 the original export, ``python -m taso optimize ORIGINAL --threads T``'s output
 (default settings; its wall time and whether it kept the optimized model, from ``--report``), and
 the ceiling. The table gives ratios only: taso's speedup (original / taso), the ceiling's (original /
@@ -25,8 +26,8 @@ taso's per-node costs predicted and its ratio to the measured one (where the opt
 kept), and wall time; then the geometric mean of taso / ceiling, how many runs reach >= 0.95 of the
 ceiling, and how many predictions are within 10% of the measurement (the issue's targets); then how far apart
 the series measured (a row whose largest series is over 1.21x its smallest has no figure within 10% of every
-series) and how many predictions lie within their row's series. Previously measured at 1 thread: LSTMCell h512x32 ceiling 1.33x, GRUCell h384x24
-1.24x, taso at 82-96% of the ceiling.
+series) and how many predictions lie within their row's series. Previously measured at 1 thread: LSTMCell
+h512x32 ceiling 1.33x, GRUCell h384x24 1.24x, taso at 82-96% of the ceiling.
 
 Files go to ``--out`` (default ``~/.cache/taso-ceiling``) and are reused: the exports always, taso's
 output (with its wall time and "kept") when it was made with the same threads and time limit,
@@ -44,8 +45,8 @@ The full run is 36 configurations x 2 thread counts = 72 ``taso optimize`` runs 
 default 9 s search limit), 72 interleaved timings and 72 exports (dynamo's take up to ~10 s at 64 steps).
 Measured on a shared 2-core machine: the quick run (4 rows) takes about 45 s, the largest configuration
 (lstm h512 x64 dynamo, one thread count) about 45 s from nothing; ``--threads 1 --redo`` over all 36
-configurations took 13-18 minutes, and timing them again from the files it left about a minute with 3 series, 5 with 9
-(more with ``--time-limit`` above 9). Re-running reuses the exports and taso's outputs.
+configurations took 13-18 minutes, and timing them again from the files it left about a minute with 3
+series, 5 with 9 (more with ``--time-limit`` above 9). Re-running reuses the exports and taso's outputs.
 Timings at 2 threads are only meaningful on a machine with 2 idle cores.
 """
 

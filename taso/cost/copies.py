@@ -80,9 +80,7 @@ def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPla
     kernel, its dispatch and its outputs' allocation, on warm inputs: what it adds inside a graph.
     """
     proto = onnx.load_model_from_string(model)
-    deltas = _per_copy_differences(proto, with_copies(proto, COPIES), COPIES - 1, feeds, threads, in_place)
-    seconds = max(float(np.median(deltas)), 0.0)
-    return seconds, noise_band(seconds, interquartile_range(deltas))
+    return _median_and_band(_per_copy_differences(proto, with_copies(proto, COPIES), COPIES - 1, feeds, threads, in_place))
 
 
 def cycled_copies(proto: onnx.ModelProto, weight: str, cycle: int, copies: int) -> onnx.ModelProto | None:
@@ -115,9 +113,7 @@ def cold_read_penalty(model: bytes, feeds: dict, threads: int, weight: str, cycl
     cycled = cycled_copies(proto, weight, cycle, copies)
     if cycled is None:
         return None
-    deltas = _per_copy_differences(with_copies(proto, copies), cycled, copies, feeds, threads, in_place)
-    seconds = max(float(np.median(deltas)), 0.0)
-    return seconds, noise_band(seconds, interquartile_range(deltas))
+    return _median_and_band(_per_copy_differences(with_copies(proto, copies), cycled, copies, feeds, threads, in_place))
 
 
 def _per_copy_differences(base: onnx.ModelProto, more: onnx.ModelProto, per: int, feeds: dict, threads: int,
@@ -130,6 +126,12 @@ def _per_copy_differences(base: onnx.ModelProto, more: onnx.ModelProto, per: int
     measures = [functools.partial(fastest_run, session, feeds, 3, WALL_CLOCK_RUN_SECONDS) for session in sessions]
     one, many = interleaved_samples(measures, WALL_CLOCK_ROUNDS)
     return [(m - o) / per for o, m in zip(one, many)]
+
+
+def _median_and_band(deltas: list[float]) -> tuple[float, float]:
+    """Seconds (the median difference, at least 0) and their noise band (the middle half's spread)."""
+    seconds = max(float(np.median(deltas)), 0.0)
+    return seconds, noise_band(seconds, interquartile_range(deltas))
 
 
 def interquartile_range(values: list[float]) -> float:

@@ -82,7 +82,6 @@ class CacheSizes:
             return None
         return min(1 << round(math.log2(between)), 2 * self.l3)
 
-
     def cycle(self, own: int, evicted: int, threads: int = 1) -> int | None:
         """How many weights of ``own`` bytes, read in turn, put about ``evicted`` bytes between two reads of each (at
         least 2); None where they would hold more than twice the L2 of the cores the node runs on. Within that, whether a
@@ -90,8 +89,11 @@ class CacheSizes:
         graph takes; past it the L3, which this machine's other tenants share, decides, and the copies measured more
         than a graph pays (NasRNN's merged 8 MB products: 232 us a read, which made its column merges look a loss
         where they measure a gain; docs/measured.md, session 26)."""
-        cycle = 1 + max(1, round(evicted / own)) if own else 0
-        return cycle if own and cycle * own <= 2 * self.l2 * max(threads, 1) else None
+        if not own:
+            return None
+        cycle = 1 + max(1, round(evicted / own))
+        return cycle if cycle * own <= 2 * self.l2 * max(threads, 1) else None
+
 
 def _bytes(text: str) -> int:
     """sysfs writes "1024K" or "32768K" or "32M"."""
