@@ -54,7 +54,7 @@ def test_the_cold_read_penalty_compares_the_same_kernels_reading_one_weight_and_
     """Only the weights' reuse distance differs between the two models timed: the same number of copies of the node."""
     timed = []
 
-    def differences(base, more, per, feeds, threads, in_place):
+    def differences(base, more, per, feeds, threads, in_place, reference=None):
         timed.append((base, more, per))
         return [3e-6, 4e-6, 5e-6]
 
@@ -126,3 +126,44 @@ def test_the_cycle_benchmarks_chains_alternate_two_weights_and_run():
     session = ort.InferenceSession(two.SerializeToString(), providers=["CPUExecutionProvider"])
     (y,) = session.run(None, {"x": np.ones((1, 8), np.float32)})
     assert y.shape == (1, 8) and np.all(np.abs(y) <= 1)
+
+
+def test_each_round_is_rescaled_to_the_references_calibrated_speed(monkeypatch):
+    """A stretch where the host slows the core slows the reference timed in the same round as much: that round's figure
+    comes back to the calm one (a 0.39 us Add measured 0.80 over one such stretch, unrescaled)."""
+    calm, slowed = 1e-6, 2.3
+    rounds = [1.0, 1.0, slowed, slowed, slowed, 1.0, slowed]  # most rounds disturbed: the median alone would not do
+
+    def samples(measures, count):
+        assert len(measures) == 3 and count == copies.WALL_CLOCK_ROUNDS, "the reference is timed in the same rounds"
+        base = [10e-6 * s for s in rounds]
+        more = [b + 32 * calm * s for b, s in zip(base, rounds)]
+        return [base, more, [20e-6 * s for s in rounds]]
+
+    monkeypatch.setattr(copies, "interleaved_samples", samples)
+    reference = copies.WallReference(threads=1, calibrated=20e-6)
+    proto = _gemm()
+    feeds = {"x": np.ones((1, 8), np.float32)}  # the sessions are warmed before the (faked) rounds
+    deltas = copies._per_copy_differences(proto, copies.with_copies(proto, 33), 32, feeds, 1, None, reference)
+    assert deltas == pytest.approx([calm] * 7)
+    seconds, _ = copies._median_and_band(deltas)
+    assert seconds == pytest.approx(calm)
+
+
+def test_the_wall_reference_is_calibrated_once_per_table_and_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(copies.WallReference, "time", lambda self: 21e-6)
+    model = OrtCpuCost(threads=1)
+    assert model.wall_reference().calibrated == pytest.approx(21e-6)
+    model.close()
+    monkeypatch.setattr(copies.WallReference, "time", lambda self: 40e-6)  # a slower minute: the table keeps its unit
+    again = OrtCpuCost(threads=1)
+    assert again.wall_reference().calibrated == pytest.approx(21e-6)
+    again.close()
+
+
+def test_the_reference_runs_on_onnx_runtime():
+    pytest.importorskip("onnxruntime")
+    reference = copies.WallReference(threads=1)
+    assert 0 < reference.calibrate() < 0.01
+    assert reference.rescaled([1e-6], [reference.calibrated]) == pytest.approx([1e-6])

@@ -365,7 +365,7 @@ def test_a_node_under_the_profilers_resolution_is_priced_by_the_wall_clock(monke
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(ort_cpu, "profile_kernels", lambda *a, **k: ort_cpu.KernelProfile([3e-6] * 8, [100e-6] * 8, [2e-6] * 8))
     monkeypatch.setattr(ort_cpu, "median_run", lambda session, feeds, min_seconds=0.0: 1e-6)
-    monkeypatch.setattr(ort_cpu, "wall_clock_marginal", lambda model, feeds, threads, in_place=None: (0.7e-6, 0.1))
+    monkeypatch.setattr(ort_cpu, "wall_clock_marginal", lambda model, feeds, threads, in_place=None, reference=None: (0.7e-6, 0.1))
     model = OrtCpuCost(threads=1)
     node = _n("tanh", ["x"], ["y"])
     graph = Graph({"x": TensorType((1, 64))}, {}, [node], ["y"])

@@ -27,11 +27,14 @@ __all__ = ["cache_directory", "CostCache", "CostEntry", "SpotCheck", "SpotCheckP
 # same process strays further than its runs spread (SqueezeNet's nodes timed three times each: an
 # 86 us Conv whose runs spread 2-5% came out 24% apart). At most BAND_CEILING, so that an entry
 # off by a factor of 3 shows even on the noisiest microsecond kernel. Two measurements agree when
-# they differ by no more than the sum of their half-widths, each at least ABSOLUTE_FLOOR (the
-# profiler's tick).
+# they differ by no more than the sum of their half-widths, each at least ABSOLUTE_FLOOR: the
+# resolution of the measurements under a few microseconds, which ort-cpu takes by the wall clock
+# over copies of the node (20 tries of a 0.39 us Add gave 0.38-0.40). At the profiler's 1 us tick,
+# which it was, a 128-float Add cached at 0.80 us agreed with 0.39 fresh, and a GRU h128 graph
+# has 128 of them (docs/measured.md, session 27).
 BAND_FLOOR = 0.10
 BAND_CEILING = 0.5
-ABSOLUTE_FLOOR = 1e-6
+ABSOLUTE_FLOOR = 5e-8
 # A measuring model's own constants (the table's unit): every other entry is in their unit, so they
 # are not spot-checked or marked stale; a table whose unit is wrong is a new fingerprint's job.
 CALIBRATION = "calibration|"

@@ -11,27 +11,82 @@ outputs' allocation. Two measurements are made here from copies of a one-node mo
   last (an unrolled GRU alternates its input and recurrent weights: ``m = 2``). It measured 0.77-1.05 of
   what a chain of such products pays a read, where the profiled pairs measured 0.13-0.58 of it
   (``benchmarks/bench_cycle_probe.py``; docs/measured.md, session 26).
+
+Both time a fixed model beside each round (:class:`WallReference`) and rescale the round to the reference's speed
+when the cost table was started, as the profiled prices are rescaled to a reference kernel: the cloud host this
+runs on slows a core 1.6-2.5x for tens of milliseconds at a time (another tenant's work on its sibling hyper-thread,
+invisible from here), and one such stretch over a whole measurement priced a 128-float Add at 0.80 us for 128 nodes
+of a graph, where it takes 0.39 (docs/measured.md, session 27).
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from ..timing import fastest_run, interleaved_samples, session_options
+from onnx import TensorProto, helper
+
+from ..timing import fastest_run, interleaved_samples, open_session, session_options
 from .cache import noise_band
 from .in_place import InPlaceWeights, in_place_session
 
-__all__ = ["COPIES", "WALL_CLOCK_ROUNDS", "WALL_CLOCK_RUN_SECONDS", "append_copy", "with_copies", "copies_session",
-           "wall_clock_marginal", "cycled_copies", "cold_read_penalty", "interquartile_range"]
+__all__ = ["COPIES", "WALL_CLOCK_ROUNDS", "WALL_CLOCK_RUN_SECONDS", "WallReference", "negations", "append_copy", "with_copies",
+           "copies_session", "wall_clock_marginal", "cycled_copies", "cold_read_penalty", "interquartile_range"]
 
 COPIES = 33
 WALL_CLOCK_ROUNDS = 7
 WALL_CLOCK_RUN_SECONDS = 0.003
+
+
+REFERENCE_NEGATIONS = 65  # the reference model's nodes: a run is mostly running nodes, as a small node's price is
+_REFERENCE_FEEDS = {"x": np.ones(1, np.float32)}
+
+
+def negations(n: int) -> bytes:
+    """A chain of ``n`` Neg nodes on one float: nodes that cost nothing but being run."""
+    names = ["x"] + [f"r{i}" for i in range(n)]
+    nodes = [helper.make_node("Neg", [names[i]], [names[i + 1]]) for i in range(n)]
+    graph = helper.make_graph(nodes, "negations", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@dataclass
+class WallReference:
+    """A chain of Neg nodes timed beside each round of a wall-clock measurement, and its time when the cost table was
+    started (``calibrated``, seconds): a round is rescaled by ``calibrated`` over the reference's time in that round.
+
+    Over two minutes of back-to-back measurements of a 128-float Add, 10 of 1,760 came out 1.3-3x the median; in 9
+    of them the reference ran 1.6-2.5x its median too, and rescaled, all 1,760 lay within 0.33-0.49 us of a 0.41 us
+    median (docs/measured.md, session 27)."""
+
+    threads: int
+    calibrated: float | None = None
+    _session: ort.InferenceSession | None = field(default=None, repr=False)
+
+    def time(self) -> float:
+        """One sample: the fastest of at least 3 runs over ``WALL_CLOCK_RUN_SECONDS``."""
+        if self._session is None:
+            self._session = open_session(negations(REFERENCE_NEGATIONS), self.threads, optimize=False)
+            self._session.run(None, _REFERENCE_FEEDS)
+        return fastest_run(self._session, _REFERENCE_FEEDS, 3, WALL_CLOCK_RUN_SECONDS)
+
+    def calibrate(self) -> float:
+        """The reference's time now (the median of 15 samples): the table's ``calibrated`` when it is started."""
+        self.calibrated = float(np.median([self.time() for _ in range(15)]))
+        return self.calibrated
+
+    def rescaled(self, deltas: list[float], references: list[float]) -> list[float]:
+        """Each round's figure at the reference's calibrated speed."""
+        calibrated = self.calibrated if self.calibrated is not None else self.calibrate()
+        return [d * calibrated / r for d, r in zip(deltas, references)]
 
 
 def append_copy(into: onnx.GraphProto, nodes, prefix: str, renamed: dict[str, str], suffix: str) -> None:
@@ -67,7 +122,8 @@ def copies_session(proto: onnx.ModelProto, threads: int, in_place: InPlaceWeight
     return in_place_session(proto, session_opts, in_place, disabled_optimizers=["CommonSubexpressionElimination"])
 
 
-def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPlaceWeights | None = None) -> tuple[float, float]:
+def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPlaceWeights | None = None,
+                        reference: WallReference | None = None) -> tuple[float, float]:
     """What one more copy of ``model``'s nodes adds to a running session, by the wall clock: (seconds, noise band).
 
     ``COPIES`` independent copies reading the same inputs are timed against one copy, in
@@ -77,10 +133,12 @@ def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPla
     overhead of its own of ~5 us that moves with where the kernel runs, and a 3-way Split with
     its Concat was priced at 1.5-2.4x what a step of a chain of them takes
     (``benchmarks/bench_small_nodes.py``: 0.86-1.01x timed so). The difference is the node's
-    kernel, its dispatch and its outputs' allocation, on warm inputs: what it adds inside a graph.
+    kernel, its dispatch and its outputs' allocation, on warm inputs: what it adds inside a graph. With ``reference``,
+    each round is rescaled to the reference's calibrated speed.
     """
     proto = onnx.load_model_from_string(model)
-    return _median_and_band(_per_copy_differences(proto, with_copies(proto, COPIES), COPIES - 1, feeds, threads, in_place))
+    return _median_and_band(_per_copy_differences(proto, with_copies(proto, COPIES), COPIES - 1, feeds, threads, in_place,
+                                                  reference))
 
 
 def cycled_copies(proto: onnx.ModelProto, weight: str, cycle: int, copies: int) -> onnx.ModelProto | None:
@@ -100,32 +158,34 @@ def cycled_copies(proto: onnx.ModelProto, weight: str, cycle: int, copies: int) 
 
 
 def cold_read_penalty(model: bytes, feeds: dict, threads: int, weight: str, cycle: int,
-                      in_place: InPlaceWeights | None = None) -> tuple[float, float] | None:
+                      in_place: InPlaceWeights | None = None, reference: WallReference | None = None) -> tuple[float, float] | None:
     """What each read of ``weight`` costs when ``cycle - 1`` other weights of its size were read since its last:
     copies cycling over ``cycle`` weights against as many copies reading one, per copy, by the wall clock
     (seconds, noise band); None when ``weight`` is not an initializer of the model (a large one handed over in place).
 
     Both sessions run the same kernels on the same shapes; only the weights' reuse distance differs. Each copy of the
     cycled model reads its weight cold, and the difference is the penalty the residency model adds to a read at that
-    distance (``taso.cost.residency``)."""
+    distance (``taso.cost.residency``). With ``reference``, each round is rescaled as in :func:`wall_clock_marginal`."""
     proto = onnx.load_model_from_string(model)
     copies = cycle * max(2, -(-16 // cycle))  # whole cycles, at least 16 copies
     cycled = cycled_copies(proto, weight, cycle, copies)
     if cycled is None:
         return None
-    return _median_and_band(_per_copy_differences(with_copies(proto, copies), cycled, copies, feeds, threads, in_place))
+    return _median_and_band(_per_copy_differences(with_copies(proto, copies), cycled, copies, feeds, threads, in_place, reference))
 
 
 def _per_copy_differences(base: onnx.ModelProto, more: onnx.ModelProto, per: int, feeds: dict, threads: int,
-                          in_place: InPlaceWeights | None) -> list[float]:
-    """Per interleaved round, (``more``'s fastest run - ``base``'s) / ``per``."""
+                          in_place: InPlaceWeights | None, reference: WallReference | None = None) -> list[float]:
+    """Per interleaved round, (``more``'s fastest run - ``base``'s) / ``per``; with ``reference`` timed in the same
+    rounds, rescaled to its calibrated speed."""
     sessions = [copies_session(m, threads, in_place) for m in (base, more)]
     for session in sessions:
         for _ in range(3):
             session.run(None, feeds)
     measures = [functools.partial(fastest_run, session, feeds, 3, WALL_CLOCK_RUN_SECONDS) for session in sessions]
-    one, many = interleaved_samples(measures, WALL_CLOCK_ROUNDS)
-    return [(m - o) / per for o, m in zip(one, many)]
+    samples = interleaved_samples(measures + ([reference.time] if reference is not None else []), WALL_CLOCK_ROUNDS)
+    deltas = [(m - o) / per for o, m in zip(samples[0], samples[1])]
+    return reference.rescaled(deltas, samples[2]) if reference is not None else deltas
 
 
 def _median_and_band(deltas: list[float]) -> tuple[float, float]:

@@ -49,8 +49,8 @@ from ..ir import Graph, GraphMeta, Node, Params, TensorType
 from ..ops import ACTIVATION_OPS, HAS_ACTIVATION, get
 from ..timing import median_run, open_session, session_options
 from .cache import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, Measure, SpotCheck, SpotCheckPolicy, noise_band)
-from .copies import (WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, append_copy, cold_read_penalty, interquartile_range,
-                     wall_clock_marginal)
+from .copies import (WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, WallReference, append_copy, cold_read_penalty,
+                     interquartile_range, negations, wall_clock_marginal)
 from .in_place import IN_PLACE_BYTES, InPlaceWeights, in_place_session
 from ..onnx.exporter import gemm_pairs
 from .model import CostModel, Neighbourhood, node_key, random_array
@@ -119,6 +119,7 @@ class OrtCpuCost(CostModel):
         self.caches = CacheSizes.of_this_machine()
         self._penalties: dict[tuple[int, int], tuple[Node, float]] = {}  # (id(node), eviction bytes) -> (node, seconds)
         self._reads: dict[int, tuple] = {}  # id(graph) -> (graph, its weight reads, their penalties, node positions)
+        self._wall: WallReference | None = None  # timed beside the wall-clock measurements (copies)
 
     @property
     def fingerprint(self) -> str:
@@ -132,13 +133,23 @@ class OrtCpuCost(CostModel):
         if all(k in self._table for k in keys):
             self._unit, self._dispatch = (self._table[k] for k in keys)
             return
-        self._unit = _robust_mean(profile_kernels(_negations(1), {"x": np.ones(1, np.float32)}, self.threads).reference)
+        self._unit = _robust_mean(profile_kernels(negations(1), {"x": np.ones(1, np.float32)}, self.threads).reference)
         # NOTE: wall clock, not the profiler: a node's in-graph cost outside its kernel is what we add back.
-        one, many = (median_run(open_session(_negations(n), self.threads, optimize=False), {"x": np.ones(1, np.float32)}, min_seconds=0.05)
+        one, many = (median_run(open_session(negations(n), self.threads, optimize=False), {"x": np.ones(1, np.float32)}, min_seconds=0.05)
                      for n in (1, 65))
         self._dispatch = max((many - one) / 64, 0.0)
         for key, value in zip(keys, (self._unit, self._dispatch)):
             self.cache.record(self._fingerprint, key, value)
+
+    def wall_reference(self) -> WallReference:
+        """The reference the wall-clock measurements are rescaled by, at its speed when first used with this table
+        (an entry of its own: tables started before it keep their unit and dispatch)."""
+        if self._wall is None:
+            key = f"{CALIBRATION}wall-reference"
+            self._wall = WallReference(self.threads, self._table.get(key))
+            if self._wall.calibrated is None:
+                self.cache.record(self._fingerprint, key, self._wall.calibrate())
+        return self._wall
 
     def time_model(self, model: bytes, feeds: dict) -> float:
         """Kernel seconds of one run of ``model``, rescaled to the reference's speed when the table was started."""
@@ -217,7 +228,7 @@ class OrtCpuCost(CostModel):
         ratios = [(k - f) / r for k, f, r in zip(profile.kernels, profile.floor, profile.reference)]
         seconds = max(_robust_mean(ratios) * self._unit, 0.0) + self._dispatch
         if seconds < SMALL_SECONDS:
-            return wall_clock_marginal(model, feeds, self.threads, in_place)
+            return wall_clock_marginal(model, feeds, self.threads, in_place, self.wall_reference())
         return seconds, noise_band(seconds, interquartile_range(ratios) * self._unit)
 
     def _single_model(self, node: Node, graph: Graph, consts) -> tuple[bytes, dict[str, np.ndarray], InPlaceWeights]:
@@ -396,7 +407,8 @@ class OrtCpuCost(CostModel):
         try:
             model, feeds, in_place = self._single_model(node, graph, consts)
             if cycle:
-                cycled = cold_read_penalty(model, feeds, self.threads, self._weight_of(node, graph, consts), cycle, in_place)
+                cycled = cold_read_penalty(model, feeds, self.threads, self._weight_of(node, graph, consts), cycle, in_place,
+                                           self.wall_reference())
                 if cycled is not None:
                     return cycled
             pairs = [profile_cold_penalty(model, feeds, self.threads, evicted, in_place=in_place) for _ in range(_PENALTY_PAIRS)]
@@ -901,17 +913,6 @@ def _add_floor(graph: onnx.GraphProto, after: str | None = None) -> None:
     graph.output.append(helper.make_tensor_value_info(f"{FLOOR}_y", TensorProto.FLOAT, [1]))
     x = f"{FLOOR}_x" if after is None else _waiting(graph, f"{FLOOR}_x", TensorProto.FLOAT, after, "floor")
     graph.node.append(helper.make_node("Neg", [x], [f"{FLOOR}_y"], name=FLOOR))
-
-
-def _negations(n: int) -> bytes:
-    """A chain of ``n`` Neg nodes on one float: nodes that cost nothing but being run."""
-    names = ["x"] + [f"r{i}" for i in range(n)]
-    nodes = [helper.make_node("Neg", [names[i]], [names[i + 1]]) for i in range(n)]
-    graph = helper.make_graph(nodes, "negations", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, [1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
 
 
 def check_cached_costs(cache: CostCache, entries: int, seed: int | None = None) -> list[SpotCheck]:
