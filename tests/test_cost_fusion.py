@@ -11,7 +11,7 @@ from helpers import library_rewrites
 import taso
 from taso import ops
 from taso.cost import AnalyticCost, Neighbourhood
-from taso.cost.ort_cpu import OrtCpuCost
+from taso.cost.ort_cpu import OrtCpuCost, gather_siblings, split_gathers
 from taso.ir import Graph, Node, TensorType
 from taso.rewrite import CompiledRule, plans
 
@@ -22,6 +22,11 @@ class FusingAnalytic(AnalyticCost):
     context_sensitive = True
     absorbers = OrtCpuCost.absorbers
     absorbed = OrtCpuCost.absorbed
+    shared_price = OrtCpuCost.shared_price
+    _split_share = OrtCpuCost._split_share
+
+    def fusion_neighbours(self, parent, before, after, removed, added):
+        return {**super().fusion_neighbours(parent, before, after, removed, added), **gather_siblings(parent, removed, added)}
 
 
 def _n(op, inputs, outputs, **params):
@@ -113,6 +118,23 @@ def _unrolled_linear(steps: int) -> Graph:
     return Graph({f"x{t}": TensorType((1, 8)) for t in range(steps)}, {"w": W, "b": BIAS}, nodes, ["out"])
 
 
+def _gathered_steps(steps: int, index_shape: tuple = (), length: int | None = None) -> Graph:
+    """An exporter's unrolled ``x[:, t] @ W + b`` over the first ``steps`` of ``x`` (``length``, default all of them):
+    one Gather per step at a constant index."""
+    nodes, acc = [], None
+    for t in range(steps):
+        nodes += [_n("gather", ["x", f"i{t}"], [f"x{t}"], axis=1), _n("matmul", [f"x{t}", "w"], [f"m{t}"]),
+                  _n("add", [f"m{t}", "b"], [f"h{t}"])]
+        if acc is None:
+            acc = f"h{t}"
+        else:
+            nodes.append(_n("add", [acc, f"h{t}"], [f"s{t}"]))
+            acc = f"s{t}"
+    nodes.append(_n("tanh", [acc], ["out"]))
+    indices = {f"i{t}": np.full(index_shape, t, np.int64) for t in range(steps)}
+    return Graph({"x": TensorType((1, length or steps, 8))}, {"w": W, "b": BIAS, **indices}, nodes, ["out"])
+
+
 def _conv_net() -> Graph:
     """Two sibling convs of one input, each with its ReLU, summed: a merge would put a Split between conv and ReLU."""
     k2 = RNG.standard_normal((4, 3, 3, 3)).astype(np.float32)
@@ -121,8 +143,8 @@ def _conv_net() -> Graph:
     return Graph({"x": TensorType((1, 3, 8, 8))}, {"k1": KERNEL, "k2": k2}, nodes, ["y"])
 
 
-@pytest.mark.parametrize("graph", [_unrolled_linear(3), _conv_net(), _conv_bn_net(), taso.load_onnx(__import__("taso.models", fromlist=["build"]).build("nasrnn", steps=2, hidden=16))],
-                         ids=["unrolled-linear", "sibling-convs", "sibling-conv-bn-relu", "nasrnn"])
+@pytest.mark.parametrize("graph", [_unrolled_linear(3), _gathered_steps(3), _conv_net(), _conv_bn_net(), taso.load_onnx(__import__("taso.models", fromlist=["build"]).build("nasrnn", steps=2, hidden=16))],
+                         ids=["unrolled-linear", "gathered-steps", "sibling-convs", "sibling-conv-bn-relu", "nasrnn"])
 def test_a_rewrites_price_is_the_child_graphs_cost(graph):
     # The search prices a child from its parent without building it: with fusions that depend on
     # the nodes around a rewrite, the two must still agree exactly, for every rewrite of the library.
@@ -167,3 +189,31 @@ def test_a_fused_activation_is_priced_from_the_plain_ops_measurement(tmp_path, m
     tanh = Graph({"m": TensorType((2, 8))}, {}, [_n("tanh", ["m"], ["t"])], ["t"])
     assert model.node_cost(with_tanh, linear) == pytest.approx(model.node_cost(mm, linear) + model.node_cost(tanh.nodes[0], tanh))
     assert model.measured == 3  # the conv, the matmul and the tanh: nothing measured for the fused forms
+
+
+def test_gathers_of_every_position_of_an_axis_run_as_one_split_as_onnx_runtime_makes_them():
+    graph = _gathered_steps(4)
+    around = Neighbourhood.of(graph)
+    gathers = [n for n in graph.nodes if n.op.name == "gather"]
+    assert all(split_gathers(g, around) == gathers for g in gathers)
+    three = _gathered_steps(3, length=4)
+    assert all(split_gathers(g, Neighbourhood.of(three)) is None for g in three.nodes if g.op.name == "gather"), \
+        "3 Gathers of a 4-long axis stay Gathers (ONNX Runtime 1.32)"
+    dynamic = Graph({"x": TensorType((1, 4, 8)), "t": TensorType((), "int64")}, {"w": W},
+                    [_n("gather", ["x", "t"], ["g"], axis=1), _n("matmul", ["g", "w"], ["y"])], ["y"])
+    assert split_gathers(dynamic.nodes[0], Neighbourhood.of(dynamic)) is None, "an index computed at run time"
+
+
+def test_a_gather_run_in_one_split_costs_its_share_of_it_and_its_squeeze():
+    model = FusingAnalytic()
+    for index_shape, squeezed in (((), True), ((1,), False)):
+        graph = _gathered_steps(4, index_shape)
+        around = Neighbourhood.of(graph)
+        gather = graph.nodes[0]
+        split = _n("split", ["x"], [f"p{i}" for i in range(4)], axis=1, sizes=(1, 1, 1, 1))
+        share = model.node_cost(split, Graph({"x": TensorType((1, 4, 8))}, {}, [split], list(split.outputs))) / 4
+        if squeezed:
+            squeeze = _n("reshape", ["g"], ["q"], shape=(1, 1, 8))
+            share += model.node_cost(squeeze, Graph({"g": TensorType((1, 8))}, {}, [squeeze], ["q"]))
+        assert model.cost_in(gather, around) == pytest.approx(share)
+        assert model.cost_in(gather, around) != pytest.approx(model.node_cost(gather, graph))

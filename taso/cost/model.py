@@ -78,6 +78,7 @@ class CostModel(ABC):
         self._memo: dict[str, float] = {}
         # Nodes are shared between graph versions: price each (node, constness) once.
         self._by_node: dict[tuple[int, bool], tuple[Node, float]] = {}
+        self._shared: dict[tuple, float] = {}  # shared_price's figures, by what they depend on
         # After this perf_counter() time (the search's time limit), a measured model estimates a node it has no
         # measurement of instead of measuring it (see estimate()); estimates are neither memoised nor cached.
         self.deadline = float("inf")
@@ -135,10 +136,16 @@ class CostModel(ABC):
         return False
 
     def cost_in(self, node: Node, around: Neighbourhood) -> float:
-        """The node's price where it runs in a graph: zero when the runtime fuses it into its producer."""
+        """The node's price where it runs in a graph: zero when the runtime fuses it into its producer, its share of
+        the kernel the runtime makes of it and its siblings where it does (:meth:`shared_price`)."""
         if self.absorbers and self.absorbed(node, around):
             return 0.0
-        return self._runtime_cost(node, around.pricing, around.consts)
+        shared = self.shared_price(node, around) if self.absorbers else None
+        return self._runtime_cost(node, around.pricing, around.consts) if shared is None else shared
+
+    def shared_price(self, node: Node, around: Neighbourhood) -> float | None:
+        """The node's share of one kernel the runtime runs for it and nodes beside it; None where it runs its own."""
+        return None
 
     def graph_cost(self, graph: Graph) -> float:
         """Sum of the costs of the nodes that run at inference time."""
