@@ -14,8 +14,8 @@ outputs' allocation. Two measurements are made here from copies of a one-node mo
 
 Both time a fixed model beside each round (:class:`WallReference`) and rescale the round to the reference's speed
 when the cost table was started, as the profiled prices are rescaled to a reference kernel: the cloud host this
-runs on slows a core 1.6-2.5x for tens of milliseconds at a time (another tenant's work on its sibling hyper-thread,
-invisible from here), and one such stretch over a whole measurement priced a 128-float Add at 0.80 us for 128 nodes
+runs on slows a core 1.6-2.5x for tens of milliseconds at a time (the host's doing: a CPU-bound process on the other
+core does not), and one such stretch over a whole measurement priced a 128-float Add at 0.80 us for 128 nodes
 of a graph, where it takes 0.39 (docs/measured.md, session 27).
 """
 
@@ -27,9 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import numpy_helper
-
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from ..timing import fastest_run, interleaved_samples, open_session, session_options
 from .cache import noise_band
