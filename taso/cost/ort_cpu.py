@@ -86,7 +86,8 @@ def cpu_name() -> str:
 def fingerprint(threads: int = 1) -> str:
     """The cache table of this machine, ONNX Runtime build and thread count."""
     spinning = "|no-spinning" if threads > 1 else ""  # see taso.timing.session_options
-    return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}{spinning}|ENABLE_ALL|profiled|floor-per-run|warm-copy|under-30us-by-wall-clock|no-layout-reorders"
+    wall = f"under-{round(wall_clock_below(threads) * 1e6)}us-by-wall-clock"
+    return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}{spinning}|ENABLE_ALL|profiled|floor-per-run|warm-copy|{wall}|no-layout-reorders"
 
 
 class OrtCpuCost(CostModel):
@@ -207,7 +208,7 @@ class OrtCpuCost(CostModel):
         """About what screening an entry of ``cached`` seconds takes (profile_kernels: a session, 3 warm-up runs, then 7 runs or 5 ms)."""
         per_run = 2 * cached + (self._unit or 0.0)  # the node runs twice (profile_kernels' warm copy), the reference beside it
         profiled = _SESSION_SECONDS + 3 * per_run + max(7 * per_run, QUICK_SECONDS)
-        return profiled + (_WALL_CLOCK_SECONDS if cached < SMALL_SECONDS else 0.0)
+        return profiled + (_WALL_CLOCK_SECONDS if cached < wall_clock_below(self.threads) else 0.0)
 
     def fresh(self, node: Node, graph: Graph, consts, quick: bool = False) -> tuple[float, float]:
         """Measures a node now, whatever the cache holds: (seconds, relative noise band); ``quick``: runs for 5 ms, not 20 (a spot-check's screen)."""
@@ -227,7 +228,7 @@ class OrtCpuCost(CostModel):
         # nothing moves from session to session (2-4 us at 1 thread, 4-8 us at 2), and it is in every kernel's time.
         ratios = [(k - f) / r for k, f, r in zip(profile.kernels, profile.floor, profile.reference)]
         seconds = max(_robust_mean(ratios) * self._unit, 0.0) + self._dispatch
-        if seconds < SMALL_SECONDS:
+        if seconds < wall_clock_below(self.threads):
             return wall_clock_marginal(model, feeds, self.threads, in_place, self.wall_reference())
         return seconds, noise_band(seconds, interquartile_range(ratios) * self._unit)
 
@@ -699,6 +700,16 @@ QUICK_SECONDS = 0.005
 # and up to an L2-sized weight its bookkeeping between kernels costs the weight part of its residency (a 1 MB
 # product: 24 us a step of a chain, 32 us profiled). Above, a node's run dwarfs both, and 33 copies would take long.
 SMALL_SECONDS = 30e-6
+# With more than one intra-op thread (and no spinning: taso.timing.session_options), the profiler prices a product
+# that splits over the threads above what it adds to a running graph: the per-step [1,512] x [512,1536] product of
+# an unrolled GRU h512 profiled at 70-77 us at 2 threads, 56-60 us by copies, and the graph paid about 58 a step
+# (at 1 thread: 61-65 profiled, 59 by copies; docs/measured.md, session 27). Up to this, such nodes are timed by copies.
+SMALL_SECONDS_THREADED = 100e-6
+
+
+def wall_clock_below(threads: int) -> float:
+    """The profiled price under which a node is timed again by the wall clock, at ``threads`` intra-op threads."""
+    return SMALL_SECONDS if threads <= 1 else SMALL_SECONDS_THREADED
 _WALL_CLOCK_SECONDS = 2 * _SESSION_SECONDS + 2 * WALL_CLOCK_ROUNDS * WALL_CLOCK_RUN_SECONDS
 
 
