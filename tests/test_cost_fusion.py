@@ -104,8 +104,8 @@ def _conv_bn_net() -> Graph:
     return Graph({"x": TensorType((1, 3, 8, 8))}, {"k1": KERNEL, "k2": k2, **_bn_params("b1"), **_bn_params("b2")}, nodes, ["y"])
 
 
-def _unrolled_linear(steps: int) -> Graph:
-    """What an exporter emits for nn.Linear applied at each step: MatMul + bias Add with one shared weight."""
+def _summed_linear_steps(steps: int) -> list[Node]:
+    """``x{t} @ w + b`` for each step (MatMul + bias Add, one shared weight), summed over the steps, then a Tanh."""
     nodes, acc = [], None
     for t in range(steps):
         nodes += [_n("matmul", [f"x{t}", "w"], [f"m{t}"]), _n("add", [f"m{t}", "b"], [f"h{t}"])]
@@ -114,25 +114,21 @@ def _unrolled_linear(steps: int) -> Graph:
         else:
             nodes.append(_n("add", [acc, f"h{t}"], [f"s{t}"]))
             acc = f"s{t}"
-    nodes.append(_n("tanh", [acc], ["out"]))
-    return Graph({f"x{t}": TensorType((1, 8)) for t in range(steps)}, {"w": W, "b": BIAS}, nodes, ["out"])
+    return nodes + [_n("tanh", [acc], ["out"])]
+
+
+def _unrolled_linear(steps: int) -> Graph:
+    """What an exporter emits for nn.Linear applied at each step: MatMul + bias Add with one shared weight."""
+    return Graph({f"x{t}": TensorType((1, 8)) for t in range(steps)}, {"w": W, "b": BIAS}, _summed_linear_steps(steps), ["out"])
 
 
 def _gathered_steps(steps: int, index_shape: tuple = (), length: int | None = None) -> Graph:
     """An exporter's unrolled ``x[:, t] @ W + b`` over the first ``steps`` of ``x`` (``length``, default all of them):
     one Gather per step at a constant index."""
-    nodes, acc = [], None
-    for t in range(steps):
-        nodes += [_n("gather", ["x", f"i{t}"], [f"x{t}"], axis=1), _n("matmul", [f"x{t}", "w"], [f"m{t}"]),
-                  _n("add", [f"m{t}", "b"], [f"h{t}"])]
-        if acc is None:
-            acc = f"h{t}"
-        else:
-            nodes.append(_n("add", [acc, f"h{t}"], [f"s{t}"]))
-            acc = f"s{t}"
-    nodes.append(_n("tanh", [acc], ["out"]))
+    gathers = [_n("gather", ["x", f"i{t}"], [f"x{t}"], axis=1) for t in range(steps)]
     indices = {f"i{t}": np.full(index_shape, t, np.int64) for t in range(steps)}
-    return Graph({"x": TensorType((1, length or steps, 8))}, {"w": W, "b": BIAS, **indices}, nodes, ["out"])
+    return Graph({"x": TensorType((1, length or steps, 8))}, {"w": W, "b": BIAS, **indices},
+                 gathers + _summed_linear_steps(steps), ["out"])
 
 
 def _conv_net() -> Graph:

@@ -506,7 +506,7 @@ def split_gathers(gather: Node, around: Neighbourhood) -> list[Node] | None:
     rank = around.type(data).rank
     axis = gather.params["axis"] % rank if rank else 0
     size = around.type(data).shape[axis] if rank else None
-    if not isinstance(size, int) or size < 2 or _single_index(gather, around) is None:
+    if not isinstance(size, int) or size < 2:
         return None
     group, seen = [], set()
     for reader in around.readers(data):
@@ -705,12 +705,12 @@ SMALL_SECONDS = 30e-6
 # an unrolled GRU h512 profiled at 70-77 us at 2 threads, 56-60 us by copies, and the graph paid about 58 a step
 # (at 1 thread: 61-65 profiled, 59 by copies; docs/measured.md, session 27). Up to this, such nodes are timed by copies.
 SMALL_SECONDS_THREADED = 100e-6
+_WALL_CLOCK_SECONDS = 2 * _SESSION_SECONDS + 2 * WALL_CLOCK_ROUNDS * WALL_CLOCK_RUN_SECONDS
 
 
 def wall_clock_below(threads: int) -> float:
     """The profiled price under which a node is timed again by the wall clock, at ``threads`` intra-op threads."""
     return SMALL_SECONDS if threads <= 1 else SMALL_SECONDS_THREADED
-_WALL_CLOCK_SECONDS = 2 * _SESSION_SECONDS + 2 * WALL_CLOCK_ROUNDS * WALL_CLOCK_RUN_SECONDS
 
 
 @dataclass(frozen=True)
