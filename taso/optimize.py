@@ -382,7 +382,7 @@ def optimize_model(
         start, cleanup = clean_up(source.graph)
     try:
         with clock.stage("search"):
-            best, report = _search_and_clean_up(start, cleanup, rules, model, config, progress)
+            best, report = _search_and_clean_up(start, cleanup, rules, model, config, progress, model.input_overhead(source.model))
         confirm = (model.name.startswith("ort-cpu") or model.name == "cupy") if confirm is None else confirm
         outcome = Outcome(source.graph, None, "input", report, checked_sizes=checks.valuations, cleanup=cleanup, clock=clock)
         if model.estimated:
@@ -505,10 +505,13 @@ class _Checks:
         return self.reference.select(self.other_sizes)
 
 
-def _search_and_clean_up(start: Graph, cleanup: CleanupReport, rules, model: CostModel, config: SearchConfig, progress) -> tuple[Graph, SearchReport]:
+def _search_and_clean_up(start: Graph, cleanup: CleanupReport, rules, model: CostModel, config: SearchConfig, progress,
+                         input_overhead: float) -> tuple[Graph, SearchReport]:
     """The search from the cleaned-up graph; what its rewrites leave to clean up (a projection both merged
-    branches now share) is cleaned up too, and counted in ``cleanup``."""
+    branches now share) is cleaned up too, and counted in ``cleanup``. The report's prediction is against the input
+    file, which costs ``input_overhead`` beyond its graph's price."""
     best, report = search(start, rules, model, config, progress)
+    report.input_overhead = input_overhead
     if best is start:
         return best, report
     cleaned, after = clean_up(best)
@@ -542,7 +545,8 @@ def _checked_or_searched_again(outcome: Outcome, source: ModelSource, start: Gra
         from .validate import describe_sizes
 
         elsewhere = _check_candidate(candidate, checks.at_other_sizes(), threads)
-        best, report = _search_and_clean_up(start, outcome.cleanup, rules, model, replace(config, excluded=config.excluded | applied), progress)
+        best, report = _search_and_clean_up(start, outcome.cleanup, rules, model, replace(config, excluded=config.excluded | applied), progress,
+                                            outcome.report.input_overhead)
         checked = [dict(source.graph.meta.sizes), *outcome.checked_sizes]
         outcome.notes.append(f"the optimized model matched at the measurement sizes but not at {describe_sizes(checked)} "
                              f"({elsewhere.describe()}); the search ran again without the rules it applied ({', '.join(sorted(applied))})")

@@ -240,6 +240,9 @@ def _format_report(args, before, outcome, folding) -> str:
         f"wrote {args.output}: {_KEPT[outcome.kept]}",
         f"  cost     {report.initial_cost * 1e3:.3f} ms -> {report.best_cost * 1e3:.3f} ms  (predicted speedup {report.predicted_speedup:.2f}x, {args.cost})",
     ]
+    if report.input_overhead:
+        lines.append(f"  input    {report.input_overhead * 1e3:+.3f} ms in the file for the shapes only its value_info declares "
+                     "(the prediction counts it; taso's output declares none)")
     for name, speedup in outcome.speedups.items():
         lines.append(f"  measured {speedup:.2f}x end to end on ONNX Runtime vs the input file: {name} "
                      f"({'kept' if outcome.kept == name else 'not kept'}"

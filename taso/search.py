@@ -143,10 +143,14 @@ class SearchReport:
     cleaned: int = 0  # expanded graphs that clean-up changed (a "clean-up" step in their trace)
     engine: str = "backtracking"
     eqsat: dict = field(default_factory=dict)  # equality saturation's own figures (:func:`taso.eqsat.eqsat_search`)
+    # What the input file costs beyond the searched graph's price, which taso's output does not pay
+    # (:meth:`taso.cost.model.CostModel.input_overhead`): the file, not the graph, is what the output is measured against.
+    input_overhead: float = 0.0
 
     @property
     def predicted_speedup(self) -> float:
-        return self.initial_cost / self.best_cost if self.best_cost > 0 else 1.0
+        """The input file's predicted time over the best graph's."""
+        return (self.initial_cost + self.input_overhead) / self.best_cost if self.best_cost > 0 else 1.0
 
     @property
     def applied(self) -> Counter:
@@ -155,7 +159,8 @@ class SearchReport:
 
     def to_json(self) -> dict:
         return {
-            "stop_reason": self.stop_reason.value, "initial_cost_s": self.initial_cost, "best_cost_s": self.best_cost,
+            "stop_reason": self.stop_reason.value, "initial_cost_s": self.initial_cost, "input_overhead_s": self.input_overhead,
+            "best_cost_s": self.best_cost,
             "predicted_speedup": self.predicted_speedup, "expanded": self.expanded, "generated": self.generated,
             "accepted": self.accepted, "seconds": self.seconds, "seconds_rewriting": self.seconds_rewriting,
             "seconds_costing": self.seconds_costing, "applied": dict(self.applied), "cleaned": self.cleaned,

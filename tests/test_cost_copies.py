@@ -58,7 +58,7 @@ def test_the_cold_read_penalty_compares_the_same_kernels_reading_one_weight_and_
         timed.append((base, more, per))
         return [3e-6, 4e-6, 5e-6]
 
-    monkeypatch.setattr(copies, "_per_copy_differences", differences)
+    monkeypatch.setattr(copies, "per_round_differences", differences)
     seconds, band = copies.cold_read_penalty(_gemm().SerializeToString(), {}, 1, "W", cycle=2)
     (base, cycled, per), = timed
     assert seconds == pytest.approx(4e-6) and band > 0
@@ -144,7 +144,7 @@ def test_each_round_is_rescaled_to_the_references_calibrated_speed(monkeypatch):
     reference = copies.WallReference(threads=1, calibrated=20e-6)
     proto = _gemm()
     feeds = {"x": np.ones((1, 8), np.float32)}  # the sessions are warmed before the (faked) rounds
-    deltas = copies._per_copy_differences(proto, copies.with_copies(proto, 33), 32, feeds, 1, None, reference)
+    deltas = copies.per_round_differences(proto, copies.with_copies(proto, 33), 32, feeds, 1, None, reference)
     assert deltas == pytest.approx([calm] * 7)
     seconds, _ = copies._median_and_band(deltas)
     assert seconds == pytest.approx(calm)

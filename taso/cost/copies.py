@@ -34,7 +34,7 @@ from .cache import noise_band
 from .in_place import InPlaceWeights, in_place_session
 
 __all__ = ["COPIES", "WALL_CLOCK_ROUNDS", "WALL_CLOCK_RUN_SECONDS", "WallReference", "negations", "append_copy", "with_copies",
-           "copies_session", "wall_clock_marginal", "cycled_copies", "cold_read_penalty", "interquartile_range"]
+           "copies_session", "per_round_differences", "wall_clock_marginal", "cycled_copies", "cold_read_penalty", "interquartile_range"]
 
 COPIES = 33
 WALL_CLOCK_ROUNDS = 7
@@ -135,7 +135,7 @@ def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPla
     each round is rescaled to the reference's calibrated speed.
     """
     proto = onnx.load_model_from_string(model)
-    return _median_and_band(_per_copy_differences(proto, with_copies(proto, COPIES), COPIES - 1, feeds, threads, in_place,
+    return _median_and_band(per_round_differences(proto, with_copies(proto, COPIES), COPIES - 1, feeds, threads, in_place,
                                                   reference))
 
 
@@ -169,10 +169,10 @@ def cold_read_penalty(model: bytes, feeds: dict, threads: int, weight: str, cycl
     cycled = cycled_copies(proto, weight, cycle, copies)
     if cycled is None:
         return None
-    return _median_and_band(_per_copy_differences(with_copies(proto, copies), cycled, copies, feeds, threads, in_place, reference))
+    return _median_and_band(per_round_differences(with_copies(proto, copies), cycled, copies, feeds, threads, in_place, reference))
 
 
-def _per_copy_differences(base: onnx.ModelProto, more: onnx.ModelProto, per: int, feeds: dict, threads: int,
+def per_round_differences(base: onnx.ModelProto, more: onnx.ModelProto, per: int, feeds: dict, threads: int,
                           in_place: InPlaceWeights | None, reference: WallReference | None = None) -> list[float]:
     """Per interleaved round, (``more``'s fastest run - ``base``'s) / ``per``; with ``reference`` timed in the same
     rounds, rescaled to its calibrated speed."""

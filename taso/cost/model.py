@@ -152,6 +152,11 @@ class CostModel(ABC):
         around = Neighbourhood.of(graph)
         return sum(self.cost_in(n, around) for n in graph.nodes)
 
+    def input_overhead(self, model) -> float:
+        """What the input file (an ``onnx.ModelProto``) costs beyond its graph's price, which taso's re-export of the
+        graph does not pay: none here (``OrtCpuCost``: the shapes only its ``value_info`` declares)."""
+        return 0.0
+
     def surcharges(self, graph: Graph) -> dict[int, float]:
         """What :meth:`graph_cost` charges each node (by ``id``) beyond its price in place: none here.
 
