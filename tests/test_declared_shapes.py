@@ -105,3 +105,13 @@ def test_optimize_prices_the_input_file_it_was_given():
     assert outcome.report.input_overhead == pytest.approx(declared * 1e-6)
     report = outcome.report
     assert report.predicted_speedup == pytest.approx((report.initial_cost + declared * 1e-6) / report.best_cost)
+
+
+def test_a_graph_onnx_cannot_infer_counts_nothing(monkeypatch):
+    from taso.onnx import sizing
+
+    def fails(model, data_prop=False):
+        raise onnx.shape_inference.InferenceError("an op ONNX does not know")
+
+    monkeypatch.setattr(sizing.shape_inference, "infer_shapes", fails)
+    assert declared_only(state_chain(10, declared=True)) == 0, "unknown is not counted as unsized"

@@ -49,17 +49,20 @@ def declared_only(model: onnx.ModelProto) -> int:
     skeleton = onnx.ModelProto()
     skeleton.CopyFrom(weightless(model))
     del skeleton.graph.value_info[:]
-    sized = _inferred_sized(skeleton, propagate=False) | _inferred_sized(_symbols_unknown(skeleton), propagate=True)
+    inferred = _inferred_sized(skeleton, propagate=False)
+    if inferred is None:
+        return 0  # ONNX cannot infer this graph's shapes: nothing is counted that might not differ
+    sized = inferred | (_inferred_sized(_symbols_unknown(skeleton), propagate=True) or set())
     folded = _constant_values(graph, model.ir_version)
     return sum(1 for node in graph.node for out in node.output if out in declared and out not in sized and out not in folded)
 
 
-def _inferred_sized(model: onnx.ModelProto, propagate: bool) -> set[str]:
-    """The values ONNX's shape inference sizes fully (an inference that fails sizes nothing: the count errs low)."""
+def _inferred_sized(model: onnx.ModelProto, propagate: bool) -> set[str] | None:
+    """The values ONNX's shape inference sizes fully; None where it fails."""
     try:
         inferred = shape_inference.infer_shapes(model, data_prop=propagate)
     except Exception:  # an op ONNX cannot infer stops nothing here: taso's own import already accepted the model
-        return set()
+        return None
     g = inferred.graph
     return {v.name for v in (*g.value_info, *g.output) if fully_sized(v)}
 
