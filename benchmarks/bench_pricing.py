@@ -13,7 +13,8 @@ measured one a ratio of two end-to-end times. They can disagree in two ways, and
 For each pair (the original and ``taso optimize``'s output, as ``bench_cell_ceiling.py`` leaves
 them in ``~/.cache/taso-ceiling``: ``NAME.onnx`` and ``NAME.taso.tT.onnx``), both files are timed
 in one interleaved run (:func:`taso.timing.interleaved_times`, batch 1) and priced with the
-cost model taso used (``ort-cpu`` at the same threads, the cost cache as it is).
+cost model taso used (``ort-cpu`` at the same threads, the cost cache as it is), each file with what its own shape
+declarations cost (``input_overhead``), as the prediction takes it.
 
 Run:
     python benchmarks/bench_cell_ceiling.py --threads 1                     # makes the files
@@ -45,6 +46,13 @@ def _feeds(path: Path) -> dict[str, np.ndarray]:
     return feeds
 
 
+def _file_price(model, path: Path) -> float:
+    """The file's price as taso's prediction takes it: its graph's, and what its own shape declarations cost
+    (``CostModel.input_overhead``: none for taso's output, which declares none)."""
+    proto = read_model(str(path))
+    return model.graph_cost(load_onnx(proto, {})) + model.input_overhead(proto)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("names", nargs="+", help="NAME: NAME.onnx and NAME.taso.tT.onnx in --dir")
@@ -64,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             before, after = interleaved_times([str(original), str(optimized)], _feeds(original), args.threads, rounds=args.rounds,
                                               labels=["input", "taso"])
-            priced_before, priced_after = (model.graph_cost(load_onnx(read_model(str(p)), {})) for p in (original, optimized))
+            priced_before, priced_after = (_file_price(model, p) for p in (original, optimized))
             measured, predicted = before / after, priced_before / priced_after
             saved, saved_priced = before - after, priced_before - priced_after
             print(f"| {name} | {before * 1e6:.0f} -> {after * 1e6:.0f} | {priced_before * 1e6:.0f} -> {priced_after * 1e6:.0f} "
