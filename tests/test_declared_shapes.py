@@ -115,3 +115,10 @@ def test_a_graph_onnx_cannot_infer_counts_nothing(monkeypatch):
 
     monkeypatch.setattr(sizing.shape_inference, "infer_shapes", fails)
     assert declared_only(state_chain(10, declared=True)) == 0, "unknown is not counted as unsized"
+
+
+def test_the_region_model_prices_the_input_file_as_its_per_node_model_does():
+    from taso.cost.region import RegionCost
+
+    region = RegionCost(_DeclaredAnalytic())
+    assert region.input_overhead(state_chain(10, declared=True)) == pytest.approx(1e-6 * 10)

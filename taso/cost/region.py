@@ -83,6 +83,9 @@ class RegionCost(CostModel):
         self._estimate_used = self.base._estimate_used  # an estimate is not memoised here either
         return cost
 
+    def input_overhead(self, model) -> float:
+        return self.base.input_overhead(model)
+
     def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
         pair = region_pair(parent, removed, added, child)
         if pair is None:
