@@ -14,7 +14,7 @@ not (docs/measured.md, session 28). Three measurements of that alternation, side
   flow, same run order): per step, and the ratio.
 
 Run: python benchmarks/bench_alternating_reads.py [--shapes 128x384 256x768] [--file gru_h128_s64.torchscript ...]
-     [--series 5] [--gap 8]
+     [--series 5] [--gap 8] [--threads 1]
 """
 
 from __future__ import annotations
@@ -82,9 +82,9 @@ def one_weight_variant(model: onnx.ModelProto) -> tuple[onnx.ModelProto, int]:
     return variant, moved
 
 
-def _series_difference(models: list[bytes], feeds: dict, series: int, per: int) -> tuple[float, float]:
+def _series_difference(models: list[bytes], feeds: dict, series: int, per: int, threads: int) -> tuple[float, float]:
     """(median ratio first / second, median difference per ``per``, seconds) over fresh-session series."""
-    timed = fresh_session_series(models, feeds, 1, 9, series)
+    timed = fresh_session_series(models, feeds, threads, 9, series)
     return statistics.median(t[0] / t[1] for t in timed), statistics.median((t[0] - t[1]) / per for t in timed)
 
 
@@ -94,22 +94,23 @@ def main() -> None:
     parser.add_argument("--file", nargs="*", default=[], help="bench_cell_ceiling.py files (NAME, without .onnx)")
     parser.add_argument("--series", type=int, default=5)
     parser.add_argument("--gap", type=int, default=8, help="Tanhs between products beyond the first")
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    reference = WallReference(1)
+    reference = WallReference(args.threads)
     print(f"{'weight':>9s} {'KB':>5s} {'chain ratio':>11s} {'chain us/product':>16s} {'copies us/read':>14s}")
     for shape in args.shapes:
         k, n = (int(v) for v in shape.split("x"))
         feeds = {"x": np.random.default_rng(1).standard_normal((1, k)).astype(np.float32)}
         ratio, per_product = _series_difference([product_chain(k, n, True, args.gap), product_chain(k, n, False, args.gap)],
-                                                feeds, args.series, STEPS)
-        copies, _ = cold_read_penalty(one_product(k, n), feeds, 1, "W0", 2, reference=reference)
+                                                feeds, args.series, STEPS, args.threads)
+        copies, _ = cold_read_penalty(one_product(k, n), feeds, args.threads, "W0", 2, reference=reference)
         print(f"{shape:>9s} {k * n * 4 >> 10:5d} {ratio:11.3f} {per_product * 1e6:16.3f} {copies * 1e6:14.3f}")
     for name in args.file:
         model = onnx.load(str(CEILING / f"{name}.onnx"))
         variant, moved = one_weight_variant(model)
         dims = [d.dim_value or 1 for d in model.graph.input[0].type.tensor_type.shape.dim]
         feeds = {model.graph.input[0].name: np.random.default_rng(1).standard_normal(dims).astype(np.float32)}
-        ratio, per_read = _series_difference([model.SerializeToString(), variant.SerializeToString()], feeds, args.series, moved)
+        ratio, per_read = _series_difference([model.SerializeToString(), variant.SerializeToString()], feeds, args.series, moved, args.threads)
         print(f"{name}: the file / one weight {ratio:.3f}, {per_read * 1e6:.3f} us for each of its {moved} reads of the other weight")
 
 

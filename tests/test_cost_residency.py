@@ -97,6 +97,9 @@ def test_the_run_order_gives_nodes_onnx_runtime_fuses_the_fused_nodes_place():
 def test_eviction_sizes():
     caches = CacheSizes(l1=32 << 10, l2=1 << 20, l3=32 << 20)
     assert caches.eviction(own=400 << 10, between=400 << 10) is None, "both fit the L2"
+    assert caches.eviction(own=400 << 10, between=400 << 10, again=True) == 512 << 10, \
+        "both fit the L2, but the weight is read in turn with the other within a run (an unrolled GRU)"
+    assert caches.eviction(own=400 << 10, between=100 << 10, again=True) is None, "too little between its reads"
     assert caches.eviction(own=800 << 10, between=800 << 10, threads=2) is None, "two cores' L2s"
     assert caches.eviction(own=800 << 10, between=800 << 10) == 1 << 20, "the nearest power of two"
     assert caches.eviction(own=4 << 20, between=50 << 10) is None, "too little to move the weight out"

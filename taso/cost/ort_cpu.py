@@ -36,6 +36,7 @@ import re
 import statistics
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -400,8 +401,9 @@ class OrtCpuCost(CostModel):
 
     def _penalised_reads(self, reads: WeightReads, graph, consts) -> Iterator[tuple[Node, float]]:
         """Each read whose weight the reads since its last were large enough to evict, with its penalty."""
+        times = Counter(reads.weights)
         for node, weight, between in zip(reads.nodes, reads.weights, reads.distances()):
-            evicted = self.caches.eviction(reads.bytes[weight], between, self.threads)
+            evicted = self.caches.eviction(reads.bytes[weight], between, self.threads, again=times[weight] > 1)
             if evicted:
                 yield node, self.read_penalty(node, graph, consts, evicted)
 

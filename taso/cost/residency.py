@@ -69,16 +69,20 @@ class CacheSizes:
                 sizes[level] = size
         return cls(sizes[1], sizes[2], sizes[3])
 
-    def eviction(self, own: int, between: float, threads: int = 1) -> int | None:
+    def eviction(self, own: int, between: float, threads: int = 1, again: bool = False) -> int | None:
         """The bytes to read through the caches before timing a node whose weight of ``own`` bytes had ``between``
-        bytes of other weights read since its last read: None while both fit the L2 of the cores the node runs on
-        (each intra-op thread has its own) or ``between`` is too little to move the weight out; else ``between``
-        at the nearest power of two (a few sizes per node to measure), at most twice the L3.
+        bytes of other weights read since its last read: None where ``between`` is too little to move the weight out,
+        or where both fit the L2 of the cores the node runs on (each intra-op thread has its own) unless the weight is
+        read ``again`` within a run; else ``between`` at the nearest power of two (a few sizes per node to measure),
+        at most twice the L3.
 
-        On this machine, square products of 0.25-4 MB weights read in turn with 1-15 others in a chain took about what
-        their penalty measured after the nearest power of two of the others' bytes, within the chain's own noise; past
-        half the L3 they took more (docs/measured.md, session 16)."""
-        if own + between <= self.l2 * max(threads, 1) or between < self.l2 / 8:
+        On a 1 MB-L2 machine, square products of 0.25-4 MB weights read in turn with 1-15 others in a chain took about
+        what their penalty measured after the nearest power of two of the others' bytes, within the chain's own noise;
+        past half the L3 they took more (docs/measured.md, session 16). Within the L2, a weight read once a run is warm
+        from the run before; one read in turn with another within a run is not quite: an unrolled GRU h128's two 192 KB
+        weights, 384 KB in a 512 KB L2, cost its graph 0.32-0.375 us a read, and copies of the product cycled over two
+        weights measure 0.14-0.20 of it (``benchmarks/bench_alternating_reads.py``; docs/measured.md, session 28)."""
+        if between < self.l2 / 8 or (own + between <= self.l2 * max(threads, 1) and not again):
             return None
         return min(1 << round(math.log2(between)), 2 * self.l3)
 
