@@ -46,8 +46,10 @@ def declared_only(model: onnx.ModelProto) -> int:
     declared = {v.name for v in graph.value_info if fully_sized(v)}
     if not declared:
         return 0
-    skeleton = onnx.ModelProto()
-    skeleton.CopyFrom(weightless(model))
+    skeleton = weightless(model)
+    if skeleton is model:  # nothing large: weightless handed the model itself back, which must stay as it is
+        skeleton = onnx.ModelProto()
+        skeleton.CopyFrom(model)
     del skeleton.graph.value_info[:]
     inferred = _inferred_sized(skeleton, propagate=False)
     if inferred is None:
