@@ -121,10 +121,10 @@ def copies_session(proto: onnx.ModelProto, threads: int, in_place: InPlaceWeight
 
 
 def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPlaceWeights | None = None,
-                        reference: WallReference | None = None) -> tuple[float, float]:
+                        reference: WallReference | None = None, copies: int = COPIES) -> tuple[float, float]:
     """What one more copy of ``model``'s nodes adds to a running session, by the wall clock: (seconds, noise band).
 
-    ``COPIES`` independent copies reading the same inputs are timed against one copy, in
+    ``copies`` independent copies reading the same inputs are timed against one copy, in
     interleaved rounds (common-subexpression elimination off: ONNX Runtime would fold the
     copies into one; the copies share the weight, prepacked once). For a node under a few
     microseconds the profiler cannot tell: it times kernels in whole microseconds over an
@@ -135,7 +135,7 @@ def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPla
     each round is rescaled to the reference's calibrated speed.
     """
     proto = onnx.load_model_from_string(model)
-    return _median_and_band(per_round_differences(proto, with_copies(proto, COPIES), COPIES - 1, feeds, threads, in_place,
+    return _median_and_band(per_round_differences(proto, with_copies(proto, copies), copies - 1, feeds, threads, in_place,
                                                   reference))
 
 

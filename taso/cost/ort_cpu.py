@@ -52,7 +52,7 @@ from ..timing import median_run, open_session, session_options
 from .cache import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, Measure, SpotCheck, SpotCheckPolicy, noise_band)
 from ..onnx.exporter import gemm_pairs
 from ..onnx.sizing import declared_only
-from .copies import (WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, WallReference, append_copy, cold_read_penalty,
+from .copies import (COPIES, WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, WallReference, append_copy, cold_read_penalty,
                      interquartile_range, negations, wall_clock_marginal)
 from .declared import declared_shape_seconds
 from .in_place import IN_PLACE_BYTES, InPlaceWeights, in_place_session
@@ -89,7 +89,8 @@ def cpu_name() -> str:
 def fingerprint(threads: int = 1) -> str:
     """The cache table of this machine, ONNX Runtime build and thread count."""
     spinning = "|no-spinning" if threads > 1 else ""  # see taso.timing.session_options
-    wall = f"under-{round(wall_clock_below(threads) * 1e6)}us-by-wall-clock"
+    bound = wall_clock_below(threads)
+    wall = "all-by-wall-clock" if bound == math.inf else f"under-{round(bound * 1e6)}us-by-wall-clock"
     return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}{spinning}|ENABLE_ALL|profiled|floor-per-run|warm-copy|{wall}|no-layout-reorders"
 
 
@@ -225,7 +226,7 @@ class OrtCpuCost(CostModel):
         """About what screening an entry of ``cached`` seconds takes (profile_kernels: a session, 3 warm-up runs, then 7 runs or 5 ms)."""
         per_run = 2 * cached + (self._unit or 0.0)  # the node runs twice (profile_kernels' warm copy), the reference beside it
         profiled = _SESSION_SECONDS + 3 * per_run + max(7 * per_run, QUICK_SECONDS)
-        return profiled + (_WALL_CLOCK_SECONDS if cached < wall_clock_below(self.threads) else 0.0)
+        return profiled + (_wall_clock_seconds(cached) if cached < wall_clock_below(self.threads) else 0.0)
 
     def fresh(self, node: Node, graph: Graph, consts, quick: bool = False) -> tuple[float, float]:
         """Measures a node now, whatever the cache holds: (seconds, relative noise band); ``quick``: runs for 5 ms, not 20 (a spot-check's screen)."""
@@ -246,7 +247,7 @@ class OrtCpuCost(CostModel):
         ratios = [(k - f) / r for k, f, r in zip(profile.kernels, profile.floor, profile.reference)]
         seconds = max(_robust_mean(ratios) * self._unit, 0.0) + self._dispatch
         if seconds < wall_clock_below(self.threads):
-            return wall_clock_marginal(model, feeds, self.threads, in_place, self.wall_reference())
+            return wall_clock_marginal(model, feeds, self.threads, in_place, self.wall_reference(), copies_for(seconds))
         return seconds, noise_band(seconds, interquartile_range(ratios) * self._unit)
 
     def _single_model(self, node: Node, graph: Graph, consts) -> tuple[bytes, dict[str, np.ndarray], InPlaceWeights]:
@@ -719,16 +720,33 @@ QUICK_SECONDS = 0.005
 # product: 24 us a step of a chain, 32 us profiled). Above, a node's run dwarfs both, and 33 copies would take long.
 SMALL_SECONDS = 30e-6
 # With more than one intra-op thread (and no spinning: taso.timing.session_options), the profiler prices a product
-# that splits over the threads above what it adds to a running graph: the per-step [1,512] x [512,1536] product of
-# an unrolled GRU h512 profiled at 70-77 us at 2 threads, 56-60 us by copies, and the graph paid about 58 a step
-# (at 1 thread: 61-65 profiled, 59 by copies; docs/measured.md, session 27). Up to this, such nodes are timed by copies.
-SMALL_SECONDS_THREADED = 100e-6
-_WALL_CLOCK_SECONDS = 2 * _SESSION_SECONDS + 2 * WALL_CLOCK_ROUNDS * WALL_CLOCK_RUN_SECONDS
+# that splits over the threads above what it adds to a running graph, at every size: the per-step [1,512] x
+# [512,1536] product of an unrolled GRU h512 profiled at 70-77 us at 2 threads, 56-60 us by copies, and the graph
+# paid about 58 a step (at 1 thread: 61-65 profiled, 59 by copies; session 27); an LSTM h512's [1,512] x [512,2048]
+# profiled at 104-110 us, 78 by copies, and its 128 products cost the graph about 75 each; the [64,512] x
+# [512,2048] after a merge 882-899 against 798 (session 29). There every node is timed by copies
+# (:func:`copies_for` keeps the long ones' runs short).
 
 
 def wall_clock_below(threads: int) -> float:
     """The profiled price under which a node is timed again by the wall clock, at ``threads`` intra-op threads."""
-    return SMALL_SECONDS if threads <= 1 else SMALL_SECONDS_THREADED
+    return SMALL_SECONDS if threads <= 1 else math.inf
+
+
+# A run of the copies lasts about this long: 33 copies of a 100 us node; fewer of a longer one (3 at least, so that the
+# difference against one copy is two copies' time).
+_COPIES_SECONDS = COPIES * 100e-6
+
+
+def copies_for(seconds: float) -> int:
+    """How many copies of a node profiled at ``seconds`` :func:`taso.cost.copies.wall_clock_marginal` times."""
+    return max(3, min(COPIES, round(_COPIES_SECONDS / max(seconds, 1e-9))))
+
+
+def _wall_clock_seconds(seconds: float) -> float:
+    """About what timing copies of a node of ``seconds`` takes: two sessions, each round's fastest of 3 runs or more."""
+    run = max(WALL_CLOCK_RUN_SECONDS, 3 * (copies_for(seconds) + 1) * seconds)
+    return 2 * _SESSION_SECONDS + 2 * WALL_CLOCK_ROUNDS * run
 
 
 @dataclass(frozen=True)
