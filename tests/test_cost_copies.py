@@ -150,6 +150,16 @@ def test_each_round_is_rescaled_to_the_references_calibrated_speed(monkeypatch):
     assert seconds == pytest.approx(calm)
 
 
+def test_a_reference_is_calibrated_at_its_calm_speed(monkeypatch):
+    """The median of 15 samples back to back once calibrated a 2-thread table's reference at 1.8x its calm time, and
+    every price of that table came out 1.8x: samples spread over a third of a second, the lower quartile."""
+    times = iter([51e-6] * 6 + [28.6e-6] * 9)
+    monkeypatch.setattr(copies.time, "sleep", lambda seconds: None)
+    reference = copies.WallReference(threads=2)
+    monkeypatch.setattr(copies.WallReference, "time", lambda self: next(times))
+    assert reference.calibrate() == pytest.approx(28.6e-6)
+
+
 def test_the_wall_reference_is_calibrated_once_per_table_and_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(copies.WallReference, "time", lambda self: 21e-6)
