@@ -55,6 +55,7 @@ from ..onnx.sizing import declared_only
 from .copies import (COPIES, WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, WallReference, append_copy, cold_read_penalty,
                      interquartile_range, negations, wall_clock_marginal)
 from .declared import declared_shape_seconds
+from .shadow import SHAPE as SHADOW_SHAPE, Shadow, graph_shadow, measure_shadow
 from .in_place import IN_PLACE_BYTES, InPlaceWeights, in_place_session
 from .model import CostModel, Neighbourhood, node_key, random_array
 from .residency import CacheSizes, WeightReads, graph_run_order, main_weight
@@ -334,8 +335,10 @@ class OrtCpuCost(CostModel):
     # -- where each weight lives when its node runs (taso.cost.residency) --
 
     def graph_cost(self, graph: Graph) -> float:
-        """The nodes' warm prices, plus what reading each weight costs after the other weights read since its last read."""
-        return super().graph_cost(graph) + self._parent_reads(graph)[1]
+        """The nodes' warm prices, plus what reading each weight costs after the other weights read since its last read,
+        plus the split products' shadows over the single-threaded nodes after them (none at one thread)."""
+        _, penalties, _, shadows = self._parent_reads(graph)
+        return super().graph_cost(graph) + penalties + sum(extra for _, extra in shadows)
 
     def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
         """As the per-node delta; a rewrite that changes which weights are read, or how often, also re-prices every
@@ -366,7 +369,7 @@ class OrtCpuCost(CostModel):
                if self._runs(n, after.consts) and (w := self._weight_of(n, after, after.consts))]
         if not gone and not new:
             return None
-        reads, _, position = self._parent_reads(parent)
+        reads, _, position, _ = self._parent_reads(parent)
         at = min((position[id(n)] for n in removed if id(n) in position), default=len(position))
         return reads.changed(gone, new, at)
 
@@ -381,9 +384,10 @@ class OrtCpuCost(CostModel):
     def _weight_of(self, node: Node, graph, consts) -> str | None:
         return main_weight(node, consts.__contains__, lambda v: self._nbytes(v, graph), self.caches.l1)
 
-    def _parent_reads(self, graph: Graph) -> tuple[WeightReads, float, dict[int, int]]:
-        """A graph's weight reads in ONNX Runtime's order, their penalties, and each running node's place in that order;
-        kept for the graphs the search expands (each is a parent many times)."""
+    def _parent_reads(self, graph: Graph) -> tuple[WeightReads, float, dict[int, int], list[tuple[Node, float]]]:
+        """A graph's weight reads in ONNX Runtime's order, their penalties, each running node's place in that order,
+        and what each split product's shadow adds (:mod:`taso.cost.shadow`); kept for the graphs the search expands
+        (each is a parent many times)."""
         hit = self._reads.get(id(graph))
         if hit is not None and hit[0] is graph:
             return hit[1:]
@@ -392,10 +396,26 @@ class OrtCpuCost(CostModel):
         position = {id(n): i for i, n in enumerate(order)}
         reads = WeightReads.of((i, n, w, self._nbytes(w, graph)) for i, n in enumerate(order) if (w := self._weight_of(n, graph, consts)))
         penalties = self._read_penalties(reads, graph, consts)
+        around = Neighbourhood.of(graph)
+        shadows = graph_shadow(graph, order, lambda n: self.cost_in(n, around), self.shadow())
         if len(self._reads) >= 64:
             self._reads.clear()
-        self._reads[id(graph)] = (graph, reads, penalties, position)
-        return reads, penalties, position
+        self._reads[id(graph)] = (graph, reads, penalties, position, shadows)
+        return reads, penalties, position, shadows
+
+    def shadow(self) -> Shadow:
+        """What a product split over threads costs the single-threaded nodes after it on this machine: none at one
+        thread; else from the table, or measured into it (:func:`taso.cost.shadow.measure_shadow`)."""
+        if self.threads <= 1:
+            return Shadow()
+        keys = (f"{CALIBRATION}shadow-factor", f"{CALIBRATION}shadow-window")
+        if not all(k in self._table for k in keys):
+            tanh = Node(get("tanh"), get("tanh").make_params(), ("x",), ("y",))
+            alone = Graph({"x": TensorType((1, SHADOW_SHAPE[0]))}, {}, [tanh], ["y"])
+            measured = measure_shadow(self.threads, self.node_cost(tanh, alone, set()), self.wall_reference())
+            for key, value in zip(keys, (measured.factor, measured.window)):
+                self.cache.record(self._fingerprint, key, value)
+        return Shadow(*(self._table[k] for k in keys))
 
     def _read_penalties(self, reads: WeightReads, graph, consts) -> float:
         return sum(penalty for _, penalty in self._penalised_reads(reads, graph, consts))
@@ -409,10 +429,12 @@ class OrtCpuCost(CostModel):
                 yield node, self.read_penalty(node, graph, consts, evicted)
 
     def surcharges(self, graph: Graph) -> dict[int, float]:
-        """Each node's weight-read penalties in ``graph`` (what :meth:`graph_cost` adds to the nodes' warm prices)."""
+        """Each node's weight-read penalties in ``graph``, and a split product's shadow (what :meth:`graph_cost` adds to
+        the nodes' warm prices)."""
+        reads, _, _, shadows = self._parent_reads(graph)
         found: dict[int, float] = {}
-        for node, penalty in self._penalised_reads(self._parent_reads(graph)[0], graph, graph.constant_values()):
-            found[id(node)] = found.get(id(node), 0.0) + penalty
+        for node, extra in [*self._penalised_reads(reads, graph, graph.constant_values()), *shadows]:
+            found[id(node)] = found.get(id(node), 0.0) + extra
         return found
 
     def read_penalty(self, node: Node, graph, consts, evicted: int) -> float:
