@@ -34,15 +34,15 @@ def test_a_split_product_shades_the_small_nodes_after_it_up_to_the_next():
     products = [n for n in graph.nodes if n.op.name == "matmul"]
     assert all(sh.splits_over_threads(p, graph) for p in products), "256 x 768 multiply-adds: MLAS splits it"
     price = {"matmul": 10.0, "slice": 1.0, "tanh": 2.0, "sigmoid": 3.0}
-    spans = sh.shadow_spans(graph_run_order(graph), lambda n: price[n.op.name], graph)
+    spans = sh.shadow_spans(graph_run_order(graph), lambda n: price[n.op.name], lambda n: sh.thread_kind(n, graph))
     assert [(p.outputs[0], alone) for p, alone in spans] == [("p0", 6.0), ("p1", 6.0)]
 
 
 def test_a_product_too_small_to_split_runs_alone_and_casts_no_shadow():
     graph = _cell(64)  # 64 x 192 multiply-adds: under MLAS's 64K
     assert not any(sh.splits_over_threads(n, graph) for n in graph.nodes)
-    assert all(sh.runs_alone(n, graph) for n in graph.nodes)
-    assert sh.shadow_spans(graph_run_order(graph), lambda n: 1.0, graph) == []
+    assert {sh.thread_kind(n, graph) for n in graph.nodes} == {sh.ALONE}
+    assert sh.shadow_spans(graph_run_order(graph), lambda n: 1.0, lambda n: sh.thread_kind(n, graph)) == []
 
 
 def test_the_shadow_charges_its_factor_over_the_window_only():

@@ -55,7 +55,7 @@ from ..onnx.sizing import declared_only
 from .copies import (COPIES, WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, WallReference, append_copy, cold_read_penalty,
                      interquartile_range, negations, wall_clock_marginal)
 from .declared import declared_shape_seconds
-from .shadow import SHAPE as SHADOW_SHAPE, Shadow, graph_shadow, measure_shadow
+from .shadow import SHAPE as SHADOW_SHAPE, Shadow, graph_shadow, measure_shadow, thread_kind
 from .in_place import IN_PLACE_BYTES, InPlaceWeights, in_place_session
 from .model import CostModel, Neighbourhood, node_key, random_array
 from .residency import CacheSizes, WeightReads, graph_run_order, main_weight
@@ -126,6 +126,8 @@ class OrtCpuCost(CostModel):
         self._penalties: dict[tuple[int, int], tuple[Node, float]] = {}  # (id(node), eviction bytes) -> (node, seconds)
         self._reads: dict[int, tuple] = {}  # id(graph) -> (graph, its weight reads, their penalties, node positions)
         self._wall: WallReference | None = None  # timed beside the wall-clock measurements (copies)
+        self._shadow: Shadow | None = None
+        self._kinds: dict[int, tuple[Node, str]] = {}  # id(node) -> (node, its thread_kind)
 
     @property
     def fingerprint(self) -> str:
@@ -337,8 +339,10 @@ class OrtCpuCost(CostModel):
     def graph_cost(self, graph: Graph) -> float:
         """The nodes' warm prices, plus what reading each weight costs after the other weights read since its last read,
         plus the split products' shadows over the single-threaded nodes after them (none at one thread)."""
-        _, penalties, _, shadows = self._parent_reads(graph)
-        return super().graph_cost(graph) + penalties + sum(extra for _, extra in shadows)
+        around = Neighbourhood.of(graph)
+        prices = {id(n): self.cost_in(n, around) for n in graph.nodes}
+        _, penalties, _, shadows = self._parent_reads(graph, prices)
+        return sum(prices.values()) + penalties + sum(extra for _, extra in shadows)
 
     def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
         """As the per-node delta; a rewrite that changes which weights are read, or how often, also re-prices every
@@ -384,10 +388,11 @@ class OrtCpuCost(CostModel):
     def _weight_of(self, node: Node, graph, consts) -> str | None:
         return main_weight(node, consts.__contains__, lambda v: self._nbytes(v, graph), self.caches.l1)
 
-    def _parent_reads(self, graph: Graph) -> tuple[WeightReads, float, dict[int, int], list[tuple[Node, float]]]:
+    def _parent_reads(self, graph: Graph, prices: dict[int, float] | None = None
+                      ) -> tuple[WeightReads, float, dict[int, int], list[tuple[Node, float]]]:
         """A graph's weight reads in ONNX Runtime's order, their penalties, each running node's place in that order,
-        and what each split product's shadow adds (:mod:`taso.cost.shadow`); kept for the graphs the search expands
-        (each is a parent many times)."""
+        and what each split product's shadow adds (:mod:`taso.cost.shadow`; ``prices``: the nodes' prices in place, by
+        ``id``, where the caller has them); kept for the graphs the search expands (each is a parent many times)."""
         hit = self._reads.get(id(graph))
         if hit is not None and hit[0] is graph:
             return hit[1:]
@@ -396,18 +401,35 @@ class OrtCpuCost(CostModel):
         position = {id(n): i for i, n in enumerate(order)}
         reads = WeightReads.of((i, n, w, self._nbytes(w, graph)) for i, n in enumerate(order) if (w := self._weight_of(n, graph, consts)))
         penalties = self._read_penalties(reads, graph, consts)
-        around = Neighbourhood.of(graph)
-        shadows = graph_shadow(graph, order, lambda n: self.cost_in(n, around), self.shadow())
+        shadows = graph_shadow(order, self._pricer(graph, prices), lambda n: self._thread_kind(n, graph), self.shadow())
         if len(self._reads) >= 64:
             self._reads.clear()
         self._reads[id(graph)] = (graph, reads, penalties, position, shadows)
         return reads, penalties, position, shadows
 
+    def _pricer(self, graph: Graph, prices: dict[int, float] | None) -> Callable[[Node], float]:
+        if prices is not None:
+            return lambda node: prices[id(node)]
+        around = Neighbourhood.of(graph)
+        return lambda node: self.cost_in(node, around)
+
+    def _thread_kind(self, node: Node, graph: Graph) -> str:
+        """:func:`taso.cost.shadow.thread_kind`, kept per node (nodes are shared between the graphs a search builds)."""
+        hit = self._kinds.get(id(node))
+        if hit is not None and hit[0] is node:
+            return hit[1]
+        kind = thread_kind(node, graph)
+        self._kinds[id(node)] = (node, kind)
+        return kind
+
     def shadow(self) -> Shadow:
         """What a product split over threads costs the single-threaded nodes after it on this machine: none at one
         thread; else from the table, or measured into it (:func:`taso.cost.shadow.measure_shadow`)."""
-        if self.threads <= 1:
-            return Shadow()
+        if self._shadow is None:
+            self._shadow = self._measured_shadow() if self.threads > 1 else Shadow()
+        return self._shadow
+
+    def _measured_shadow(self) -> Shadow:
         keys = (f"{CALIBRATION}shadow-factor", f"{CALIBRATION}shadow-window")
         if not all(k in self._table for k in keys):
             tanh = Node(get("tanh"), get("tanh").make_params(), ("x",), ("y",))

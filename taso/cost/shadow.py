@@ -26,10 +26,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from ..ir import Graph, Node
+from ..ir import Node
 from .copies import WallReference, per_round_differences
 
-__all__ = ["Shadow", "product_chain", "splits_over_threads", "runs_alone", "shadow_spans", "measure_shadow", "graph_shadow"]
+__all__ = ["Shadow", "product_chain", "splits_over_threads", "thread_kind", "shadow_spans", "measure_shadow", "graph_shadow"]
 
 # MLAS splits a single-precision product over threads from this many multiply-adds on (MLAS_SGEMM_THREAD_COMPLEXITY).
 SPLIT_WORK = 64 * 1024
@@ -92,12 +92,18 @@ def splits_over_threads(node: Node, graph) -> bool:
     return _elements(node.outputs[0], graph) * per_output >= SPLIT_WORK
 
 
-def runs_alone(node: Node, graph) -> bool:
-    """Whether ``node`` runs on the calling thread alone: not split, and no output past ``ALONE_ELEMENTS`` elements."""
-    return not splits_over_threads(node, graph) and all(_elements(v, graph) < ALONE_ELEMENTS for v in node.outputs)
+SPLIT, ALONE, OTHER = "split", "alone", "other"
 
 
-def shadow_spans(order: Iterable[Node], price: Callable[[Node], float], graph) -> list[tuple[Node, float]]:
+def thread_kind(node: Node, graph) -> str:
+    """``SPLIT`` (:func:`splits_over_threads`), ``ALONE`` (:func:`runs_alone`) or ``OTHER`` (a large node whose threads
+    are not known)."""
+    if splits_over_threads(node, graph):
+        return SPLIT
+    return ALONE if all(_elements(v, graph) < ALONE_ELEMENTS for v in node.outputs) else OTHER
+
+
+def shadow_spans(order: Iterable[Node], price: Callable[[Node], float], kind: Callable[[Node], str]) -> list[tuple[Node, float]]:
     """Each split product in run order, and the priced seconds of single-threaded nodes that run after it before the
     next node that is neither (a split product, or a large node whose threads are not known) ends its shadow."""
     spans: list[tuple[Node, float]] = []
@@ -106,12 +112,13 @@ def shadow_spans(order: Iterable[Node], price: Callable[[Node], float], graph) -
         seconds = price(node)
         if seconds == 0.0:
             continue  # folded, or fused into its producer
-        if runs_alone(node, graph):
+        what = kind(node)
+        if what == ALONE:
             alone += seconds
             continue
         if product is not None:
             spans.append((product, alone))
-        product, alone = (node if splits_over_threads(node, graph) else None), 0.0
+        product, alone = (node if what == SPLIT else None), 0.0
     if product is not None:
         spans.append((product, alone))
     return spans
@@ -137,8 +144,9 @@ def measure_shadow(threads: int, tanh_seconds: float, reference: WallReference |
     return Shadow(factor, min(window, LONG_GAP * tanh_seconds))
 
 
-def graph_shadow(graph: Graph, order: Iterable[Node], price: Callable[[Node], float], shadow: Shadow) -> list[tuple[Node, float]]:
-    """Each split product of ``graph`` with what its shadow adds to the graph's price (none where there is no shadow)."""
+def graph_shadow(order: Iterable[Node], price: Callable[[Node], float], kind: Callable[[Node], str],
+                 shadow: Shadow) -> list[tuple[Node, float]]:
+    """Each split product among ``order`` with what its shadow adds to the graph's price (none where there is no shadow)."""
     if shadow.none:
         return []
-    return [(node, extra) for node, alone in shadow_spans(order, price, graph) if (extra := shadow.extra(alone)) > 0.0]
+    return [(node, extra) for node, alone in shadow_spans(order, price, kind) if (extra := shadow.extra(alone)) > 0.0]
