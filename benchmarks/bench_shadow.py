@@ -2,8 +2,8 @@
 
 ``taso.cost.shadow`` charges a split product for the single-threaded nodes after it at more than one thread. This
 times, in one interleaved series per thread count, 64-step chains of ``[1, k] x [k, n]^T`` products, each reading the
-last one's first ``k`` columns through a Slice and ``gap + 1`` Tanhs, for each ``--gaps`` value, beside 33 copies of the
-product back to back and a chain of 64 Tanhs alone. It prints the time per step, what a Tanh after a product costs
+last one's first ``k`` columns through a Slice and ``gap + 1`` Tanhs, for each ``--gaps`` value, beside a chain of 64 Tanhs
+alone. It prints the time per step, what a Tanh after a product costs
 (the step's growth from gap 0, per Tanh), the same at 1 thread, and what ``measure_shadow`` calibrates on this machine.
 
 Run: python benchmarks/bench_shadow.py [--shape 256x768] [--gaps 0 1 2 4 8 16 64] [--threads 2] [--rounds 9]
@@ -14,10 +14,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper
 
-from taso.cost.copies import with_copies
 from taso.cost.ort_cpu import OrtCpuCost
 from taso.cost.shadow import STEPS, product_chain
 from taso.timing import interleaved_times
@@ -32,17 +30,9 @@ def _tanhs(k: int) -> bytes:
     return model.SerializeToString()
 
 
-def _copies(k: int, n: int) -> bytes:
-    one = onnx.load_model_from_string(product_chain(k, n, gap=0, steps=1))
-    del one.graph.node[1:]  # the product alone
-    del one.graph.output[:]
-    one.graph.output.append(helper.make_tensor_value_info("g0", TensorProto.FLOAT, [1, n]))
-    return with_copies(one, STEPS).SerializeToString()
-
-
 def per_step(threads: int, k: int, n: int, gaps: list[int], rounds: int) -> dict[str, float]:
     """Microseconds per step (per product, per Tanh) of each model, one interleaved series."""
-    models = {"copies": _copies(k, n), **{f"gap {g}": product_chain(k, n, gap=g) for g in gaps}, "Tanhs alone": _tanhs(k)}
+    models = {**{f"gap {g}": product_chain(k, n, gap=g) for g in gaps}, "Tanhs alone": _tanhs(k)}
     feeds = {"x": np.random.default_rng(1).standard_normal((1, k)).astype(np.float32) * 0.1,
              "t0": np.random.default_rng(2).standard_normal((1, k)).astype(np.float32)}
     seconds = interleaved_times(list(models.values()), feeds, threads, rounds, labels=list(models))  # each takes its own feed
