@@ -90,8 +90,7 @@ def cpu_name() -> str:
 def fingerprint(threads: int = 1) -> str:
     """The cache table of this machine, ONNX Runtime build and thread count."""
     spinning = "|no-spinning" if threads > 1 else ""  # see taso.timing.session_options
-    bound = wall_clock_below(threads)
-    wall = "all-by-wall-clock" if bound == math.inf else f"under-{round(bound * 1e6)}us-by-wall-clock"
+    wall = f"under-{round(wall_clock_below(threads) * 1e6)}us-by-wall-clock"
     return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}{spinning}|ENABLE_ALL|profiled|floor-per-run|warm-copy|{wall}|no-layout-reorders"
 
 
@@ -764,21 +763,23 @@ QUICK_SECONDS = 0.005
 # product: 24 us a step of a chain, 32 us profiled). Above, a node's run dwarfs both, and 33 copies would take long.
 SMALL_SECONDS = 30e-6
 # With more than one intra-op thread (and no spinning: taso.timing.session_options), the profiler prices a product
-# that splits over the threads above what it adds to a running graph, at every size: the per-step [1,512] x
-# [512,1536] product of an unrolled GRU h512 profiled at 70-77 us at 2 threads, 56-60 us by copies, and the graph
-# paid about 58 a step (at 1 thread: 61-65 profiled, 59 by copies; session 27); an LSTM h512's [1,512] x [512,2048]
-# profiled at 104-110 us, 78 by copies, and its 128 products cost the graph about 75 each; the [64,512] x
-# [512,2048] after a merge 882-899 against 798 (session 29). There every node is timed by copies
-# (:func:`copies_for` keeps the long ones' runs short).
+# that splits over the threads above what it adds to a running graph: the per-step [1,512] x [512,1536] product of
+# an unrolled GRU h512 profiled at 70-77 us at 2 threads, 56-60 us by copies, and the graph paid about 58 a step
+# (at 1 thread: 61-65 profiled, 59 by copies; session 27); an LSTM h512's [1,512] x [512,2048] profiled at 104-110 us,
+# 78 by copies, and its 128 products cost the graph about 75 each (session 29). Up to this such nodes are timed by
+# copies. Past it the profiler's excess is a tenth or less ([64,512] x [512,2048]: 882-899 against 798), and the copies,
+# a few of them, took what the second core's speed was that minute: a merged product's entry came out at 449 us in one
+# table and 701 in the next, another at 569 and 1,033 (session 29), where the profiled price is rescaled by a
+# reference kernel split over the same threads in the same run.
+SMALL_SECONDS_THREADED = 200e-6
 
 
 def wall_clock_below(threads: int) -> float:
     """The profiled price under which a node is timed again by the wall clock, at ``threads`` intra-op threads."""
-    return SMALL_SECONDS if threads <= 1 else math.inf
+    return SMALL_SECONDS if threads <= 1 else SMALL_SECONDS_THREADED
 
 
-# A run of the copies lasts about this long: 33 copies of a 100 us node; fewer of a longer one (3 at least, so that the
-# difference against one copy is two copies' time).
+# A run of the copies lasts about this long: 33 copies of a 100 us node; fewer of a longer one (16 of a 200 us one).
 _COPIES_SECONDS = COPIES * 100e-6
 
 
