@@ -55,7 +55,6 @@ from ..onnx.sizing import declared_only
 from .copies import (COPIES, WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, WallReference, append_copy, cold_read_penalty,
                      interquartile_range, negations, wall_clock_marginal)
 from .declared import declared_shape_seconds
-from .shadow import SHAPE as SHADOW_SHAPE, Shadow, graph_shadow, measure_shadow, thread_kind
 from .in_place import IN_PLACE_BYTES, InPlaceWeights, in_place_session
 from .model import CostModel, Neighbourhood, node_key, random_array
 from .residency import CacheSizes, WeightReads, graph_run_order, main_weight
@@ -125,8 +124,6 @@ class OrtCpuCost(CostModel):
         self._penalties: dict[tuple[int, int], tuple[Node, float]] = {}  # (id(node), eviction bytes) -> (node, seconds)
         self._reads: dict[int, tuple] = {}  # id(graph) -> (graph, its weight reads, their penalties, node positions)
         self._wall: WallReference | None = None  # timed beside the wall-clock measurements (copies)
-        self._shadow: Shadow | None = None
-        self._kinds: dict[int, tuple[Node, str]] = {}  # id(node) -> (node, its thread_kind)
 
     @property
     def fingerprint(self) -> str:
@@ -336,12 +333,8 @@ class OrtCpuCost(CostModel):
     # -- where each weight lives when its node runs (taso.cost.residency) --
 
     def graph_cost(self, graph: Graph) -> float:
-        """The nodes' warm prices, plus what reading each weight costs after the other weights read since its last read,
-        plus the split products' shadows over the single-threaded nodes after them (none at one thread)."""
-        around = Neighbourhood.of(graph)
-        prices = {id(n): self.cost_in(n, around) for n in graph.nodes}
-        _, penalties, _, shadows = self._parent_reads(graph, prices)
-        return sum(prices.values()) + penalties + sum(extra for _, extra in shadows)
+        """The nodes' warm prices, plus what reading each weight costs after the other weights read since its last read."""
+        return super().graph_cost(graph) + self._parent_reads(graph)[1]
 
     def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
         """As the per-node delta; a rewrite that changes which weights are read, or how often, also re-prices every
@@ -372,7 +365,7 @@ class OrtCpuCost(CostModel):
                if self._runs(n, after.consts) and (w := self._weight_of(n, after, after.consts))]
         if not gone and not new:
             return None
-        reads, _, position, _ = self._parent_reads(parent)
+        reads, _, position = self._parent_reads(parent)
         at = min((position[id(n)] for n in removed if id(n) in position), default=len(position))
         return reads.changed(gone, new, at)
 
@@ -387,11 +380,9 @@ class OrtCpuCost(CostModel):
     def _weight_of(self, node: Node, graph, consts) -> str | None:
         return main_weight(node, consts.__contains__, lambda v: self._nbytes(v, graph), self.caches.l1)
 
-    def _parent_reads(self, graph: Graph, prices: dict[int, float] | None = None
-                      ) -> tuple[WeightReads, float, dict[int, int], list[tuple[Node, float]]]:
-        """A graph's weight reads in ONNX Runtime's order, their penalties, each running node's place in that order,
-        and what each split product's shadow adds (:mod:`taso.cost.shadow`; ``prices``: the nodes' prices in place, by
-        ``id``, where the caller has them); kept for the graphs the search expands (each is a parent many times)."""
+    def _parent_reads(self, graph: Graph) -> tuple[WeightReads, float, dict[int, int]]:
+        """A graph's weight reads in ONNX Runtime's order, their penalties, and each running node's place in that order;
+        kept for the graphs the search expands (each is a parent many times)."""
         hit = self._reads.get(id(graph))
         if hit is not None and hit[0] is graph:
             return hit[1:]
@@ -400,43 +391,10 @@ class OrtCpuCost(CostModel):
         position = {id(n): i for i, n in enumerate(order)}
         reads = WeightReads.of((i, n, w, self._nbytes(w, graph)) for i, n in enumerate(order) if (w := self._weight_of(n, graph, consts)))
         penalties = self._read_penalties(reads, graph, consts)
-        shadows = graph_shadow(order, self._pricer(graph, prices), lambda n: self._thread_kind(n, graph), self.shadow())
         if len(self._reads) >= 64:
             self._reads.clear()
-        self._reads[id(graph)] = (graph, reads, penalties, position, shadows)
-        return reads, penalties, position, shadows
-
-    def _pricer(self, graph: Graph, prices: dict[int, float] | None) -> Callable[[Node], float]:
-        if prices is not None:
-            return lambda node: prices[id(node)]
-        around = Neighbourhood.of(graph)
-        return lambda node: self.cost_in(node, around)
-
-    def _thread_kind(self, node: Node, graph: Graph) -> str:
-        """:func:`taso.cost.shadow.thread_kind`, kept per node (nodes are shared between the graphs a search builds)."""
-        hit = self._kinds.get(id(node))
-        if hit is not None and hit[0] is node:
-            return hit[1]
-        kind = thread_kind(node, graph)
-        self._kinds[id(node)] = (node, kind)
-        return kind
-
-    def shadow(self) -> Shadow:
-        """What a product split over threads costs the single-threaded nodes after it on this machine: none at one
-        thread; else from the table, or measured into it (:func:`taso.cost.shadow.measure_shadow`)."""
-        if self._shadow is None:
-            self._shadow = self._measured_shadow() if self.threads > 1 else Shadow()
-        return self._shadow
-
-    def _measured_shadow(self) -> Shadow:
-        keys = (f"{CALIBRATION}shadow-factor", f"{CALIBRATION}shadow-window")
-        if not all(k in self._table for k in keys):
-            tanh = Node(get("tanh"), get("tanh").make_params(), ("x",), ("y",))
-            alone = Graph({"x": TensorType((1, SHADOW_SHAPE[0]))}, {}, [tanh], ["y"])
-            measured = measure_shadow(self.threads, self.node_cost(tanh, alone, set()), self.wall_reference())
-            for key, value in zip(keys, (measured.factor, measured.window)):
-                self.cache.record(self._fingerprint, key, value)
-        return Shadow(*(self._table[k] for k in keys))
+        self._reads[id(graph)] = (graph, reads, penalties, position)
+        return reads, penalties, position
 
     def _read_penalties(self, reads: WeightReads, graph, consts) -> float:
         return sum(penalty for _, penalty in self._penalised_reads(reads, graph, consts))
@@ -450,12 +408,10 @@ class OrtCpuCost(CostModel):
                 yield node, self.read_penalty(node, graph, consts, evicted)
 
     def surcharges(self, graph: Graph) -> dict[int, float]:
-        """Each node's weight-read penalties in ``graph``, and a split product's shadow (what :meth:`graph_cost` adds to
-        the nodes' warm prices)."""
-        reads, _, _, shadows = self._parent_reads(graph)
+        """Each node's weight-read penalties in ``graph`` (what :meth:`graph_cost` adds to the nodes' warm prices)."""
         found: dict[int, float] = {}
-        for node, extra in [*self._penalised_reads(reads, graph, graph.constant_values()), *shadows]:
-            found[id(node)] = found.get(id(node), 0.0) + extra
+        for node, penalty in self._penalised_reads(self._parent_reads(graph)[0], graph, graph.constant_values()):
+            found[id(node)] = found.get(id(node), 0.0) + penalty
         return found
 
     def read_penalty(self, node: Node, graph, consts, evicted: int) -> float:
