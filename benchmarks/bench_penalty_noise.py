@@ -32,7 +32,7 @@ def main() -> None:
         graph, _ = clean_up(ModelSource.from_file(path, shapes or None).graph)
         whole = model.graph_cost(graph)
         charged = model.surcharges(graph)
-        reads, *_ = model._parent_reads(graph)
+        reads, _, _ = model._parent_reads(graph)
         consts = graph.constant_values()
         print(f"{path}: priced {whole * 1e3:.3f} ms, of which read penalties {sum(charged.values()) * 1e3:.3f} ms on {len(charged)} nodes")
         print("| node | weight | evicted MB | price us | cached penalty us | measured again us | median |")

@@ -745,9 +745,10 @@ def copies_for(seconds: float) -> int:
 
 
 def _wall_clock_seconds(seconds: float) -> float:
-    """About what timing copies of a node of ``seconds`` takes: two sessions, each round's fastest of 3 runs or more."""
-    run = max(WALL_CLOCK_RUN_SECONDS, 3 * (copies_for(seconds) + 1) * seconds)
-    return 2 * _SESSION_SECONDS + 2 * WALL_CLOCK_ROUNDS * run
+    """About what timing copies of a node of ``seconds`` takes: two sessions (one copy, and ``copies_for`` copies), each
+    timed in every round for at least 3 runs and ``WALL_CLOCK_RUN_SECONDS``."""
+    per_round = sum(max(WALL_CLOCK_RUN_SECONDS, 3 * copies * seconds) for copies in (1, copies_for(seconds)))
+    return 2 * _SESSION_SECONDS + WALL_CLOCK_ROUNDS * per_round
 
 
 @dataclass(frozen=True)
