@@ -52,10 +52,13 @@ class TimingError(TasoError):
 def session_options(threads: int, optimize: bool = True) -> ort.SessionOptions:
     """The deployment's options: ``threads`` intra-op threads, one inter-op thread, sequential, ENABLE_ALL (or none).
 
-    With more than one thread, the workers do not spin between operators. Spinning workers keep
-    their cores busy after a run: timed side by side, one model measured against itself on a
-    2-core machine ranged 0.44x-2.24x (median 0.57x) with spinning and 0.86x-1.28x without
-    (``benchmarks/bench_spinning.py``), and a decision between two graphs needs the second.
+    With more than one thread, the workers spin between the operators of a run, as ONNX Runtime's do by default,
+    and stop spinning when the run returns. Workers that go on spinning after a run land in the next model's
+    measurement: one model timed against itself on a 2-core machine ranged 0.44x-2.24x. Workers that never spin must
+    be woken for every kernel split over them: a chain of 16 ``[1, 256] x [256, 768]`` products took 1.6x as long as
+    with spinning, and a fifth more or less from one sample to the next. Spinning within runs only, it takes a
+    run's one wake-up longer than with spinning throughout, and one model timed against itself ranged 0.97-1.01
+    (10th-90th percentile; ``benchmarks/bench_spinning.py``).
     """
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
@@ -64,7 +67,8 @@ def session_options(threads: int, optimize: bool = True) -> ort.SessionOptions:
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4  # a failure reaches the user as taso's one line; ONNX Runtime's log would repeat it in red
     if threads > 1:
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        options.add_session_config_entry("session.force_spinning_stop", "1")
     return options
 
 
