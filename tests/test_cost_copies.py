@@ -177,3 +177,31 @@ def test_the_reference_runs_on_onnx_runtime():
     reference = copies.WallReference(threads=1)
     assert 0 < reference.calibrate() < 0.01
     assert reference.rescaled([1e-6], [reference.calibrated]) == pytest.approx([1e-6])
+
+
+def test_with_threads_copies_run_after_a_split_product_and_still_compute_the_node(monkeypatch):
+    """After a run's first split kernel the workers spin beside every node that follows (taso.timing.session_options):
+    with more than one thread, a node's copies are timed so; at one thread there are no workers."""
+    import onnxruntime as ort
+
+    model, x = _gemm(), np.ones((1, 8), np.float32)
+    spinning = copies.spun_up(model)
+    assert spinning.graph.node[0].name == copies.SPIN_UP and spinning.graph.node[1:] == model.graph.node
+    session = ort.InferenceSession(spinning.SerializeToString(), providers=["CPUExecutionProvider"])
+    got, spin = session.run(None, copies.spin_up_feeds({"x": x}))
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, expected)
+    assert spin.shape == (1, 1024)
+
+    timed = []
+    monkeypatch.setattr(copies, "interleaved_samples", lambda measures, rounds: [[1.0], [2.0]])
+    monkeypatch.setattr(copies, "fastest_run", lambda *a, **k: 0.0)
+
+    class Session:
+        def run(self, outputs, feeds):
+            assert (copies.SPIN_UP in feeds) == (len(timed) > 2)
+
+    monkeypatch.setattr(copies, "copies_session", lambda proto, threads, in_place=None: timed.append(proto) or Session())
+    for threads in (1, 2):
+        copies.per_round_differences(model, copies.with_copies(model, 3), 2, {"x": x}, threads, None)
+    assert [m.graph.node[0].name == copies.SPIN_UP for m in timed] == [False, False, True, True]
