@@ -128,16 +128,19 @@ def test_the_cycle_benchmarks_chains_alternate_two_weights_and_run():
     assert y.shape == (1, 8) and np.all(np.abs(y) <= 1)
 
 
-def test_each_round_is_rescaled_to_the_references_calibrated_speed(monkeypatch):
-    """A stretch where the host slows the core slows the reference timed in the same round as much: that round's figure
-    comes back to the calm one (a 0.39 us Add measured 0.80 over one such stretch, unrescaled)."""
+def test_a_round_in_which_the_reference_ran_slow_is_dropped_and_more_rounds_taken(monkeypatch):
+    """A slow stretch slowed a 0.39 us Add to 0.80 and the reference timed in the same rounds 1.6-2.5x, but in another it
+    slowed the reference 1.75x and left a product reading a 3 MB weight at its speed: rescaled, that product came out
+    at 18.6 us where it takes 31. The rounds the reference ran calm in are kept, more taken while most were not."""
     calm, slowed = 1e-6, 2.3
     rounds = [1.0, 1.0, slowed, slowed, slowed, 1.0, slowed]  # most rounds disturbed: the median alone would not do
+    calls = []
 
     def samples(measures, count):
         assert len(measures) == 3 and count == copies.WALL_CLOCK_ROUNDS, "the reference is timed in the same rounds"
-        base = [10e-6 * s for s in rounds]
-        more = [b + 32 * calm * s for b, s in zip(base, rounds)]
+        calls.append(count)
+        base = [10e-6 for s in rounds]
+        more = [b + 32 * calm for b in base]  # the node keeps its speed in the slow stretch
         return [base, more, [20e-6 * s for s in rounds]]
 
     monkeypatch.setattr(copies, "interleaved_samples", samples)
@@ -145,19 +148,43 @@ def test_each_round_is_rescaled_to_the_references_calibrated_speed(monkeypatch):
     proto = _gemm()
     feeds = {"x": np.ones((1, 8), np.float32)}  # the sessions are warmed before the (faked) rounds
     deltas = copies.per_round_differences(proto, copies.with_copies(proto, 33), 32, feeds, 1, None, reference)
-    assert deltas == pytest.approx([calm] * 7)
+    assert len(calls) == 2, "3 calm rounds of 7: another 7 taken"
+    assert deltas == pytest.approx([calm] * 6)
     seconds, _ = copies._median_and_band(deltas)
     assert seconds == pytest.approx(calm)
+
+    rounds[:] = [slowed] * 7  # never calm: every round rescaled, as a stretch slowing both alike would need
+    calls.clear()
+    deltas = copies.per_round_differences(proto, copies.with_copies(proto, 33), 32, feeds, 1, None, reference)
+    assert len(calls) == copies.ROUND_SETS and deltas == pytest.approx([calm / slowed] * 7 * copies.ROUND_SETS)
 
 
 def test_a_reference_is_calibrated_at_its_calm_speed(monkeypatch):
     """The median of 15 samples back to back once calibrated a 2-thread table's reference at 1.8x its calm time, and
     every price of that table came out 1.8x: samples spread over a third of a second, the lower quartile."""
-    times = iter([51e-6] * 6 + [28.6e-6] * 9)
+    times = iter(([51e-6] * 6 + [28.6e-6] * 9) * copies.CALIBRATION_SESSIONS)
     monkeypatch.setattr(copies.time, "sleep", lambda seconds: None)
     reference = copies.WallReference(threads=2)
     monkeypatch.setattr(copies.WallReference, "time", lambda self: next(times))
     assert reference.calibrate() == pytest.approx(28.6e-6)
+
+
+def test_a_slow_stretch_longer_than_one_sessions_samples_does_not_set_the_reference(monkeypatch):
+    """One table calibrated its reference at 50.6 us in a slow stretch of the machine, where it takes 28.5, and priced
+    every node 1.6-1.7x what the graph paid: the lowest of a few sessions' calibrations, each in a fresh session."""
+    sessions = iter([50.6e-6, 28.5e-6, 35.2e-6])
+    opened = []
+    monkeypatch.setattr(copies.time, "sleep", lambda seconds: None)
+
+    def sample(self):
+        if self._session is None:
+            self._session, speed = "session", next(sessions)
+            opened.append(speed)
+        return opened[-1]
+
+    monkeypatch.setattr(copies.WallReference, "time", sample)
+    assert copies.WallReference(threads=2).calibrate() == pytest.approx(28.5e-6)
+    assert len(opened) == copies.CALIBRATION_SESSIONS
 
 
 def test_the_wall_reference_is_calibrated_once_per_table_and_kept(tmp_path, monkeypatch):
