@@ -88,7 +88,7 @@ def cpu_name() -> str:
 
 def fingerprint(threads: int = 1) -> str:
     """The cache table of this machine, ONNX Runtime build and thread count."""
-    spinning = "|spinning-within-runs|copies-spun-up" if threads > 1 else ""  # see taso.timing.session_options
+    spinning = "|spinning-within-runs|copies-after-a-split-product" if threads > 1 else ""  # see taso.timing.session_options
     wall = f"under-{round(wall_clock_below(threads) * 1e6)}us-by-wall-clock"
     return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}{spinning}|ENABLE_ALL|profiled|floor-per-run|warm-copy|{wall}|no-layout-reorders"
 
