@@ -162,7 +162,7 @@ def test_a_round_in_which_the_reference_ran_slow_is_dropped_and_more_rounds_take
 def test_a_reference_is_calibrated_at_its_calm_speed(monkeypatch):
     """The median of 15 samples back to back once calibrated a 2-thread table's reference at 1.8x its calm time, and
     every price of that table came out 1.8x: samples spread over a third of a second, the lower quartile."""
-    times = iter(([51e-6] * 6 + [28.6e-6] * 9) * copies.CALIBRATION_SESSIONS)
+    times = iter(([51e-6] * 2 + [28.6e-6] * 3) * copies.CALIBRATION_SESSIONS)  # each session's samples
     monkeypatch.setattr(copies.time, "sleep", lambda seconds: None)
     reference = copies.WallReference(threads=2)
     monkeypatch.setattr(copies.WallReference, "time", lambda self: next(times))

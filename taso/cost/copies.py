@@ -35,7 +35,7 @@ from .cache import noise_band
 from .in_place import InPlaceWeights, in_place_session
 
 __all__ = ["COPIES", "WALL_CLOCK_ROUNDS", "WALL_CLOCK_RUN_SECONDS", "WallReference", "negations", "append_copy", "with_copies",
-           "copies_session", "spun_up", "spin_up_feeds", "per_round_differences", "wall_clock_marginal", "cycled_copies", "cold_read_penalty", "interquartile_range"]
+           "copies_session", "spun_up", "split_product", "spin_up_feeds", "per_round_differences", "wall_clock_marginal", "cycled_copies", "cold_read_penalty", "interquartile_range"]
 
 COPIES = 33
 WALL_CLOCK_ROUNDS = 7
@@ -85,7 +85,7 @@ class WallReference:
         times = []
         for _ in range(CALIBRATION_SESSIONS):
             self._session = None
-            times.append(undisturbed(self.time))
+            times.append(undisturbed(self.time, CALIBRATION_SAMPLES // CALIBRATION_SESSIONS))
         self.calibrated = min(times)
         return self.calibrated
 
@@ -112,16 +112,16 @@ DISTURBED = 1.25  # a round whose reference ran past this times its calibrated t
 ROUND_SETS = 3  # sets of WALL_CLOCK_ROUNDS rounds a measurement takes at most, until most of its rounds are calm
 
 
-def undisturbed(sample) -> float:
-    """A reference's time on a calm machine: the lower quartile of ``CALIBRATION_SAMPLES`` samples taken over a third
-    of a second. The median of 15 back to back once calibrated a 2-thread table's Neg chain at 51 us, where it
+def undisturbed(sample, samples: int = CALIBRATION_SAMPLES) -> float:
+    """A reference's time on a calm machine: the lower quartile of ``samples`` samples taken ``CALIBRATION_GAP`` apart.
+    The median of 15 back to back once calibrated a 2-thread table's Neg chain at 51 us, where it
     takes 28.6: every price of that table came out 1.8x (session 29)."""
-    samples = []
-    for i in range(CALIBRATION_SAMPLES):
+    taken = []
+    for i in range(samples):
         if i:
             time.sleep(CALIBRATION_GAP)
-        samples.append(sample())
-    return float(np.percentile(samples, 25))
+        taken.append(sample())
+    return float(np.percentile(taken, 25))
 
 
 def append_copy(into: onnx.GraphProto, nodes, prefix: str, renamed: dict[str, str], suffix: str) -> None:
@@ -228,10 +228,9 @@ def spun_up(proto: onnx.ModelProto) -> onnx.ModelProto:
     spinning.CopyFrom(proto)
     graph = spinning.graph
     gated = next((x for x in graph.input if x.type.tensor_type.elem_type == TensorProto.FLOAT), None)
-    rows, columns = _SPIN_UP_SHAPE
-    weight = numpy_helper.from_array(np.full(_SPIN_UP_SHAPE, 1.0 / rows, np.float32), f"{SPIN_UP}_weight")
+    split = split_product().graph
+    product, weight = split.node[0], split.initializer[0]
     zero = numpy_helper.from_array(np.zeros((), np.float32), f"{SPIN_UP}_zero")
-    product = helper.make_node("MatMul", [SPIN_UP, weight.name], [f"{SPIN_UP}_out"], name=SPIN_UP)
     added = [product]
     if gated is not None:
         through = f"{gated.name}{SPIN_UP}_gated"
@@ -243,23 +242,36 @@ def spun_up(proto: onnx.ModelProto) -> onnx.ModelProto:
     for i, node in enumerate(added):
         graph.node.insert(i, node)
     graph.initializer.extend([weight, zero])
-    graph.input.append(helper.make_tensor_value_info(SPIN_UP, TensorProto.FLOAT, [1, rows]))
-    graph.output.append(helper.make_tensor_value_info(product.output[0], TensorProto.FLOAT, [1, columns]))
+    graph.input.extend(split.input)
+    graph.output.extend(split.output)
     return spinning
 
 
-def spin_up_feeds(feeds: dict) -> dict:
-    """``feeds`` and the spin-up product's input (:func:`spun_up`)."""
-    return {**feeds, SPIN_UP: np.ones((1, _SPIN_UP_SHAPE[0]), np.float32)}
+def split_product(name: str = SPIN_UP) -> onnx.ModelProto:
+    """A product that ONNX Runtime splits over 2 threads, ``[1, 256] x [256, 1024]`` on the input ``name``."""
+    rows, columns = _SPIN_UP_SHAPE
+    weight = numpy_helper.from_array(np.full(_SPIN_UP_SHAPE, 1.0 / rows, np.float32), f"{name}_weight")
+    product = helper.make_node("MatMul", [name, weight.name], [f"{name}_out"], name=name)
+    graph = helper.make_graph([product], "split_product", [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, rows])],
+                              [helper.make_tensor_value_info(product.output[0], TensorProto.FLOAT, [1, columns])], [weight])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def spin_up_feeds(feeds: dict, name: str = SPIN_UP) -> dict:
+    """``feeds`` and the input ``name`` of a :func:`split_product` (the spin-up's: :func:`spun_up`)."""
+    return {**feeds, name: np.ones((1, _SPIN_UP_SHAPE[0]), np.float32)}
 
 
 def per_round_differences(base: onnx.ModelProto, more: onnx.ModelProto, per: int, feeds: dict, threads: int,
-                          in_place: InPlaceWeights | None, reference: WallReference | None = None) -> list[float]:
+                          in_place: InPlaceWeights | None, reference: WallReference | None = None,
+                          spin_up: bool = True) -> list[float]:
     """Per interleaved round, (``more``'s fastest run - ``base``'s) / ``per``; with ``reference`` timed in the same
     rounds, the rounds it ran calm in (:meth:`WallReference.calm_rounds`), more rounds taken while most were disturbed,
     and all of them rescaled when none was calm. With more than one thread, both run after a split product
-    (:func:`spun_up`)."""
-    if threads > 1:
+    (:func:`spun_up`) unless not ``spin_up``."""
+    if threads > 1 and spin_up:
         base, more, feeds = spun_up(base), spun_up(more), spin_up_feeds(feeds)
     sessions = [copies_session(m, threads, in_place) for m in (base, more)]
     for session in sessions:

@@ -58,6 +58,7 @@ from .declared import declared_shape_seconds
 from .in_place import IN_PLACE_BYTES, InPlaceWeights, in_place_session
 from .model import CostModel, Neighbourhood, node_key, random_array
 from .residency import CacheSizes, WeightReads, graph_run_order, main_weight
+from .wake import SPLITS, splits_over_threads, wake_seconds
 
 __all__ = ["OrtCpuCost", "cpu_name", "fingerprint", "profile_kernels", "check_cached_costs", "split_gathers", "gather_siblings"]
 
@@ -88,7 +89,7 @@ def cpu_name() -> str:
 
 def fingerprint(threads: int = 1) -> str:
     """The cache table of this machine, ONNX Runtime build and thread count."""
-    spinning = "|spinning-within-runs|copies-after-a-split-product" if threads > 1 else ""  # see taso.timing.session_options
+    spinning = "|spinning-within-runs|copies-after-a-split-product|wake-per-run" if threads > 1 else ""  # see taso.timing.session_options
     wall = f"under-{round(wall_clock_below(threads) * 1e6)}us-by-wall-clock"
     return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}{spinning}|ENABLE_ALL|profiled|floor-per-run|warm-copy|{wall}|no-layout-reorders"
 
@@ -124,6 +125,8 @@ class OrtCpuCost(CostModel):
         self._penalties: dict[tuple[int, int], tuple[Node, float]] = {}  # (id(node), eviction bytes) -> (node, seconds)
         self._reads: dict[int, tuple] = {}  # id(graph) -> (graph, its weight reads, their penalties, node positions)
         self._wall: WallReference | None = None  # timed beside the wall-clock measurements (copies)
+        self._last_splits = False  # whether the node fresh() last profiled split its kernel over the threads
+        self._splitting: dict[int, tuple[Graph, int]] = {}  # id(graph) -> (graph, how many of its nodes split)
 
     @property
     def fingerprint(self) -> str:
@@ -187,6 +190,8 @@ class OrtCpuCost(CostModel):
             seconds, band = self.fresh(node, graph, consts)
             self._note_measuring(node, graph, time.perf_counter() - started)
             self.cache.record(self._fingerprint, key, seconds, band)
+            if self.threads > 1:
+                self.cache.record(self._fingerprint, key + SPLITS, 1.0 if self._last_splits else 0.0)
             self.measured += 1
         self.calibrate_estimates(node, graph, key, consts, seconds)
         return seconds
@@ -230,6 +235,7 @@ class OrtCpuCost(CostModel):
     def fresh(self, node: Node, graph: Graph, consts, quick: bool = False) -> tuple[float, float]:
         """Measures a node now, whatever the cache holds: (seconds, relative noise band); ``quick``: runs for 5 ms, not 20 (a spot-check's screen)."""
         self._calibrate()
+        self._last_splits = False
         try:
             model, feeds, in_place = self._single_model(node, graph, consts)
             profile = profile_kernels(model, feeds, self.threads, min_total=QUICK_SECONDS if quick else FULL_SECONDS, warm=True,
@@ -241,6 +247,7 @@ class OrtCpuCost(CostModel):
             # a random sample rate takes the branch that cannot run at the fixed length); it costs
             # the same in every candidate, so the in-graph cost of a node stands for it.
             return self._dispatch, BAND_FLOOR
+        self._last_splits = profile.splits
         # Each run's floor is subtracted before the run is rescaled: the profiler's time for a kernel that does
         # nothing moves from session to session (2-4 us at 1 thread, 4-8 us at 2), and it is in every kernel's time.
         ratios = [(k - f) / r for k, f, r in zip(profile.kernels, profile.floor, profile.reference)]
@@ -335,8 +342,9 @@ class OrtCpuCost(CostModel):
     # -- where each weight lives when its node runs (taso.cost.residency) --
 
     def graph_cost(self, graph: Graph) -> float:
-        """The nodes' warm prices, plus what reading each weight costs after the other weights read since its last read."""
-        return super().graph_cost(graph) + self._parent_reads(graph)[1]
+        """The nodes' warm prices, plus what reading each weight costs after the other weights read since its last read,
+        plus, with more than one thread, the run's wake-up where a kernel splits over the threads (:mod:`taso.cost.wake`)."""
+        return super().graph_cost(graph) + self._parent_reads(graph)[1] + self._wake_if(self._splitting_nodes(graph))
 
     def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
         """As the per-node delta; a rewrite that changes which weights are read, or how often, also re-prices every
@@ -346,11 +354,52 @@ class OrtCpuCost(CostModel):
         but changes the order ONNX Runtime walks the graph in is priced as the parent; the search prices the graphs it
         builds by graph_cost, in their own order."""
         cost = super().rewrite_cost(parent, parent_cost, removed, added, child)
+        if self.threads > 1:
+            before = self._splitting_nodes(parent)
+            now = before - self._count_splitting(removed, parent, parent.constant_values()) + self._count_splitting(added, child)
+            cost += self._wake_if(now) - self._wake_if(before)
         after = Neighbourhood.after(parent, removed, added, child) if self._moves_reads(parent, removed, added) else None
         reads = self.child_reads(parent, removed, added, after) if after is not None else None
         if reads is None:
             return cost
         return cost + self._read_penalties(reads, after.pricing, after.consts) - self._parent_reads(parent)[1]
+
+    # -- the run's wake-up (taso.cost.wake) --
+
+    def wake(self) -> float:
+        """What a run pays at its first kernel split over the threads, from the table or measured into it; 0 at 1 thread."""
+        if self.threads <= 1:
+            return 0.0
+        key = f"{CALIBRATION}wake"
+        if key not in self._table:
+            self.cache.record(self._fingerprint, key, wake_seconds(self.threads, self.wall_reference()))
+        return self._table[key]
+
+    def _wake_if(self, splitting: int) -> float:
+        return self.wake() if splitting > 0 else 0.0
+
+    def _splitting_nodes(self, graph: Graph) -> int:
+        """How many of the graph's running nodes split their kernel over the threads (kept for the graphs the search expands)."""
+        if self.threads <= 1:
+            return 0
+        hit = self._splitting.get(id(graph))
+        if hit is not None and hit[0] is graph:
+            return hit[1]
+        count = self._count_splitting(graph.nodes, graph, graph.constant_values())
+        if len(self._splitting) >= 64:
+            self._splitting.clear()
+        self._splitting[id(graph)] = (graph, count)
+        return count
+
+    def _count_splitting(self, nodes, graph, consts=None) -> int:
+        """How many of ``nodes`` (running in ``graph``) the table says split their kernel over the threads."""
+        consts = graph.constant_values() if consts is None else consts
+        count = 0
+        for node in nodes:
+            if self._runs(node, consts):
+                plain = node if node.op.name not in HAS_ACTIVATION else Node(node.op, node.params.replace(activation="none"), node.inputs, node.outputs, node.name)
+                count += self._table.get(node_key(plain, graph, consts) + SPLITS, 0.0) > 0.5
+        return count
 
     @staticmethod
     def _moves_reads(parent: Graph, removed, added) -> bool:
@@ -774,6 +823,7 @@ class KernelProfile:
     kernels: list[float]
     reference: list[float]
     floor: list[float]
+    splits: bool = False  # whether the model's own kernels split their work over the threads (taso.cost.wake)
 
 
 def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = FULL_SECONDS, min_runs: int = 7,
@@ -807,10 +857,11 @@ def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 
     events = _profiled_runs(timed, {**feeds, **beside}, threads, min_total, min_runs, max_runs, in_place=in_place)
     if twice is None:
         return _kernel_times(events, skip=_WARM_UP_RUNS)
-    times = _role_times(events, _WARM_UP_RUNS, roles=(REFERENCE, FLOOR, WARM, COLD, EVICT))
+    roles = (REFERENCE, FLOOR, WARM, COLD, EVICT)
+    times = _role_times(events, _WARM_UP_RUNS, roles=roles)
     if any(times[_WORK]) or not any(times[WARM]):
         return profile_kernels(model, feeds, threads, min_total, min_runs, max_runs, in_place=in_place)
-    return KernelProfile(times[WARM], times[REFERENCE], times[FLOOR])
+    return KernelProfile(times[WARM], times[REFERENCE], times[FLOOR], splits_over_threads(events, lambda name: _kernel_role(name, roles) == WARM))
 
 
 def _kernel_times(events: list[dict], skip: int) -> KernelProfile:
@@ -819,7 +870,8 @@ def _kernel_times(events: list[dict], skip: int) -> KernelProfile:
     if not times[REFERENCE]:
         raise TasoError(f"the ort-cpu cost model found no timed runs in ONNX Runtime {ort.__version__}'s profile "
                         "(its profile format may have changed); use --cost analytic")
-    return KernelProfile(*(times[role] for role in (_WORK, REFERENCE, FLOOR)))
+    return KernelProfile(*(times[role] for role in (_WORK, REFERENCE, FLOOR)),
+                         splits_over_threads(events, lambda name: _kernel_role(name, (REFERENCE, FLOOR)) == _WORK))
 
 
 _WARM_UP_RUNS = 3
