@@ -72,3 +72,21 @@ def test_a_graph_pays_the_wake_once_per_run_if_any_kernel_splits_and_a_rewrite_i
     single = OrtCpuCost(threads=1)
     _priced(single, child, {added[0].name})
     assert single.graph_cost(child) == pytest.approx(2e-6) and single.wake() == 0.0, "one thread: no workers to wake"
+
+
+def test_the_search_prices_the_wake_on_its_plans_as_on_the_graphs_it_builds(tmp_path, monkeypatch):
+    """The search prices a rewrite on its plan of the child (no graph yet): the wake is charged there as graph_cost
+    charges it on the graph built (a plan has no constant_values of its own: every rewrite of the search once failed)."""
+    from taso.optimize import load_rules
+    from taso.search import SearchConfig, search
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    mm, relu = ops.get("matmul"), ops.get("relu")
+    nodes = [Node(mm, mm.make_params(), ("x", "w"), ("y",), "mm"), Node(relu, relu.make_params(), ("y",), ("z",), "relu")]
+    graph = Graph({"x": TensorType((1, 64))}, {"w": np.ones((64, 64), np.float32)}, nodes, ["z"])
+    model = OrtCpuCost(threads=2)
+    model._table[f"{CALIBRATION}wake"] = 12e-6
+    _priced(model, graph, {"mm"})
+    best, report = search(graph, load_rules(), model, SearchConfig(time_limit=2.0))
+    assert report.initial_cost == pytest.approx(2e-6 + 12e-6)
+    assert report.best_cost == pytest.approx(model.graph_cost(best)) and report.best_cost >= 12e-6

@@ -356,8 +356,11 @@ class OrtCpuCost(CostModel):
         cost = super().rewrite_cost(parent, parent_cost, removed, added, child)
         if self.threads > 1:
             before = self._splitting_nodes(parent)
-            now = before - self._count_splitting(removed, parent, parent.constant_values()) + self._count_splitting(added, child)
-            cost += self._wake_if(now) - self._wake_if(before)
+            left = before - self._count_splitting(removed, parent, parent.constant_values())
+            if left <= 0:  # whether the child splits anything rests on what the rewrite adds
+                after = Neighbourhood.after(parent, removed, added, child)
+                left += self._count_splitting(added, after.pricing, after.consts)
+            cost += self._wake_if(left) - self._wake_if(before)
         after = Neighbourhood.after(parent, removed, added, child) if self._moves_reads(parent, removed, added) else None
         reads = self.child_reads(parent, removed, added, after) if after is not None else None
         if reads is None:
@@ -391,9 +394,8 @@ class OrtCpuCost(CostModel):
         self._splitting[id(graph)] = (graph, count)
         return count
 
-    def _count_splitting(self, nodes, graph, consts=None) -> int:
-        """How many of ``nodes`` (running in ``graph``) the table says split their kernel over the threads."""
-        consts = graph.constant_values() if consts is None else consts
+    def _count_splitting(self, nodes, graph, consts) -> int:
+        """How many of ``nodes`` (running in ``graph``, a graph or a search's plan of one) the table says split their kernel over the threads."""
         count = 0
         for node in nodes:
             if self._runs(node, consts):
