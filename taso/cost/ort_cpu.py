@@ -282,8 +282,7 @@ class OrtCpuCost(CostModel):
         a Conv timed alone under one load and timed with its ReLU under another must not make
         the search "find" conv+ReLU fusions (1.60x predicted on SqueezeNet, 0.99x measured).
         """
-        plain = Node(node.op, node.params.replace(activation="none"), node.inputs, node.outputs, node.name)
-        cost = self.node_cost(plain, graph, consts)
+        cost = self.node_cost(_plain(node), graph, consts)
         if node.op.name == "conv2d":
             return cost  # FusedConv: the activation runs in the convolution's epilogue
         activation = get(node.params["activation"])
@@ -399,8 +398,7 @@ class OrtCpuCost(CostModel):
         count = 0
         for node in nodes:
             if self._runs(node, consts):
-                plain = node if node.op.name not in HAS_ACTIVATION else Node(node.op, node.params.replace(activation="none"), node.inputs, node.outputs, node.name)
-                count += self._table.get(node_key(plain, graph, consts) + SPLITS, 0.0) > 0.5
+                count += self._table.get(node_key(_plain(node), graph, consts) + SPLITS, 0.0) > 0.5
         return count
 
     @staticmethod
@@ -525,6 +523,13 @@ class OrtCpuCost(CostModel):
 
     def close(self) -> None:
         self.cache.save()
+
+
+def _plain(node: Node) -> Node:
+    """The node without its fused activation: the op its table entry is measured as (``_with_activation``)."""
+    if node.op.name not in HAS_ACTIVATION or node.params["activation"] == "none":
+        return node
+    return Node(node.op, node.params.replace(activation="none"), node.inputs, node.outputs, node.name)
 
 
 def ort_absorbs(node: Node, around: Neighbourhood) -> bool:
