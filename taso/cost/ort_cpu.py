@@ -353,6 +353,7 @@ class OrtCpuCost(CostModel):
         but changes the order ONNX Runtime walks the graph in is priced as the parent; the search prices the graphs it
         builds by graph_cost, in their own order."""
         cost = super().rewrite_cost(parent, parent_cost, removed, added, child)
+        after = None
         if self.threads > 1:
             before = self._splitting_nodes(parent)
             left = before - self._count_splitting(removed, parent, parent.constant_values())
@@ -360,8 +361,11 @@ class OrtCpuCost(CostModel):
                 after = Neighbourhood.after(parent, removed, added, child)
                 left += self._count_splitting(added, after.pricing, after.consts)
             cost += self._wake_if(left) - self._wake_if(before)
-        after = Neighbourhood.after(parent, removed, added, child) if self._moves_reads(parent, removed, added) else None
-        reads = self.child_reads(parent, removed, added, after) if after is not None else None
+        if not self._moves_reads(parent, removed, added):
+            return cost
+        if after is None:
+            after = Neighbourhood.after(parent, removed, added, child)
+        reads = self.child_reads(parent, removed, added, after)
         if reads is None:
             return cost
         return cost + self._read_penalties(reads, after.pricing, after.consts) - self._parent_reads(parent)[1]
