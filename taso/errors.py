@@ -7,7 +7,7 @@ anything else escaping is a bug in taso.
 
 from __future__ import annotations
 
-__all__ = ["TasoError", "ShapeError", "GraphError", "ImportError_", "ExportError", "first_line"]
+__all__ = ["TasoError", "ShapeError", "GraphError", "ImportError_", "Unsupported", "ExportError", "first_line"]
 
 
 class TasoError(Exception):
@@ -26,6 +26,12 @@ class GraphError(TasoError):
 
 class ImportError_(TasoError):  # noqa: N801 - avoid shadowing the builtin ImportError
     """An ONNX model cannot be loaded (unreadable, invalid, unsupported opset, symbolic dims)."""
+
+
+class Unsupported(ImportError_):
+    """A valid model uses something taso cannot optimize or check (a value type it does not model, an opset newer
+    than the installed onnx defines, inputs it cannot draw): ``taso optimize`` writes the input unchanged and says
+    why in one line, and only a file ONNX Runtime cannot load at all is refused."""
 
 
 class ExportError(TasoError):

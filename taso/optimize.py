@@ -31,7 +31,7 @@ import onnx
 
 from .cleanup import CleanupReport, clean_up
 from .cost import CostModel, make_cost_model
-from .errors import TasoError, first_line
+from .errors import TasoError, Unsupported, first_line
 from .ir import Graph
 from .onnx.files import EXTERNAL_DATA_BYTES, SPILL_BYTES, Scratch, SpilledModel, embedded_weight_bytes
 from .rules import LibraryFile, Rule, usable_reverse
@@ -263,6 +263,20 @@ def export_clean(graph: Graph, opset: int | None = None, check: bool = True, wei
 
 # ---- ONNX Runtime: checks and timing (the timing itself: taso.timing) -------------------------
 
+_STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training", "com.microsoft")
+
+
+def custom_kernels_missing(model: onnx.ModelProto | str, reason: str) -> bool:
+    """Whether ONNX Runtime refused ``model`` (a model or its path) for want of the kernels of a custom domain, whose
+    library ``--custom-ops`` registers: the model has nodes in such a domain, and ONNX Runtime names a missing operator."""
+    if not any(words in reason for words in ("is not a registered function/op", "Could not find an implementation", "No opset import for domain")):
+        return False
+    if not isinstance(model, onnx.ModelProto):
+        from .onnx import read_model
+
+        model = read_model(model, external_data=False)
+    return any(node.domain not in _STANDARD_DOMAINS for node in model.graph.node)
+
 def _check_candidate(candidate, reference, threads: int, opened: list | None = None):
     """Compares a candidate (a model, or a session already open) with the original's outputs (run once, before the
     search); ONNX Runtime failures become one-line errors. The candidate's session is appended to ``opened`` when
@@ -462,6 +476,7 @@ class _Checks:
     valuations: list = field(default_factory=list)
     other_sizes: list = field(default_factory=list)
     sessions: dict = field(default_factory=dict)  # candidate -> its session, open since its check passed
+    drawn: bool = True  # False: the model does not run on drawn inputs, and the check runs on the user's alone
 
     @classmethod
     def prepare(cls, source: ModelSource, extra_inputs: Mapping[str, np.ndarray] | None, threads: int, check: bool) -> _Checks:
@@ -476,9 +491,18 @@ class _Checks:
         user = [dict(extra_inputs)] if extra_inputs else []
         try:
             reference = Reference(source.timing_source(), threads)
+        except ReferenceFailure as e:
+            if custom_kernels_missing(source.model, e.reason):
+                raise Unsupported(f"ONNX Runtime has no kernel for a custom-domain operator ({e.reason}); give its library with --custom-ops LIB") from None
+            raise TasoError(f"ONNX Runtime cannot load the input model: {e.reason}") from None
+        try:
             run = reference.run(measured + user)
         except ReferenceFailure as e:
-            raise TasoError(f"ONNX Runtime cannot run the input model: {e.reason}") from None
+            if e.position >= len(measured):
+                raise TasoError(f"--inputs: the input model does not run on them: {e.reason}") from None
+            if not user:
+                raise Unsupported(f"the output check cannot draw inputs the model runs on ({e.reason}); give some with --inputs FILE.npz") from None
+            return cls(user[0], reference.run(user), drawn=False)  # the check runs on the user's inputs alone
         failures = []
         for valuation in choices:
             sized = [drawer.draw(0, valuation)]

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 
-from .errors import TasoError
+from .errors import TasoError, Unsupported, first_line
 
 __all__ = ["add_parser", "run", "EXIT_MISMATCH"]
 
@@ -48,6 +48,9 @@ def add_parser(sub) -> None:
                    help="keep the search's result even if the whole model is not measurably faster on ONNX Runtime (measured ort-cpu and ort-cpu-region costs only)")
     p.add_argument("--retime", action="store_true",
                    help="time the result against the input even if an earlier run on this machine judged the same pair (taso remembers each verdict; the new one replaces it)")
+    p.add_argument("--custom-ops", action="append", metavar="LIB", default=[],
+                   help="an ONNX Runtime custom-op library (a .so) the model's custom-domain operators need: registered for the "
+                        "checks and the timing (repeatable; also $TASO_CUSTOM_OPS). Without it such a model is written unchanged")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--explain", metavar="RULE", help="instead of optimizing, say for each place the rule's operators occur "
                    "whether it applies and why not (a rule id, or text of the rule as `taso info LIBRARY` prints it)")
@@ -87,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from .optimize import ModelSource, copy_model_file, load_rules, optimize_model, write_model
     from .search import SearchConfig
     from .stages import StageClock
+    from .timing import use_custom_ops
     from .validate import load_inputs
 
     if args.explain is not None:
@@ -94,21 +98,26 @@ def run(args: argparse.Namespace) -> int:
     if args.output is None:
         raise TasoError("taso optimize needs -o/--output FILE (or --explain RULE)")
     _check_paths(args)
+    use_custom_ops(args.custom_ops)
     cost_model = make_cost_model(args.cost, threads=args.threads)  # fail fast: no GPU, unknown model
     clock = StageClock()
-    with _Progress(args, clock) as progress:
-        with clock.stage("load"):
-            source = ModelSource.from_file(args.input, parse_input_shapes(args.input_shape), static=args.static)
-        with clock.stage("rules"):
-            rules = load_rules(args.library)
-        extra = load_inputs(args.inputs, source.graph.inputs) if args.inputs else None
-        say = (lambda *a: None) if args.quiet else progress.say
-        say(f"taso: {len(source.graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
-        if source.graph.meta.sizes:
-            say(f"taso: symbolic dims kept; costs measured at {', '.join(f'{k}={v}' for k, v in source.graph.meta.sizes)}")
-        outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit, groups=not args.no_groups, engine=args.engine), args.threads,
-                                 confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress.search_progress, clock=clock,
-                                 retime=args.retime)
+    shapes = parse_input_shapes(args.input_shape)
+    try:
+        with _Progress(args, clock) as progress:
+            with clock.stage("load"):
+                source = ModelSource.from_file(args.input, shapes, static=args.static)
+            with clock.stage("rules"):
+                rules = load_rules(args.library)
+            extra = load_inputs(args.inputs, source.graph.inputs) if args.inputs else None
+            say = (lambda *a: None) if args.quiet else progress.say
+            say(f"taso: {len(source.graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
+            if source.graph.meta.sizes:
+                say(f"taso: symbolic dims kept; costs measured at {', '.join(f'{k}={v}' for k, v in source.graph.meta.sizes)}")
+            outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit, groups=not args.no_groups, engine=args.engine), args.threads,
+                                     confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress.search_progress, clock=clock,
+                                     retime=args.retime)
+    except Unsupported as e:
+        return _write_unchanged(args, str(e))
     for note in outcome.notes:  # even with --quiet: they say why a candidate was not kept
         print(f"taso: note: {note}", file=sys.stderr)
     with clock.stage("write"):
@@ -122,6 +131,35 @@ def run(args: argparse.Namespace) -> int:
     print(_format_report(args, source.graph, outcome, folding))
     if args.report:
         _write_report(args.report, source.graph, outcome, folding, cost_model.fingerprint)
+    return 0
+
+
+def _write_unchanged(args: argparse.Namespace, why: str) -> int:
+    """A valid model taso cannot optimize or check (``why``): its bytes are the output, and one line says why.
+
+    Only a file that ONNX Runtime cannot load at all is refused (exit 2); one that needs custom-op kernels ONNX Runtime
+    was not given is written unchanged too, saying so.
+
+    Raises:
+        TasoError: ONNX Runtime cannot load the model either: it is not a valid model.
+    """
+    from .optimize import copy_model_file, custom_kernels_missing
+    from .timing import open_session
+
+    try:
+        open_session(args.input, threads=1, optimize=False)
+    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+        reason = first_line(e)
+        if not custom_kernels_missing(args.input, reason):
+            raise TasoError(f"{args.input}: ONNX Runtime cannot load the model ({reason}); taso: {why}") from None
+        why = f"ONNX Runtime has no kernel for a custom-domain operator ({reason}); give its library with --custom-ops LIB"
+    copy_model_file(args.input, args.output)
+    print(f"taso: note: written unchanged: {why}", file=sys.stderr)
+    print(f"wrote {args.output}: {_KEPT['input']} (taso cannot optimize this model: {why})")
+    if args.report:
+        from .optimize import write_model
+
+        write_model(json.dumps({"kept": "input", "unchanged_because": why}, indent=2).encode(), args.report)
     return 0
 
 

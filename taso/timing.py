@@ -20,6 +20,7 @@ A model ONNX Runtime cannot load or run raises :class:`TimingError`, which names
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,7 +30,7 @@ import onnxruntime as ort
 
 from .errors import TasoError, first_line
 
-__all__ = ["TimingError", "InterleavedTimer", "nothing_pays", "session_options", "open_session", "warm_session", "fastest_run", "mean_run", "median_run", "interleaved_samples", "interleaved_medians", "interleaved_times", "fresh_session_series", "fresh_session_speedups", "rotated"]
+__all__ = ["TimingError", "InterleavedTimer", "nothing_pays", "use_custom_ops", "custom_op_libraries", "session_options", "open_session", "warm_session", "fastest_run", "mean_run", "median_run", "interleaved_samples", "interleaved_medians", "interleaved_times", "fresh_session_series", "fresh_session_speedups", "rotated"]
 
 CPU = ("CPUExecutionProvider",)
 
@@ -49,6 +50,34 @@ class TimingError(TasoError):
         super().__init__(f"ONNX Runtime cannot run {self.label}: {reason}")
 
 
+# Custom-op libraries (``SessionOptions.register_custom_ops_library``) every session taso opens registers:
+# ``--custom-ops LIB`` and ``$TASO_CUSTOM_OPS`` (paths separated by os.pathsep).
+_custom_ops: list[str] = []
+
+
+def use_custom_ops(paths: Sequence[str]) -> None:
+    """Registers ONNX Runtime custom-op libraries in every session opened from now on (checks, timing, costs).
+
+    Raises:
+        TasoError: a path is not a library ONNX Runtime can load.
+    """
+    for path in paths:
+        if not os.path.isfile(path):
+            raise TasoError(f"--custom-ops {path}: no such file")
+        try:
+            ort.SessionOptions().register_custom_ops_library(path)
+        except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
+            raise TasoError(f"--custom-ops {path}: ONNX Runtime cannot load it as a custom-op library ({first_line(e)})") from None
+        if path not in _custom_ops:
+            _custom_ops.append(path)
+
+
+def custom_op_libraries() -> list[str]:
+    """The custom-op libraries sessions register: those given to :func:`use_custom_ops`, then ``$TASO_CUSTOM_OPS``'s."""
+    from_environment = [p for p in os.environ.get("TASO_CUSTOM_OPS", "").split(os.pathsep) if p]
+    return list(dict.fromkeys(_custom_ops + from_environment))
+
+
 def session_options(threads: int, optimize: bool = True) -> ort.SessionOptions:
     """The deployment's options: ``threads`` intra-op threads, one inter-op thread, sequential, ENABLE_ALL (or none).
 
@@ -66,6 +95,8 @@ def session_options(threads: int, optimize: bool = True) -> ort.SessionOptions:
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 4  # a failure reaches the user as taso's one line; ONNX Runtime's log would repeat it in red
+    for library in custom_op_libraries():
+        options.register_custom_ops_library(library)
     if threads > 1:
         options.add_session_config_entry("session.intra_op.allow_spinning", "1")
         options.add_session_config_entry("session.force_spinning_stop", "1")

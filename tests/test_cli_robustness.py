@@ -232,10 +232,24 @@ def test_measured_cost_end_to_end_on_an_ir3_file(tmp_path, capsys, monkeypatch):
 
 # ---- defect 7: ONNX Runtime failures are one line and a documented exit code ---------------------
 
-def test_onnx_runtime_failing_on_the_input_model_is_exit_2(tmp_path, library, capsys):
+def test_a_model_that_runs_on_no_drawn_input_is_written_unchanged_with_a_note(tmp_path, library, capsys):
+    """ONNX Runtime loads the model, but it fails on every input the check draws: nothing can be checked, so nothing
+    optimized is written; the input's bytes are, and one line says why (a refusal is for files ONNX Runtime cannot load)."""
     src = _save(tmp_path, matmul_relu_model(bad_gather=True), "bad.onnx")
     code = main(["optimize", src, "-o", str(tmp_path / "o.onnx"), "--library", library, "--cost", "analytic", "--quiet"])
-    assert "ONNX Runtime cannot run the input model" in _one_line_error(capsys, code, 2)
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert (tmp_path / "o.onnx").read_bytes() == open(src, "rb").read()
+    notes = [line for line in captured.err.splitlines() if line.startswith("taso: note: written unchanged")]
+    assert len(notes) == 1 and "cannot draw inputs the model runs on" in notes[0], captured.err
+
+
+def test_a_model_onnx_runtime_cannot_load_is_refused_in_one_line(tmp_path, library, capsys):
+    model = matmul_relu_model()
+    model.graph.node[0].op_type = "NoSuchStandardOp"  # an ai.onnx operator that does not exist: not a valid model
+    src = _save(tmp_path, model, "bad.onnx")
+    code = main(["optimize", src, "-o", str(tmp_path / "o.onnx"), "--library", library, "--cost", "analytic", "--quiet"])
+    assert "NoSuchStandardOp" in _one_line_error(capsys, code, 2)
     assert not (tmp_path / "o.onnx").exists()
 
 

@@ -19,6 +19,7 @@ from helpers import assert_close, run_ort
 from onnx import TensorProto, helper, numpy_helper
 
 import taso
+from taso.dims import Dim
 from taso.errors import ExportError, ImportError_
 from taso.validate import compare_models, integer_choices, random_input_sets
 
@@ -421,9 +422,10 @@ def test_opaque_node_typed_by_shape_inference_after_folding():
 
 
 @pytest.mark.parametrize("op_type", ["Pad", "Unique", "NonZero"])
-def test_value_dependent_shape_is_refused_not_guessed_from_zeros(op_type):
+def test_value_dependent_shape_gets_fresh_size_symbols_not_a_guess_from_zeros(op_type):
     """Pads read from an input at run time (a zero-filled probe typed this Pad as the identity),
-    or a shape set by which values are equal or nonzero (distinct random floats hid it)."""
+    or a shape set by which values are equal or nonzero (distinct random floats hid it): each dim the
+    values set is a fresh size symbol, of which nothing is assumed, and the file round-trips."""
     x = helper.make_tensor_value_info("x", FLOAT, [1, 4])
     if op_type == "Pad":
         node = helper.make_node("Pad", ["x", "pads"], ["p"], mode="constant")
@@ -433,8 +435,15 @@ def test_value_dependent_shape_is_refused_not_guessed_from_zeros(op_type):
         inputs = [x]
     elem = INT64 if op_type == "NonZero" else FLOAT
     model = _model([node, helper.make_node("Identity", ["p"], ["y"])], inputs, [helper.make_tensor_value_info("y", elem, ["rows", "columns"][: 1 if op_type == "Unique" else 2])])
-    with pytest.raises(ImportError_, match=rf"{op_type} node .* depend on the values of its inputs"):
-        taso.load_onnx(model)
+    graph = taso.load_onnx(model)
+    shape = graph.type("p").shape
+    fixed = {"Pad": [], "Unique": [], "NonZero": [0]}[op_type]  # NonZero's rows are the input's rank
+    assert [axis for axis, d in enumerate(shape) if isinstance(d, Dim)] == [a for a in range(len(shape)) if a not in fixed], str(graph.type("p"))
+    exported = taso.export_onnx(graph)
+    x = np.asarray([[0.0, 1.5, 1.5, -2.0]], np.float32)
+    feeds = {"x": x, "pads": np.asarray([0, 1, 2, 0], np.int64)} if op_type == "Pad" else {"x": x}
+    for got, want in zip(run_ort(exported, feeds), run_ort(model, feeds)):
+        np.testing.assert_array_equal(got, want)
 
 
 def _if_model(condition_nodes, condition_input) -> onnx.ModelProto:
@@ -447,14 +456,22 @@ def _if_model(condition_nodes, condition_input) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("condition", ["bool-input", "sample-rate"])
-def test_if_on_a_runtime_condition_with_branches_of_different_shapes_is_refused(condition):
-    """silero-vad switches on ``sr == 16000``: a probe (zeros before, small integers now) takes the else branch."""
+def test_if_on_a_runtime_condition_with_branches_of_different_shapes_gets_a_fresh_size_symbol(condition):
+    """silero-vad switches on ``sr == 16000``: a probe (zeros before, small integers now) takes the else branch. The
+    branches give [1, 8] and [1, 4]: the dim they disagree on is a fresh symbol, and both branches still run."""
     if condition == "bool-input":
         model = _if_model([], helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+        switches = [{"cond": np.asarray(v)} for v in (True, False)]
     else:
         model = _if_model([_const("rate", 16000), helper.make_node("Equal", ["sr", "rate"], ["cond"])], helper.make_tensor_value_info("sr", INT64, []))
-    with pytest.raises(ImportError_, match=r"If node 'sr_switch' chooses at run time between branches"):
-        taso.load_onnx(model)
+        switches = [{"sr": np.asarray(v, np.int64)} for v in (16000, 8000)]
+    graph = taso.load_onnx(model)
+    width = graph.type(graph.outputs[0]).shape[1]
+    assert isinstance(width, Dim) and not width.symbols & {"width"}, str(graph.type(graph.outputs[0]))
+    exported = taso.export_onnx(graph)
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+    for switch in switches:
+        np.testing.assert_array_equal(run_ort(exported, {"x": x, **switch})[0], run_ort(model, {"x": x, **switch})[0])
 
 
 def test_if_on_a_constant_condition_is_typed_by_its_branch():

@@ -29,6 +29,7 @@ from onnx import helper, numpy_helper
 from ..dims import Dim, bare_symbol, floor_definition, is_static_shape, poly_terms, value_symbols
 from ..errors import ExportError
 from ..ir import Graph, Node, TensorType
+from ..ops.onnx_versions import understood, version_in_force
 from .files import EXTERNAL_DATA_BYTES
 
 __all__ = ["export_onnx", "save_onnx", "folding_plan", "folded_weights", "FoldingPlan", "gemm_pairs"]
@@ -78,6 +79,15 @@ class ExportContext:
         return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
     def emit(self, op_type: str, inputs: list[str], outputs: list[str], **attrs: Any) -> None:
+        """Writes one ai.onnx node.
+
+        Raises:
+            ExportError: at this opset ``op_type`` is a version whose meaning taso does not know
+                (:mod:`taso.ops.onnx_versions`): Add-6 broadcasts only with ``broadcast=1``, say.
+        """
+        if not understood(op_type, self.opset):
+            raise ExportError(f"taso cannot write {op_type} at opset {self.opset}: its version there "
+                              f"({op_type}-{version_in_force(op_type, self.opset)}) is not one taso models")
         name = self.fresh(self._node_name or op_type)
         attrs = {k: numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
         self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, **attrs))
@@ -377,7 +387,9 @@ def export_onnx(graph: Graph, opset: int | None = None, check: bool = True, weig
     onnx_graph = helper.make_graph(ctx.nodes, graph.meta.graph_name, inputs, outputs, initializer=list(ctx.initializers.values()))
     opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in graph.meta.extra_opsets]
     model = helper.make_model(onnx_graph, opset_imports=opsets, producer_name="taso")
-    model.ir_version = max(min(graph.meta.ir_version, onnx.IR_VERSION), _min_ir_version(opset))
+    # NOTE: at least IR 4, where an initializer need not be a graph input: IR 3 wants every initializer listed as one,
+    # and a weight taso folds or derives is none (opset 9 and newer need IR 4 anyway).
+    model.ir_version = max(min(graph.meta.ir_version, onnx.IR_VERSION), _min_ir_version(opset), 4)
     if check:
         _check(model)
     return model

@@ -8,8 +8,10 @@ static, and symbolic sizes where they depend on the inputs' size symbols
 :mod:`taso.ops`), and a node no importer claims becomes an opaque node kept verbatim, so any
 valid model loads and round-trips. An opaque node's output types come from ONNX shape
 inference (over the model, then over the node with its folded inputs); running it is the
-last resort, on plausible random values, twice, and a shape that depends on the values is
-refused.
+last resort, on plausible random values, twice. A dim that depends on the values (Pad's pads
+as an input, NonZero, Unique) becomes a fresh size symbol, of which nothing is assumed; what
+taso cannot type at all (a rank that depends on the values, a sequence) is :class:`Unsupported`,
+and ``taso optimize`` writes such a model unchanged.
 """
 
 from __future__ import annotations
@@ -24,9 +26,10 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ..dims import Dim, symbol
-from ..errors import GraphError, ImportError_, ShapeError, TasoError
+from ..errors import GraphError, ImportError_, ShapeError, TasoError, Unsupported
 from ..ir import Graph, GraphMeta, Node, Params, TensorType
 from ..ops import Op, onnx_importers
+from ..ops.onnx_versions import OLDEST_OPSET, REVIEWED_THROUGH, understood
 from ..ops.opaque import opaque
 from ..ops.shape import dims as dims_op
 from . import symbolic
@@ -35,7 +38,9 @@ from .symbolic import is_static_dim
 
 __all__ = ["load_onnx", "read_model", "MIN_OPSET", "MAX_OPSET"]
 
-MIN_OPSET, MAX_OPSET = 9, 21
+# Every opset the installed onnx defines is read; an operator version taso's importers were not written for stays
+# opaque (:mod:`taso.ops.onnx_versions`).
+MIN_OPSET, MAX_OPSET = 1, onnx.defs.onnx_opset_version()
 _ONNX_DOMAINS = ("", "ai.onnx")
 # Folding a node whose constant inputs are all this small is always cheap.
 _FOLD_MAX_INPUT_ELEMENTS = 1 << 16
@@ -407,12 +412,14 @@ def _toposort_onnx(graph: onnx.GraphProto, defined: set[str]) -> list[onnx.NodeP
 
 
 def _default_opset(model: onnx.ModelProto) -> int:
+    """The model's ai.onnx opset; for a model that imports none (only ai.onnx.ml, say), the newest reviewed one, which only
+    nodes taso itself adds would use (the written file declares it only then)."""
     versions = [o.version for o in model.opset_import if o.domain in _ONNX_DOMAINS]
     if not versions:
-        raise ImportError_("the model declares no ai.onnx opset")
+        return min(MAX_OPSET, REVIEWED_THROUGH)
     opset = max(versions)
     if not MIN_OPSET <= opset <= MAX_OPSET:
-        raise ImportError_(f"unsupported opset {opset}: taso reads ONNX opsets {MIN_OPSET} to {MAX_OPSET} (convert with onnx.version_converter)")
+        raise Unsupported(f"opset {opset} is newer than this onnx {onnx.__version__} defines (at most {MAX_OPSET})")
     return opset
 
 
@@ -529,7 +536,7 @@ def _import_node(state: _ImportState, node: onnx.NodeProto, importers, all_opset
     if standard and _fold_constant_node(state, node):
         return
     shape_errors: list[str] = []
-    if standard:
+    if standard and understood(node.op_type, state.opset):
         for _op, importer in importers.get(node.op_type, ()):
             ctx = ImportContext(state, node)
             try:
@@ -612,6 +619,8 @@ def _evaluate_alone(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: i
 def _fold_symbolic_node(state: _ImportState, node: onnx.NodeProto) -> bool:
     """A shape computation over symbolic dims (Shape of a value with a symbolic dim, then Gather,
     Concat, arithmetic...) folds into symbolic sizes; a result with no symbolic entry is a weight."""
+    if state.opset < OLDEST_OPSET:
+        return False  # the legacy versions' broadcast and axis attributes are not modelled here
     names = [state.resolve(n) for n in node.input if n]
     reads_sizes = any(n in state.symbolic for n in names)
     shape_of_symbolic = node.op_type in ("Shape", "Size") and names and names[0] in state.types and not state.types[names[0]].is_static
@@ -690,13 +699,16 @@ def _opaque_output_types(state: _ImportState, node: onnx.NodeProto, captures: li
     An If on a condition known only at run time is typed by running each branch (see
     :func:`_types_by_branch_probe`): inference merges the branches and cannot tell which run."""
     if _is_runtime_if(state, node):
-        return _symbolized(state, node, captures, inputs, _types_by_branch_probe(state, node, captures, inputs, params))
+        types = _types_by_branch_probe(state, node, captures, inputs, params)
+        return types if not all(t.is_static for t in types) else _symbolized(state, node, captures, inputs, types)
     outputs = [o for o in node.output if o]
     types = [state.known_types.get(o) for o in outputs]
     if None in types:
         types = _types_by_node_inference(state, node, captures)
     if types is None or None in types:
-        types = _types_by_probe(state, node, inputs, params)
+        types = _types_by_probe(state, node, captures, inputs, params)
+        if not all(t.is_static for t in types):
+            return types  # value-dependent: symbolic already
     return _symbolized(state, node, captures, inputs, types)
 
 
@@ -715,14 +727,53 @@ def _symbolized(state: _ImportState, node: onnx.NodeProto, captures: list[str], 
         length = symbolic.range_length([state.symbolic.get(n, state.weights.get(n)) for n in inputs])
         if length is not None and int(length) == types[0].shape[0]:
             return [TensorType((length,), types[0].dtype)]
+    return _with_symbols(state, inputs, outputs, types, infos)
+
+
+def _with_symbols(state: _ImportState, inputs: list[str], outputs: list[str], types: list[TensorType],
+                  infos: list[tuple[onnx.ValueInfoProto | None, ...]]) -> list[TensorType]:
+    """``types`` (at the measurement sizes) with each dim that inference (``infos``) does not fix or name after a known
+    symbol made a fresh symbol, found at export as that output's dim (``meta.symbol_sources``)."""
     labels = symbolic.dim_labels({n: state.type(n) for n in inputs})
     labels.update(symbolic.dim_labels({n: t for n, t in state.types.items() if n in state.input_names}))
+
     def fresh(k: int, axis: int):
         name = f"{outputs[k]}_dim{axis}"
         state.symbol_sources.append((name, outputs[k], axis))
         return symbol(name, int(types[k].shape[axis]))
 
     return symbolic.symbolic_types(types, infos, labels, fresh)
+
+
+def _value_dependent_types(state: _ImportState, node: onnx.NodeProto, captures: list[str], inputs: list[str],
+                           probed: Sequence[list[TensorType]], why: str) -> list[TensorType]:
+    """The output types of an opaque node whose shapes depend on the values of its inputs (Pad's pads as an input,
+    NonZero, Unique, an If whose branches give different sizes): the rank and element type that ONNX inference (or
+    every probe that ran) agrees on, each dim it does not fix a fresh size symbol, measured where a probe ran.
+
+    Raises:
+        Unsupported: not even the rank or the element type is known without running the model (``why`` says more).
+    """
+    outputs = [o for o in node.output if o]
+    by_name = _node_inference(state, node, captures, symbolic=True) or {}
+    types, infos = [], []
+    for k, name in enumerate(outputs):
+        found = (state.known_types.symbolic_info(name), by_name.get(name))
+        declared = [vi for vi in found if vi is not None and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")]
+        dtypes = {_np_dtype(vi.type.tensor_type.elem_type) for vi in found if vi is not None and vi.type.HasField("tensor_type")
+                  and vi.type.tensor_type.elem_type} | {run[k].dtype for run in probed}
+        ranks = {len(vi.type.tensor_type.shape.dim) for vi in declared} or {run[k].rank for run in probed}
+        if len(ranks) != 1 or len(dtypes) != 1 or None in dtypes:
+            raise Unsupported(f"{why}, and neither the rank nor the element type of its output {name!r} is known without running the model")
+        rank, dtype = ranks.pop(), dtypes.pop()
+        measured = []
+        for axis in range(rank):
+            fixed = [int(vi.type.tensor_type.shape.dim[axis].dim_value) for vi in declared if is_static_dim(vi.type.tensor_type.shape.dim[axis])]
+            ran = [int(run[k].shape[axis]) for run in probed if run[k].rank == rank]
+            measured.append(fixed[0] if fixed else max(ran[0], 1) if ran else 1)
+        types.append(TensorType(tuple(measured), dtype))
+        infos.append(found)
+    return _with_symbols(state, inputs, outputs, types, infos)
 
 
 def _is_runtime_if(state: _ImportState, node: onnx.NodeProto) -> bool:
@@ -754,14 +805,14 @@ def _types_by_branch_probe(state: _ImportState, node: onnx.NodeProto, captures: 
                 errors[branch] = str(e)
     runs = [types for branch in (True, False) for types in seen[branch]]
     if not runs:
-        raise ImportError_(f"{where}: neither branch runs at the fixed input shapes (then: {errors.get(True, '?')}; else: {errors.get(False, '?')})")
+        why = f"{where}: neither branch runs at the fixed input shapes (then: {errors.get(True, '?')}; else: {errors.get(False, '?')})"
+        if not _reads_sizes_from_values(state, inputs[1:]):
+            raise ImportError_(why)
+        return _value_dependent_types(state, node, captures, inputs, [], why)
     if any(types != runs[0] for types in runs):
         shapes = " vs ".join(dict.fromkeys(str([str(t) for t in types]) for types in runs))
-        sized = any(not state.type(n).is_static for n in inputs)
-        raise ImportError_(f"{where} chooses at run time between branches whose output types differ ({shapes}; its condition "
-                           f"{node.input[0]!r} is computed from the inputs"
-                           + ("; with symbolic dims the choice may depend on their sizes): optimize a fixed-size copy with --static"
-                              if sized else "): taso needs static shapes"))
+        why = f"{where} chooses at run time between branches whose output types differ ({shapes})"
+        return _value_dependent_types(state, node, captures, inputs, runs, why)
     if not seen[True] or not seen[False]:
         state.branch_inputs.update(_graph_inputs_read(state, node, captures))
     return runs[0]
@@ -835,19 +886,35 @@ def _probed_types(state: _ImportState, inputs: list[str], probe: Params, probe_i
     return [TensorType.of(np.asarray(r)) for r in opaque.evaluate(arrays, probe)]
 
 
-def _types_by_probe(state: _ImportState, node: onnx.NodeProto, inputs: list[str], params: dict) -> list[TensorType]:
-    """Last resort: run the node twice on different plausible values; its shapes must not depend on them."""
+def _types_by_probe(state: _ImportState, node: onnx.NodeProto, captures: list[str], inputs: list[str], params: dict) -> list[TensorType]:
+    """Last resort: run the node twice on different plausible values. Where its shapes depend on them, or it does not
+    run on them, the dims inference does not fix become fresh size symbols (:func:`_value_dependent_types`)."""
     where = f"{node.op_type} node {node.name!r}"
     probe = Params({**params, "out_types": ()})
-    seen = []
+    seen, failure = [], None
     for probe_index in (0, 1):
         try:
             seen.append(_probed_types(state, inputs, probe, probe_index))
         except TasoError as e:
-            raise ImportError_(f"cannot determine the static output shapes of {where}: ONNX shape inference gives none and running it on random inputs fails ({e})") from None
-    if seen[0] != seen[1]:
-        shapes = " vs ".join(str([str(t) for t in types]) for types in seen)
-        sized = any(not state.type(n).is_static or n in state.symbolic for n in inputs) or bool(state.symbolic)
-        raise ImportError_(f"the output shapes of {where} depend on the values of its inputs ({shapes}): taso needs static shapes"
-                           + ("; where they come from symbolic dims, optimize a fixed-size copy with --static" if sized else ""))
-    return seen[0]
+            failure = str(e)
+    if failure is None and seen[0] == seen[1]:
+        return seen[0]
+    if failure is not None and not _reads_sizes_from_values(state, inputs):
+        # Data that does not fit (an Add that does not broadcast at these sizes): a model that cannot run here.
+        raise ImportError_(f"cannot determine the static output shapes of {where}: ONNX shape inference gives none and running it on random inputs fails ({failure})")
+    why = (f"ONNX shape inference gives no shape for {where} and it does not run on random inputs ({failure})" if failure
+           else f"the output shapes of {where} depend on the values of its inputs")
+    return _value_dependent_types(state, node, captures, inputs, seen, why)
+
+
+def _reads_sizes_from_values(state: _ImportState, inputs: list[str]) -> bool:
+    """Whether a node reads an operand computed at run time that may set its output's sizes: an integer tensor (pads,
+    shapes, axes, indices), or a small tensor after its first input (Resize's scales). Random values for those fail
+    where real ones run; data that does not fit fails for every value."""
+    for position, name in enumerate(inputs):
+        if name in state.weights:
+            continue
+        t = state.type(name)
+        if t.dtype.startswith(("int", "uint")) or (position > 0 and t.rank <= 1):
+            return True
+    return False

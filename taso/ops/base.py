@@ -18,6 +18,7 @@ import numpy as np
 from ..dims import Dim, holds_dims, other_sizes, rebind_value, value_symbols
 from ..errors import ShapeError
 from ..ir import Params, TensorType
+from .onnx_versions import VERSIONS
 
 __all__ = ["Param", "Op", "OnnxMapping", "REQUIRED", "define", "registry", "onnx_importers", "FINGERPRINT_PRIME", "modular_inverse", "as_dims"]
 
@@ -278,6 +279,8 @@ def define(
     if exact == "polynomial":
         exact = polynomial_exact(numpy)
     op = Op(name, arity, tuple(params), shape, numpy, onnx, frozenset(groups), doc, exact)
+    if onnx.importer is not None:
+        _require_versions(name, onnx.op_types)
     _REGISTRY[name] = op
     if onnx.importer is not None:
         for op_type in onnx.op_types:
@@ -287,8 +290,17 @@ def define(
 
 def define_importer(op_types: Sequence[str], importer: Callable) -> None:
     """Registers an importer that produces existing ops (e.g. Gemm as matmul + add)."""
+    _require_versions(getattr(importer, "__name__", "importer"), op_types)
     for op_type in op_types:
         _ONNX_IMPORTERS.setdefault(op_type, []).append((None, importer))
+
+
+def _require_versions(what: str, op_types: Sequence[str]) -> None:
+    """An importer reads the versions of its ONNX operators that :mod:`taso.ops.onnx_versions` lists, and no
+    operator may lack that entry: which versions an importer understands is decided when it is defined."""
+    missing = [t for t in op_types if t not in VERSIONS]
+    if missing:
+        raise TypeError(f"{what}: ONNX operator(s) {missing} have no entry in taso.ops.onnx_versions.VERSIONS")
 
 
 def registry() -> dict[str, Op]:

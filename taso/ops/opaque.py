@@ -56,12 +56,9 @@ def _runner(model_bytes: bytes):
         return ReferenceEvaluator(model).run(None, feeds)
 
     try:
-        import onnxruntime as ort
+        from ..timing import open_session
 
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        options.log_severity_level = 4
-        session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+        session = open_session(model_bytes, threads=1, optimize=False)  # with the user's custom-op libraries
     except Exception:  # noqa: BLE001
         return reference
 
