@@ -29,6 +29,7 @@ import io
 import json
 import multiprocessing
 import os
+import signal
 import sys
 import tempfile
 import traceback
@@ -122,6 +123,8 @@ def _run_case(case) -> dict:
         try:
             with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
                 code = main(["optimize", source, "-o", target, "--cost", "analytic", "--quiet", "--budget", "20"])
+        except _Hang:
+            raise
         except BaseException:  # noqa: BLE001 - a traceback is what this counts
             return {**row, "outcome": "traceback", "why": traceback.format_exc().strip().splitlines()[-1][:200]}
         said = [line for line in stderr.getvalue().splitlines() if line.startswith("taso: error")]
@@ -146,6 +149,10 @@ def _run_case(case) -> dict:
     except Unsupported as e:
         return {**row, "outcome": "written", "roundtrip": f"unsupported: {str(e)[:200]}"}
     except TasoError as e:
+        try:
+            onnx.checker.check_model(model, full_check=True)
+        except Exception:  # noqa: BLE001 - the case's own model fails the checker that taso's export runs
+            return {**row, "outcome": "written", "roundtrip": f"the original fails onnx.checker too: {str(e)[:160]}"}
         return {**row, "outcome": "roundtrip-refused", "why": str(e)[:200]}
     except Exception:  # noqa: BLE001
         return {**row, "outcome": "roundtrip-traceback", "why": traceback.format_exc().strip().splitlines()[-1][:200]}
@@ -158,11 +165,28 @@ def _run_case(case) -> dict:
     return {**row, "outcome": "written"}
 
 
+_CASE_SECONDS = 120  # a case still running after this is a hang
+
+
+class _Hang(BaseException):
+    pass
+
+
+def _alarm(signum, frame):
+    raise _Hang()
+
+
 def _guarded(case) -> dict:
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(_CASE_SECONDS)
     try:
         return _run_case(case)
+    except _Hang:
+        return {"case": case.name, "outcome": "hang", "why": f"still running after {_CASE_SECONDS} s"}
     except BaseException:  # noqa: BLE001 - the harness itself must not stop
         return {"case": case.name, "outcome": "traceback", "why": "harness: " + traceback.format_exc().strip().splitlines()[-1][:200]}
+    finally:
+        signal.alarm(0)
 
 
 def main() -> None:
@@ -188,7 +212,7 @@ def main() -> None:
         by_outcome[row["outcome"]].append(row)
     runnable = len(rows) - len(by_outcome["ort-cannot"]) - len(by_outcome["no-data"])
     print(f"{len(rows)} node test cases (onnx {onnx.__version__}); ONNX Runtime runs {runnable} of them with their reference outputs")
-    for outcome in ("written", "refused", "mismatch", "wrong", "traceback", "roundtrip-refused", "roundtrip-wrong", "roundtrip-traceback", "ort-cannot", "no-data"):
+    for outcome in ("written", "refused", "mismatch", "wrong", "traceback", "hang", "roundtrip-refused", "roundtrip-wrong", "roundtrip-traceback", "ort-cannot", "no-data"):
         rows_of = by_outcome.get(outcome, [])
         if not rows_of:
             continue
@@ -202,7 +226,8 @@ def main() -> None:
         for reason, count in reasons.most_common(args.show):
             print(f"{count:>22}  {reason}")
     refused = len(by_outcome["refused"]) + len(by_outcome["mismatch"])
-    print(f"refusals {refused}/{runnable} = {100 * refused / max(runnable, 1):.1f}% (bar 2%); tracebacks {len(by_outcome['traceback'])}; wrong {len(by_outcome['wrong'])}")
+    print(f"refusals {refused}/{runnable} = {100 * refused / max(runnable, 1):.1f}% (bar 2%); tracebacks {len(by_outcome['traceback'])}; "
+          f"hangs {len(by_outcome['hang'])}; wrong {len(by_outcome['wrong'])}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .graph_index import GraphIndex
     from .ops.base import Op
 
-__all__ = ["TensorType", "Params", "Node", "Graph", "check", "folds_when_constant"]
+__all__ = ["TensorType", "OpaqueType", "is_numeric", "Params", "Node", "Graph", "check", "folds_when_constant"]
 
 
 @cache
@@ -103,6 +103,52 @@ class TensorType:
     def key(self) -> str:
         """The measured type as text: what a cost is keyed by (``str`` shows the symbols)."""
         return f"{self.dtype}[{','.join(map(repr, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class OpaqueType(TensorType):
+    """A value that is not a tensor: a sequence, a map or an optional, which only opaque nodes read and write.
+
+    ``proto`` is its ONNX ``TypeProto``, serialized: what export declares for it and what the output
+    check draws values of. Its shape is ``()`` and it holds no bytes taso prices.
+    """
+
+    dtype: str = "opaque"
+    proto: bytes = b""
+
+    @property
+    def size(self) -> int:
+        return 0
+
+    @property
+    def nbytes(self) -> int:
+        return 0
+
+    @property
+    def element_kind(self) -> str:
+        return "opaque"
+
+    def __str__(self) -> str:
+        return f"opaque<{self.proto.hex()[:16]}>"
+
+    @property
+    def key(self) -> str:
+        return f"opaque:{hashlib.sha1(self.proto).hexdigest()[:16]}"
+
+    def encode(self) -> str:
+        """The type as a parameter value (an opaque node's output types are parameters)."""
+        return "opaque:" + self.proto.hex()
+
+    @staticmethod
+    def decode(shape: tuple, dtype: str) -> TensorType:
+        """The type a (shape, dtype) pair of :meth:`encode` or a tensor type stands for."""
+        return OpaqueType((), "opaque", bytes.fromhex(dtype[7:])) if dtype.startswith("opaque:") else TensorType(tuple(shape), dtype)
+
+
+def is_numeric(t: TensorType) -> bool:
+    """Whether a value is a tensor of numbers or booleans: what taso's operators read and its rules rewrite. Strings
+    (dtype ``object``) and :class:`OpaqueType` values pass through opaque nodes only."""
+    return not isinstance(t, OpaqueType) and t.dtype != "object"
 
 
 class Params(Mapping):

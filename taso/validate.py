@@ -20,7 +20,7 @@ import onnxruntime as ort
 from .cost import random_array
 from .dims import bare_symbol
 from .errors import TasoError, first_line
-from .ir import TensorType
+from .ir import OpaqueType, TensorType
 
 __all__ = ["Comparison", "Reference", "ReferenceRun", "ReferenceFailure", "run_reference", "compare_with", "compare_outputs", "compare_models", "InputDrawer", "random_inputs", "random_input_sets", "integer_ranges", "integer_choices", "load_inputs", "RTOL", "ATOL_SCALE",
            "check_sizes", "describe_sizes"]
@@ -64,8 +64,9 @@ def integer_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
     """A valid half-open value range for each integer graph input, from how the model uses it.
 
     An input that reaches the index operand of a Gather (directly or through casts and
-    reshapes) must stay below that axis's size; others get a small range that is not all
-    zeros, so the check exercises the graph (zeros hid a wrong rewrite behind a Cast).
+    reshapes) must stay below that axis's size, one that reaches the divisor of a Div or Mod
+    above zero; others get a small range that is not all zeros, so the check exercises the
+    graph (zeros hid a wrong rewrite behind a Cast).
     """
     try:
         model = onnx.shape_inference.infer_shapes(model)
@@ -81,8 +82,28 @@ def integer_ranges(model: onnx.ModelProto) -> dict[str, tuple[int, int]]:
     ranges = {}
     for name in _integer_inputs(graph, initializers):
         bound = _index_bound(name, users, dims)
-        ranges[name] = (0, bound) if bound is not None else _DEFAULT_INT_RANGE
+        if bound is not None:
+            ranges[name] = (0, bound)
+        else:
+            ranges[name] = _DIVISOR_RANGE if _divides(name, users) else _DEFAULT_INT_RANGE
     return ranges
+
+
+_DIVISOR_RANGE = (1, 4)  # an integer that divides (Div, Mod) is never zero: ONNX Runtime fails on an integer division by zero
+
+
+def _divides(name: str, users: Mapping[str, list]) -> bool:
+    """Whether ``name``'s values reach the divisor of an integer Div or Mod (directly or through casts and reshapes)."""
+    frontier, seen = [name], {name}
+    while frontier:
+        for node, slot in users.get(frontier.pop(), ()):
+            if node.op_type in ("Div", "Mod") and slot == 1:
+                return True
+            if node.op_type in _VALUE_PRESERVING and (slot == 0 or node.op_type == "Concat"):
+                fresh = [o for o in node.output if o not in seen]
+                seen.update(fresh)
+                frontier.extend(fresh)
+    return False
 
 
 def _integer_inputs(graph: onnx.GraphProto, constants) -> list[str]:
@@ -280,7 +301,9 @@ def _draw(types: Mapping[str, TensorType], ranges: Mapping[str, tuple[int, int]]
           rng: np.random.Generator) -> dict[str, np.ndarray]:
     feeds = {}
     for name, t in types.items():
-        if t.dtype.startswith(("int", "uint")) and choices.get(name):
+        if isinstance(t, OpaqueType):
+            feeds[name] = random_value(onnx.TypeProto.FromString(t.proto), rng)
+        elif t.dtype.startswith(("int", "uint")) and choices.get(name):
             feeds[name] = np.asarray(rng.choice(np.asarray(choices[name]), t.shape)).astype(t.dtype)
         elif t.dtype.startswith(("int", "uint")):
             low, high = ranges.get(name, _DEFAULT_INT_RANGE)
@@ -290,12 +313,36 @@ def _draw(types: Mapping[str, TensorType], ranges: Mapping[str, tuple[int, int]]
     return feeds
 
 
+def random_value(type_proto: onnx.TypeProto, rng: np.random.Generator):
+    """A random value of an ONNX type that is not a plain tensor: a sequence of two tensors, a map of two entries, an
+    optional holding a value; a tensor's dims that are not sizes are 2."""
+    kind = type_proto.WhichOneof("value")
+    if kind == "sequence_type":
+        return [random_value(type_proto.sequence_type.elem_type, rng) for _ in range(2)]
+    if kind == "optional_type":
+        return random_value(type_proto.optional_type.elem_type, rng)
+    if kind == "map_type":
+        key_dtype = onnx.helper.tensor_dtype_to_np_dtype(type_proto.map_type.key_type)
+        keys = ["a", "b"] if key_dtype.kind in "OSU" else [0, 1]
+        return {k: random_value(type_proto.map_type.value_type, rng) for k in keys}
+    if kind == "tensor_type":
+        tt = type_proto.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 2 for d in tt.shape.dim) if tt.HasField("shape") else (2,)
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        t = TensorType(shape, dtype.name)
+        return random_array(t, rng) if not dtype.kind in "iu" else rng.integers(0, 3, shape).astype(dtype)
+    raise TasoError(f"the output check cannot draw a value of ONNX type {kind}")
+
+
 def _model_input_types(model: onnx.ModelProto) -> dict[str, TensorType]:
     """The types of a model's real inputs (initializers listed as inputs left out); every dim must be static."""
     initializers = {t.name for t in model.graph.initializer}
     types = {}
     for vi in model.graph.input:
         if vi.name in initializers:
+            continue
+        if vi.type.WhichOneof("value") != "tensor_type":
+            types[vi.name] = OpaqueType((), "opaque", vi.type.SerializeToString(deterministic=True))
             continue
         tt = vi.type.tensor_type
         shape = tuple(d.dim_value for d in tt.shape.dim)
@@ -422,14 +469,17 @@ def compare_with(reference: ReferenceRun, candidate: onnx.ModelProto | str | byt
     for feeds, want_all in zip(reference.input_sets, reference.outputs):
         got_all = session.run(None, {k: v for k, v in feeds.items() if k in inputs}, quiet)
         for name, want, got in zip(reference.names, want_all, got_all):
-            if not _agree_into(result, name, np.asarray(want), np.asarray(got)):
+            if not _agree_into(result, name, want, got):
                 return result
     return result
 
 
-def _agree_into(result: Comparison, name: str, want: np.ndarray, got: np.ndarray) -> bool:
+def _agree_into(result: Comparison, name: str, want, got) -> bool:
     """Folds one output's disagreement into ``result``; False when it rules the candidate out at once
-    (a different shape, or different integers)."""
+    (a different shape, different integers or strings, a sequence or map that differs in length or keys)."""
+    if isinstance(want, (list, dict)) or want is None or isinstance(got, (list, dict)) or got is None:
+        return _agree_values_into(result, name, want, got)
+    want, got = np.asarray(want), np.asarray(got)
     if want.shape != got.shape or (want.dtype.kind not in "fc" and not np.array_equal(want, got)):
         result.ok, result.worst_output, result.worst_abs, result.worst_rel = False, name, float("inf"), float("inf")
         return False
@@ -450,11 +500,23 @@ def _agree_into(result: Comparison, name: str, want: np.ndarray, got: np.ndarray
     return True
 
 
+def _agree_values_into(result: Comparison, name: str, want, got) -> bool:
+    """:func:`_agree_into` for a value that is not a tensor, element by element."""
+    same_kind = type(want) is type(got) or (want is not None and got is not None and not isinstance(want, (list, dict)) and not isinstance(got, (list, dict)))
+    if want is None and got is None:
+        return True
+    if not same_kind or (isinstance(want, (list, dict)) and len(want) != len(got)) or (isinstance(want, dict) and set(want) != set(got)):
+        result.ok, result.worst_output, result.worst_abs, result.worst_rel = False, name, float("inf"), float("inf")
+        return False
+    pairs = [(want[k], got[k]) for k in want] if isinstance(want, dict) else zip(want, got) if isinstance(want, list) else [(want, got)]
+    return all(_agree_into(result, name, w, g) for w, g in pairs)
+
+
 def compare_outputs(want: Mapping[str, np.ndarray], got: Mapping[str, np.ndarray]) -> Comparison:
     """Two runs' outputs (by name, ``want``'s order), compared as :func:`compare_with` compares a model's: one input set."""
     result = Comparison(True, input_sets=1)
     for name, array in want.items():
-        if not _agree_into(result, name, np.asarray(array), np.asarray(got[name])):
+        if not _agree_into(result, name, array, got[name]):
             break
     return result
 

@@ -31,6 +31,7 @@ from ..errors import ExportError
 from ..ir import Graph, Node, TensorType
 from ..ops.onnx_versions import understood, version_in_force
 from .files import EXTERNAL_DATA_BYTES
+from .values import value_info
 
 __all__ = ["export_onnx", "save_onnx", "folding_plan", "folded_weights", "FoldingPlan", "gemm_pairs"]
 
@@ -378,8 +379,8 @@ def export_onnx(graph: Graph, opset: int | None = None, check: bool = True, weig
             ctx.nodes.append(helper.make_node("Identity", [value], [name], name=ctx.fresh("output")))
         t = graph.type(value)
         shape = declared_outputs.get(name, t.shape) if value in verbatim else _with_original_names(t.shape, params)
-        outputs.append(helper.make_tensor_value_info(name, ctx.onnx_dtype(t.dtype), _declared(shape)))
-    inputs = [helper.make_tensor_value_info(n, ctx.onnx_dtype(t.dtype), _declared(declared_inputs.get(n, t.shape))) for n, t in graph.inputs.items()]
+        outputs.append(value_info(name, t, shape))
+    inputs = [value_info(n, t, declared_inputs.get(n, t.shape)) for n, t in graph.inputs.items()]
     for name in graph.meta.initializer_inputs:
         if name in ctx.initializers:
             t = TensorType.of(weights[name])
@@ -430,13 +431,6 @@ def _with_original_names(shape, params: tuple[str | None, ...] | None):
     if params is None or len(params) != len(shape):
         return shape
     return tuple(p if isinstance(d, Dim) and p else d for d, p in zip(shape, params))
-
-
-def _declared(shape):
-    """A shape as ONNX declares it: a symbolic dim by its name or expression (``dim_param``)."""
-    if shape is None:
-        return None
-    return [str(d) if isinstance(d, Dim) else d for d in shape]
 
 
 def _declared_interface(graph: Graph, folded_ids: set[int]) -> tuple[dict, dict, set[str]]:

@@ -27,14 +27,15 @@ from onnx import helper, numpy_helper
 
 from ..dims import Dim, symbol
 from ..errors import GraphError, ImportError_, ShapeError, TasoError, Unsupported
-from ..ir import Graph, GraphMeta, Node, Params, TensorType
+from ..ir import Graph, GraphMeta, Node, OpaqueType, Params, TensorType, is_numeric
 from ..ops import Op, onnx_importers
 from ..ops.onnx_versions import OLDEST_OPSET, REVIEWED_THROUGH, understood
-from ..ops.opaque import opaque
+from ..ops.opaque import opaque, value_type_proto
 from ..ops.shape import dims as dims_op
 from . import symbolic
 from .files import external_region, map_weights
 from .symbolic import is_static_dim
+from .values import element_dtype, type_of, value_info
 
 __all__ = ["load_onnx", "read_model", "MIN_OPSET", "MAX_OPSET"]
 
@@ -138,20 +139,14 @@ def _check_ir_version(model: onnx.ModelProto) -> None:
                            "is the file from a newer exporter, or is its ir_version field wrong?")
 
 
-_SUPPORTED_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"}
-
-
-@functools.lru_cache(maxsize=None)
-def _np_dtype(elem_type: int) -> str | None:
-    """The NumPy dtype name of an ONNX element type, or None outside taso's types (bfloat16, float8, strings...)."""
-    try:
-        name = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).name
-    except Exception:  # noqa: BLE001
-        return None
-    return name if name in _SUPPORTED_DTYPES else None
+_np_dtype = element_dtype  # the NumPy dtype name of an ONNX element type ("object": strings), None outside taso's
 
 
 def _static_type(value_info: onnx.ValueInfoProto) -> TensorType | None:
+    """The type a declaration gives at fixed sizes: an opaque value's own, a tensor's when every dim is a size."""
+    opaque_value = type_of(value_info.type)
+    if opaque_value is not None:
+        return opaque_value
     t = value_info.type
     if not t.HasField("tensor_type") or not t.tensor_type.HasField("shape"):
         return None
@@ -238,7 +233,9 @@ class ImportContext:
         return value
 
     def dtype_of_onnx(self, elem_type: int) -> str | None:
-        return _np_dtype(int(elem_type))
+        """The dtype of an ONNX element type that taso's operators compute on (None for strings and the rest)."""
+        dtype = _np_dtype(int(elem_type))
+        return dtype if dtype != "object" else None
 
     def emit(self, op: Op, inputs: Sequence[str], outputs: Sequence[str] | None = None, **params: Any) -> list[str]:
         inputs = [self.pending_aliases.get(i, i) for i in inputs]
@@ -331,6 +328,20 @@ class _InferredTypes:
         self._infos: dict[str, onnx.ValueInfoProto] | None = None
         self._symbolic_infos: dict[str, onnx.ValueInfoProto] | None = None
 
+    def declared(self, name: str) -> TensorType | None:
+        """What inference says of a value's kind, as :meth:`get` does, where it is not a tensor of numbers (None else:
+        nodes taso models type their own outputs)."""
+        infos = self._symbolic_infos if self._symbolic_infos is not None else self._infos
+        vi = infos.get(name) if infos is not None else None
+        if vi is None:
+            return None
+        opaque_value = type_of(vi.type)
+        if opaque_value is not None:
+            return opaque_value
+        if vi.type.tensor_type.elem_type == onnx.TensorProto.STRING:
+            return TensorType((), "object")
+        return None
+
     def get(self, name: str) -> TensorType | None:
         """The static type inference gives a value at the measurement sizes."""
         if self._infos is None:
@@ -352,7 +363,7 @@ class _InferredTypes:
         inputs = []
         for vi in g.input:
             t = self._input_types.get(vi.name)
-            inputs.append(helper.make_tensor_value_info(vi.name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), shapes[vi.name]) if t else vi)
+            inputs.append(value_info(vi.name, t, shapes[vi.name]) if t else vi)
         declared = {vi.name for vi in inputs}
         inputs += [helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in large if t.name not in declared]
         # NOTE: the outputs' declared shapes are left out: a file may declare at one size what its nodes compute at any.
@@ -365,13 +376,7 @@ class _InferredTypes:
             inferred = onnx.shape_inference.infer_shapes(skeleton, data_prop=True)
         except Exception:  # noqa: BLE001 - inference is only a hint; opaque nodes fall back to execution
             return {}
-        infos = {}
-        for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
-            kind = vi.type.WhichOneof("value")
-            if kind not in (None, "tensor_type"):
-                raise ImportError_(f"value {vi.name!r} is a {kind.replace('_type', '')}: taso handles tensor-valued graphs only")
-            infos[vi.name] = vi
-        return infos
+        return {vi.name: vi for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
 
 
 def _toposort_onnx(graph: onnx.GraphProto, defined: set[str]) -> list[onnx.NodeProto]:
@@ -536,7 +541,7 @@ def _import_node(state: _ImportState, node: onnx.NodeProto, importers, all_opset
     if standard and _fold_constant_node(state, node):
         return
     shape_errors: list[str] = []
-    if standard and understood(node.op_type, state.opset):
+    if standard and understood(node.op_type, state.opset) and _numeric_node(state, node):
         for _op, importer in importers.get(node.op_type, ()):
             ctx = ImportContext(state, node)
             try:
@@ -550,6 +555,15 @@ def _import_node(state: _ImportState, node: onnx.NodeProto, importers, all_opset
                 state.commit(ctx)
                 return
     _import_opaque(state, node, all_opsets, shape_errors)
+
+
+def _numeric_node(state: _ImportState, node: onnx.NodeProto) -> bool:
+    """Whether a node reads and writes only tensors of numbers: taso's operators are offered no other (an Identity of a
+    sequence, a Cast to strings, a Concat of string tensors stay opaque)."""
+    if not all(is_numeric(state.type(n)) for n in node.input if n):
+        return False
+    outputs = [state.known_types.declared(o) for o in node.output if o]
+    return all(t is None or is_numeric(t) for t in outputs)
 
 
 def _fold_constant_node(state: _ImportState, node: onnx.NodeProto) -> bool:
@@ -688,7 +702,7 @@ def _import_opaque(state: _ImportState, node: onnx.NodeProto, all_opsets, shape_
             raise
         raise ImportError_(f"{node.op_type} node {node.name!r} does not accept its input types: {shape_errors[0]}") from None
     outputs = [o for o in node.output if o]
-    p = opaque.make_params(**params, out_types=tuple((t.shape, t.dtype) for t in out_types))
+    p = opaque.make_params(**params, out_types=tuple(((), t.encode()) if isinstance(t, OpaqueType) else (t.shape, t.dtype) for t in out_types))
     state.nodes.append(Node(opaque, p, tuple(inputs), tuple(outputs), node.name))
     state.types.update(zip(outputs, out_types))
 
@@ -698,6 +712,10 @@ def _opaque_output_types(state: _ImportState, node: onnx.NodeProto, captures: li
     alone with its (folded) constant inputs, and only then a checked probe on random values.
     An If on a condition known only at run time is typed by running each branch (see
     :func:`_types_by_branch_probe`): inference merges the branches and cannot tell which run."""
+    outputs = [o for o in node.output if o]
+    declared = [state.known_types.get(o) for o in outputs] if node.op_type in ("If", "Loop", "Scan") else []
+    if declared and None not in declared and any(isinstance(t, OpaqueType) for t in declared):
+        return _symbolized(state, node, captures, inputs, declared)  # a sequence or optional out of a subgraph: its declared kind
     if _is_runtime_if(state, node):
         types = _types_by_branch_probe(state, node, captures, inputs, params)
         return types if not all(t.is_static for t in types) else _symbolized(state, node, captures, inputs, types)
@@ -846,8 +864,7 @@ def _node_inference(state: _ImportState, node: onnx.NodeProto, captures: list[st
             initializers.append(numpy_helper.from_array(np.asarray(value, order="C"), name))
             continue
         t = state.type(name)
-        shape = [str(d) if isinstance(d, Dim) else d for d in t.shape] if symbolic else [int(d) for d in t.shape]
-        inputs.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), shape))
+        inputs.append(value_info(name, t, t.shape if symbolic else [int(d) for d in t.shape]))
     outputs = [helper.make_empty_tensor_value_info(o) for o in node.output if o]
     graph = helper.make_graph([node], "node", inputs, outputs, initializer=initializers)
     model = helper.make_model(graph, opset_imports=list(state.model.opset_import))
@@ -883,7 +900,7 @@ def _probed_types(state: _ImportState, inputs: list[str], probe: Params, probe_i
     arrays = [np.asarray(condition) if i == 0 and condition is not None else state.weights[n] if n in state.weights
               else symbolic.concrete_array(state.symbolic[n], state.types[n].dtype) if n in state.symbolic
               else _plausible_array(state.type(n), rng, probe_index) for i, n in enumerate(inputs)]
-    return [TensorType.of(np.asarray(r)) for r in opaque.evaluate(arrays, probe)]
+    return [TensorType.of(np.asarray(r)) if isinstance(r, np.ndarray) else type_of(value_type_proto(r)) for r in opaque.evaluate(arrays, probe)]
 
 
 def _types_by_probe(state: _ImportState, node: onnx.NodeProto, captures: list[str], inputs: list[str], params: dict) -> list[TensorType]:
@@ -909,12 +926,13 @@ def _types_by_probe(state: _ImportState, node: onnx.NodeProto, captures: list[st
 
 def _reads_sizes_from_values(state: _ImportState, inputs: list[str]) -> bool:
     """Whether a node reads an operand computed at run time that may set its output's sizes: an integer tensor (pads,
-    shapes, axes, indices), or a small tensor after its first input (Resize's scales). Random values for those fail
-    where real ones run; data that does not fit fails for every value."""
+    shapes, axes, indices), a small tensor after its first input (Resize's scales), or a value with a dim that another
+    node's values set. Random values for those fail where real ones run; data that does not fit fails for every value."""
+    fresh = {symbol for symbol, _, _ in state.symbol_sources}
     for position, name in enumerate(inputs):
         if name in state.weights:
             continue
         t = state.type(name)
-        if t.dtype.startswith(("int", "uint")) or (position > 0 and t.rank <= 1):
-            return True
+        if t.dtype.startswith(("int", "uint")) or (position > 0 and t.rank <= 1) or t.symbols & fresh:
+            return True  # (a dim another node's values set: the probe's measured sizes need not fit together)
     return False

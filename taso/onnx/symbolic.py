@@ -19,8 +19,9 @@ import onnx
 from onnx import helper
 
 from ..dims import Dim, UndecidableDim, decide_equal, floordiv, holds_dims, prod, symbol
-from ..errors import ImportError_, ShapeError
-from ..ir import TensorType
+from ..errors import ImportError_, ShapeError, Unsupported
+from ..ir import OpaqueType, TensorType
+from .values import type_of
 
 __all__ = ["DEFAULT_BATCH", "DEFAULT_SIZE", "input_types", "fold_symbolic", "symbolic_types", "dim_labels", "range_length"]
 
@@ -60,17 +61,21 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
     if unknown:
         raise ImportError_(f"--input-shape names unknown input(s) {sorted(unknown)}; the model's inputs are {sorted(names)}")
     declared: dict[str, tuple[list, str]] = {}
+    opaque_inputs: dict[str, TensorType] = {}
     for vi in real_inputs:
-        if not vi.type.HasField("tensor_type"):
-            raise ImportError_(f"input {vi.name!r} is not a tensor (sequences, maps and optionals are not supported)")
+        if type_of(vi.type) is not None:
+            if vi.name in input_shapes:
+                raise ImportError_(f"--input-shape {vi.name}=...: input {vi.name!r} is not a tensor (a sequence, map or optional)")
+            opaque_inputs[vi.name] = type_of(vi.type)
+            continue
         tt = vi.type.tensor_type
         dtype = dtype_of(tt.elem_type)
         if dtype is None:
-            raise ImportError_(f"input {vi.name!r} has an element type taso does not support ({helper.tensor_dtype_to_string(tt.elem_type)})")
+            raise Unsupported(f"input {vi.name!r} has an element type taso does not support ({helper.tensor_dtype_to_string(tt.elem_type)})")
         given = input_shapes.get(vi.name)
         if not tt.HasField("shape"):
             if given is None:
-                raise ImportError_(f"input {vi.name!r} has no declared shape; give one with --input-shape {vi.name}=D0,D1,...")
+                raise Unsupported(f"input {vi.name!r} has no declared shape; give one with --input-shape {vi.name}=D0,D1,...")
             dims = [int(d) for d in given]
         else:
             dims = [int(d.dim_value) if is_static_dim(d) else _symbol_name(d, vi.name, axis) for axis, d in enumerate(tt.shape.dim)]
@@ -82,9 +87,13 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
         declared[vi.name] = (dims, dtype)
     sizes = _measurement_sizes(declared, input_shapes)
     types = {}
-    for name, (dims, dtype) in declared.items():
+    for vi in real_inputs:
+        if vi.name in opaque_inputs:
+            types[vi.name] = opaque_inputs[vi.name]
+            continue
+        dims, dtype = declared[vi.name]
         shape = tuple(d if type(d) is int else (sizes[d] if static else symbol(d, sizes[d])) for d in dims)
-        types[name] = TensorType(shape, dtype)
+        types[vi.name] = TensorType(shape, dtype)
     return types, ({} if static else sizes)
 
 
@@ -137,8 +146,8 @@ def symbolic_types(concrete: Sequence[TensorType | None], inferred: Sequence[Seq
     """
     out = []
     for k, (t, infos) in enumerate(zip(concrete, inferred)):
-        if t is None:
-            out.append(None)
+        if t is None or isinstance(t, OpaqueType):
+            out.append(t)
             continue
         candidates = [_dims_of(vi, t.rank) for vi in infos]
         shape = []

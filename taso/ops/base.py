@@ -216,8 +216,9 @@ def contiguous(array):
 
 
 def as_array(value):
-    """An array from an op's result: device arrays as they are, anything else through np.asarray."""
-    return value if is_device_array(value) else np.asarray(value)
+    """An array from an op's result: device arrays as they are, a value that is not a tensor (an opaque node's sequence,
+    map or empty optional) as it is, anything else through np.asarray."""
+    return value if is_device_array(value) or isinstance(value, (list, dict)) or value is None else np.asarray(value)
 
 
 def array_module(*arrays):

@@ -16,30 +16,48 @@ import functools
 import numpy as np
 
 from ..errors import TasoError
-from ..ir import TensorType
+from ..ir import OpaqueType, TensorType
 from .base import OnnxMapping, Param, define
 
 
 def _opaque_shape(types, p) -> list[TensorType]:
-    return [TensorType(tuple(shape), dtype) for shape, dtype in p["out_types"]]
+    return [OpaqueType.decode(shape, dtype) for shape, dtype in p["out_types"]]
 
 
 @functools.lru_cache(maxsize=256)
-def _single_node_model(proto: bytes, input_slots: tuple[str, ...], captures: tuple[str, ...], in_types, opsets):
+def _single_node_model(proto: bytes, input_slots: tuple[str, ...], captures: tuple[str, ...], in_types: tuple[bytes, ...], opsets):
     import onnx
     from onnx import helper
 
     node = onnx.NodeProto()
     node.ParseFromString(proto)
     names = [s for s in input_slots if s] + list(captures)
-    inputs = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.dtype(t[1])), t[0]) for n, t in zip(names, in_types)]
-    outputs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
+    inputs = [helper.make_value_info(n, onnx.TypeProto.FromString(t)) for n, t in zip(names, in_types)]
+    outputs = [helper.make_value_info(n, onnx.TypeProto()) for n in node.output if n]
     graph = helper.make_graph([node], "opaque", inputs, outputs)
     opset_ids = [helper.make_opsetid(d, v) for d, v in opsets]
     model = helper.make_model(graph, opset_imports=opset_ids)
     # NOTE: the newest IR version may be newer than ONNX Runtime reads; use the oldest that fits.
     model.ir_version = helper.find_min_ir_version_for(opset_ids, ignore_unknown=True)
     return model, names
+
+
+def value_type_proto(value):
+    """The ONNX type of a value an opaque node reads: a tensor (an array), a sequence (a list), a map (a dict), or an
+    optional with nothing in it (None; its element type is unknown here, so float is assumed)."""
+    import onnx
+    from onnx import helper
+
+    if isinstance(value, list):
+        return helper.make_sequence_type_proto(value_type_proto(value[0]) if value else helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, None))
+    if isinstance(value, dict):
+        key, item = next(iter(value.items())) if value else (0, 0.0)
+        element = helper.np_dtype_to_tensor_dtype(np.asarray(item).dtype)
+        return helper.make_map_type_proto(helper.np_dtype_to_tensor_dtype(np.asarray(key).dtype), helper.make_tensor_type_proto(element, None))
+    if value is None:
+        return helper.make_optional_type_proto(helper.make_tensor_type_proto(onnx.TensorProto.FLOAT, None))
+    value = np.asarray(value)
+    return helper.make_tensor_type_proto(helper.np_dtype_to_tensor_dtype(value.dtype), value.shape)
 
 
 @functools.lru_cache(maxsize=256)
@@ -72,13 +90,13 @@ def _runner(model_bytes: bytes):
 
 
 def _opaque_eval(xs, p):
-    in_types = tuple((tuple(x.shape), x.dtype.name) for x in xs)
+    in_types = tuple(value_type_proto(x).SerializeToString(deterministic=True) for x in xs)
     model, names = _single_node_model(p["proto"], p["input_slots"], p["captures"], in_types, p["opsets"])
     try:
         outputs = _runner(model.SerializeToString())(dict(zip(names, xs)))
     except Exception as e:  # noqa: BLE001
         raise TasoError(f"cannot evaluate opaque ONNX op {p['domain'] or 'ai.onnx'}::{p['op_type']}: {str(e).splitlines()[0]}") from None
-    return [np.asarray(o) for o in outputs]
+    return [o if isinstance(o, (list, dict)) or o is None else np.asarray(o) for o in outputs]
 
 
 def _export_opaque(ctx, node) -> None:
@@ -104,4 +122,4 @@ opaque = define(
     doc="an ONNX node taso does not model, kept verbatim",
 )
 
-__all__ = ["opaque"]
+__all__ = ["opaque", "value_type_proto"]
