@@ -173,6 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
+    except OSError as e:  # the environment: a full disk, an unusable TMPDIR, a folder that went away
+        where = f" {e.filename}" if getattr(e, "filename", None) else ""
+        print(f"taso: error: cannot go on:{where} {e.strerror or e} (is the disk full, or TMPDIR or TASO_CACHE_DIR unwritable?); "
+              "the input is untouched and nothing was written", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print("taso: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED

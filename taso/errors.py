@@ -7,7 +7,9 @@ anything else escaping is a bug in taso.
 
 from __future__ import annotations
 
-__all__ = ["TasoError", "ShapeError", "GraphError", "ImportError_", "Unsupported", "ExportError", "first_line"]
+import sys
+
+__all__ = ["TasoError", "ShapeError", "GraphError", "ImportError_", "Unsupported", "ExportError", "first_line", "warn"]
 
 
 class TasoError(Exception):
@@ -42,3 +44,14 @@ def first_line(error: BaseException) -> str:
     """An error's message in one line (ONNX Runtime's run to many), or its type's name when it has none."""
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
+
+
+_warned: set[str] = set()
+
+
+def warn(message: str) -> None:
+    """One line on stderr, ``taso: warning: MESSAGE``, once per process: something the run goes on without (a cost cache
+    it cannot save, a damaged one it ignores)."""
+    if message not in _warned:
+        _warned.add(message)
+        print(f"taso: warning: {message}", file=sys.stderr)

@@ -501,7 +501,10 @@ class _Checks:
             if e.position >= len(measured):
                 raise TasoError(f"--inputs: the input model does not run on them: {e.reason}") from None
             if not user:
-                raise Unsupported(f"the output check cannot draw inputs the model runs on ({e.reason}); give some with --inputs FILE.npz") from None
+                sizes = source.graph.meta.sizes
+                where = (f" at the measurement sizes {', '.join(f'{k}={v}' for k, v in sizes)} (if it runs at other sizes only, give them "
+                         "with --input-shape)" if sizes else "")
+                raise Unsupported(f"the output check cannot draw inputs the model runs on{where}: {e.reason}; give some with --inputs FILE.npz") from None
             return cls(user[0], reference.run(user), drawn=False)  # the check runs on the user's inputs alone
         failures = []
         for valuation in choices:

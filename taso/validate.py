@@ -21,6 +21,7 @@ from .cost import random_array
 from .dims import bare_symbol
 from .errors import TasoError, first_line
 from .ir import OpaqueType, TensorType
+from .onnx.values import random_value
 
 __all__ = ["Comparison", "Reference", "ReferenceRun", "ReferenceFailure", "run_reference", "compare_with", "compare_outputs", "compare_models", "InputDrawer", "random_inputs", "random_input_sets", "integer_ranges", "integer_choices", "load_inputs", "RTOL", "ATOL_SCALE",
            "check_sizes", "describe_sizes"]
@@ -302,7 +303,7 @@ def _draw(types: Mapping[str, TensorType], ranges: Mapping[str, tuple[int, int]]
     feeds = {}
     for name, t in types.items():
         if isinstance(t, OpaqueType):
-            feeds[name] = random_value(onnx.TypeProto.FromString(t.proto), rng)
+            feeds[name] = random_value(t, rng)
         elif t.dtype.startswith(("int", "uint")) and choices.get(name):
             feeds[name] = np.asarray(rng.choice(np.asarray(choices[name]), t.shape)).astype(t.dtype)
         elif t.dtype.startswith(("int", "uint")):
@@ -311,27 +312,6 @@ def _draw(types: Mapping[str, TensorType], ranges: Mapping[str, tuple[int, int]]
         else:
             feeds[name] = random_array(t, rng)
     return feeds
-
-
-def random_value(type_proto: onnx.TypeProto, rng: np.random.Generator):
-    """A random value of an ONNX type that is not a plain tensor: a sequence of two tensors, a map of two entries, an
-    optional holding a value; a tensor's dims that are not sizes are 2."""
-    kind = type_proto.WhichOneof("value")
-    if kind == "sequence_type":
-        return [random_value(type_proto.sequence_type.elem_type, rng) for _ in range(2)]
-    if kind == "optional_type":
-        return random_value(type_proto.optional_type.elem_type, rng)
-    if kind == "map_type":
-        key_dtype = onnx.helper.tensor_dtype_to_np_dtype(type_proto.map_type.key_type)
-        keys = ["a", "b"] if key_dtype.kind in "OSU" else [0, 1]
-        return {k: random_value(type_proto.map_type.value_type, rng) for k in keys}
-    if kind == "tensor_type":
-        tt = type_proto.tensor_type
-        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 2 for d in tt.shape.dim) if tt.HasField("shape") else (2,)
-        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        t = TensorType(shape, dtype.name)
-        return random_array(t, rng) if not dtype.kind in "iu" else rng.integers(0, 3, shape).astype(dtype)
-    raise TasoError(f"the output check cannot draw a value of ONNX type {kind}")
 
 
 def _model_input_types(model: onnx.ModelProto) -> dict[str, TensorType]:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import onnx
 
-from .cost.cache import cache_directory
+from .cost.cache import cache_directory, write_text_atomically
+from .errors import warn
 
 __all__ = ["GuardVerdict", "VerdictCache", "layout_digest"]
 
@@ -107,10 +108,6 @@ class VerdictCache:
         self._data.update(VerdictCache(self.machine, self.path)._data)  # another run may have saved since this one read
         self._data.setdefault(self.machine, {})[key] = {"speedup": round(verdict.speedup, 4), "kept": verdict.kept}
         try:
-            os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-            tmp = f"{self.path}.tmp-{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(self._data, f, indent=0, sort_keys=True)
-            os.replace(tmp, self.path)
-        except OSError:
-            pass
+            write_text_atomically(self.path, json.dumps(self._data, indent=0, sort_keys=True))
+        except OSError as e:
+            warn(f"cannot save taso's verdicts {self.path} ({e.strerror or e}): the next run times this result again")

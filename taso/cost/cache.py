@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import TasoError
+from ..errors import TasoError, warn
 
-__all__ = ["cache_directory", "CostCache", "CostEntry", "SpotCheck", "SpotCheckPolicy", "SPOT_CHECK_OFF", "Verdict", "noise_band", "format_cost_report"]
+__all__ = ["cache_directory", "write_text_atomically", "CostCache", "CostEntry", "SpotCheck", "SpotCheckPolicy", "SPOT_CHECK_OFF", "Verdict", "noise_band", "format_cost_report"]
 
 
 # An entry's noise band is a relative half-width: the interquartile range over the median of the
@@ -48,6 +48,31 @@ STALE = "stale"  # its table went stale before it was checked: not re-measured y
 
 # Measures an entry's node now: (seconds, noise band); quick=True for a shorter screening measurement.
 Measure = Callable[[bool], tuple[float, float]]
+
+
+# The cache file's format: a top-level key a file written by another version would carry with another value.
+_FORMAT_KEY, _FORMAT = "taso-cost-cache-format", 2
+
+
+def write_text_atomically(path: str, text: str) -> None:
+    """Writes ``text`` to ``path`` through a temporary file beside it, renamed over it: a reader sees the old file or
+    the new one, never half of one; the temporary file is removed when the write fails.
+
+    Raises:
+        OSError: the directory cannot be made or the file written.
+    """
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def cache_directory() -> str:
@@ -304,6 +329,7 @@ class CostCache:
         self.path = path or os.path.join(cache_directory(), "costs.json")
         self.policy = spot_check or spot_check_policy()
         self.problem: str | None = None  # what was wrong with the file on disk, and ignored
+        self._foreign = False  # the file is another version's: never saved over
         self._data: dict[str, dict[str, float]] = {}
         self._meta: dict[str, dict[str, CostEntry]] = {}
         self._checks: dict[str, SpotCheck] = {}
@@ -311,17 +337,24 @@ class CostCache:
         self._dirty = False
 
     def _load(self) -> None:
-        """Reads the file; a damaged cache is only lost time, never wrong results, so what cannot be read is left out."""
-        if not os.path.exists(self.path):
-            return
+        """Reads the file; a damaged cache is only lost time, never wrong results, so what cannot be read is left out
+        (one warning says so). A file another version of taso wrote in another format is not read, nor overwritten."""
         try:
             with open(self.path, encoding="utf-8") as f:
                 raw = json.load(f)
+        except FileNotFoundError:
+            return
         except (OSError, ValueError) as e:
-            self.problem = f"unreadable, ignored ({e})"
+            self._damaged(f"unreadable, ignored ({e.strerror if isinstance(e, OSError) and e.strerror else e})")
             return
         if not isinstance(raw, dict):
-            self.problem = f"not a JSON object of tables but a {type(raw).__name__}, ignored"
+            self._damaged(f"not a JSON object of tables but a {type(raw).__name__}, ignored")
+            return
+        written_as = raw.pop(_FORMAT_KEY, _FORMAT)
+        if written_as != _FORMAT:
+            self._foreign = True
+            self.problem = f"written by another version of taso (format {written_as!r}, this one reads {_FORMAT}): not used, and left as it is"
+            warn(f"the cost cache {self.path} was {self.problem[:-len(': not used, and left as it is')]}: this run measures afresh and does not save over it")
             return
         damaged = 0
         for fingerprint, entries in raw.items():
@@ -338,7 +371,11 @@ class CostCache:
                 if parsed[1] is not None:
                     meta[key] = parsed[1]
         if damaged:
-            self.problem = f"{damaged} damaged table(s) or entries ignored"
+            self._damaged(f"{damaged} damaged table(s) or entries ignored")
+
+    def _damaged(self, problem: str) -> None:
+        self.problem = problem
+        warn(f"the cost cache {self.path} is damaged: {problem}; it is replaced by what this run measures")
 
     def table(self, fingerprint: str) -> dict[str, float]:
         """The fingerprint's entries, key -> seconds (what else is known of each: :meth:`entry`)."""
@@ -411,14 +448,16 @@ class CostCache:
         return report
 
     def save(self) -> None:
-        if not self._dirty:
+        """Writes the cache atomically. One that cannot be written (a read-only or full disk, a cache directory under a
+        regular file) is a warning: the run goes on, and only its measurements are lost."""
+        if not self._dirty or self._foreign:
             return
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = f"{self.path}.tmp-{os.getpid()}"
         data = {fp: {key: self._entry_json(fp, key, seconds) for key, seconds in table.items()} for fp, table in self._data.items()}
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=0, sort_keys=True)
-        os.replace(tmp, self.path)
+        data[_FORMAT_KEY] = _FORMAT
+        try:
+            write_text_atomically(self.path, json.dumps(data, indent=0, sort_keys=True))
+        except OSError as e:
+            warn(f"cannot save the cost cache {self.path} ({e.strerror or e}): this run's measurements are not kept (TASO_CACHE_DIR sets where it goes)")
         self._dirty = False
 
     def _entry_json(self, fingerprint: str, key: str, seconds: float) -> float | dict[str, Any]:

@@ -328,6 +328,7 @@ def random_array(t: TensorType, rng: np.random.Generator) -> np.ndarray:
     if t.dtype == "bool":
         return rng.integers(0, 2, t.shape).astype(bool)
     if t.dtype == "object":
-        words = np.asarray(["taso", "graph", "rule", "tensor", "proof", "cost"], dtype=object)
-        return rng.choice(words, t.shape)
+        from ..onnx.values import WORDS
+
+        return rng.choice(np.asarray(WORDS, dtype=object), t.shape)
     return np.zeros(t.shape, t.dtype)

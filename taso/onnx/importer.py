@@ -35,7 +35,7 @@ from ..ops.shape import dims as dims_op
 from . import symbolic
 from .files import external_region, map_weights
 from .symbolic import is_static_dim
-from .values import element_dtype, type_of, value_info
+from .values import WORDS, element_dtype, random_value, type_of, value_info
 
 __all__ = ["load_onnx", "read_model", "MIN_OPSET", "MAX_OPSET"]
 
@@ -884,6 +884,10 @@ def _plausible_array(t: TensorType, rng: np.random.Generator, probe: int) -> np.
     from 1..3 then 1..8, floats are distinct normals then small integers with repeats and
     zeros (Unique, NonZero), so a shape that depends on the values shows up as a difference.
     """
+    if isinstance(t, OpaqueType):
+        return random_value(t, rng)
+    if t.dtype == "object":
+        return rng.choice(np.asarray(WORDS, dtype=object), t.shape)
     if t.dtype.startswith("float"):
         values = rng.standard_normal(t.shape) if probe == 0 else rng.integers(-2, 3, t.shape)
         return values.astype(t.dtype)

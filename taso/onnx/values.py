@@ -18,7 +18,10 @@ from onnx import helper
 from ..dims import Dim
 from ..ir import OpaqueType, TensorType
 
-__all__ = ["element_dtype", "type_of", "value_info"]
+__all__ = ["element_dtype", "type_of", "value_info", "random_value", "WORDS"]
+
+# What a random string tensor holds: short words (a tokenizer's input is text, not noise).
+WORDS = ("taso", "graph", "rule", "tensor", "proof", "cost")
 
 _ELEMENT_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64", "object"}
 
@@ -49,3 +52,32 @@ def value_info(name: str, t: TensorType, dims=None) -> onnx.ValueInfoProto:
     shape = t.shape if dims is None else dims
     declared = [str(d) if isinstance(d, Dim) else d for d in shape] if shape is not None else None
     return helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(np.dtype(t.dtype)), declared)
+
+
+def random_value(t: OpaqueType, rng: np.random.Generator):
+    """A random value of a type that is not a tensor: a sequence of two tensors, a map of two entries, an optional
+    holding a value; a tensor's dims that are not sizes are 2, its values small (floats normal, integers 0 to 2)."""
+    return _random_of(onnx.TypeProto.FromString(t.proto), rng)
+
+
+def _random_of(type_proto: onnx.TypeProto, rng: np.random.Generator):
+    kind = type_proto.WhichOneof("value")
+    if kind == "sequence_type":
+        return [_random_of(type_proto.sequence_type.elem_type, rng) for _ in range(2)]
+    if kind == "optional_type":
+        return _random_of(type_proto.optional_type.elem_type, rng)
+    if kind == "map_type":
+        keys = list(WORDS[:2]) if type_proto.map_type.key_type == onnx.TensorProto.STRING else [0, 1]
+        return {k: _random_of(type_proto.map_type.value_type, rng) for k in keys}
+    if kind != "tensor_type":
+        raise ValueError(f"no random value of an ONNX {kind}")
+    tt = type_proto.tensor_type
+    shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 2 for d in tt.shape.dim) if tt.HasField("shape") else (2,)
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+    if dtype.kind == "f":
+        return rng.standard_normal(shape).astype(dtype)
+    if dtype.kind == "b":
+        return rng.integers(0, 2, shape).astype(bool)
+    if dtype.kind in "OSU":
+        return rng.choice(np.asarray(WORDS, dtype=object), shape)
+    return rng.integers(0, 3, shape).astype(dtype)
