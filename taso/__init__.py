@@ -8,7 +8,7 @@ Public API::
     taso.save_onnx(faster, "out.onnx")     # checks an optimized graph against its original first
 """
 
-from .errors import TasoError
+from .errors import TasoError, Unsupported
 from .ir import Graph, Node, Params, TensorType, check
 from .onnx import load_onnx
 
@@ -24,4 +24,4 @@ optimize = _optimize_module.optimize
 __version__ = "0.1.0"
 
 __all__ = ["Graph", "Node", "Params", "TensorType", "check", "load_onnx", "export_onnx", "save_onnx", "optimize",
-           "OutputMismatchError", "TasoError", "__version__"]
+           "OutputMismatchError", "TasoError", "Unsupported", "__version__"]

@@ -15,6 +15,8 @@ from taso.verifier.axiom_fuzz import compose, fuzz_axiom, fuzz_compositions
 def test_axiom_survives_adversarial_valuations(ax):
     report = fuzz_axiom(ax, count=80, seed=3)
     assert report.ok, f"{ax.name} is false: {report.failures[:3]}"
+    # both sides ill typed counts as agreement: the axiom must have been compared on values, not only on BOTTOM
+    assert report.defined >= 10, f"{ax.name}: only {report.defined} of {report.tried} valuations typed its sides"
 
 
 def test_random_compositions_of_two_axioms_hold():

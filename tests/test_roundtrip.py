@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 
 import numpy as np
 import onnx
@@ -15,15 +16,37 @@ import taso
 _DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 LIGHT = sorted(glob.glob(os.path.join(_DATA, "light", "*.onnx")))
 REAL = sorted(glob.glob(os.path.join(_DATA, "real", "*", "*.onnx")))
-# Small one-operator PyTorch and "simple" models: many operators, opsets and attribute forms.
-# Only those within taso's opsets (most are opset 6) are collected.
-def _in_opset_range(path: str) -> bool:
-    versions = [o.version for o in onnx.load(path, load_external_data=False).opset_import if o.domain in ("", "ai.onnx")]
-    return bool(versions) and taso.onnx.MIN_OPSET <= max(versions) <= taso.onnx.MAX_OPSET
-
-
+# Small one-operator PyTorch and "simple" models: many operators, opsets (1 to 13) and attribute forms.
 SMALL = [p for d in ("simple", "pytorch-converted", "pytorch-operator") for p in sorted(glob.glob(os.path.join(_DATA, d, "*", "model.onnx")))]
-SMALL = [p for p in SMALL if _in_opset_range(p)]
+
+
+def _name(path: str) -> str:
+    return os.path.basename(os.path.dirname(path))
+
+
+# The models taso reads but cannot type without running them (Unsupported: `taso optimize` writes them unchanged),
+# by name, with what it says. Any other TasoError, on these files or the rest, is a failure.
+EXPECTED_UNSUPPORTED = {
+    "test_sequence_model1": "SequenceAt node '' and it does not run on random inputs",
+}
+
+
+def _onnx_runtime_loads(path: str) -> bool:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 4
+    try:
+        ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        return True
+    except Exception:  # noqa: BLE001 - onnxruntime raises its own exception types
+        return False
+
+
+# Opset 1 to 6 models whose operator versions ONNX Runtime has no kernel for (Add-6, BatchNormalization-6...):
+# taso still reads and writes them (every node opaque at those versions), tested below without running them.
+LEGACY = [p for p in SMALL if not _onnx_runtime_loads(p)]
+RUNNABLE = [p for p in SMALL if p not in LEGACY]
 
 
 def _shipped_inputs(path: str, graph) -> dict[str, np.ndarray] | None:
@@ -48,10 +71,7 @@ def _roundtrip(path: str) -> None:
     assert [o.name for o in exported.graph.output] == [o.name for o in original.graph.output]
     assert {o.version for o in exported.opset_import if o.domain in ("", "ai.onnx")} == {graph.meta.opset}
     feeds = _shipped_inputs(path, graph) or random_feeds(graph)
-    try:
-        expected = run_ort(original, feeds)
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"ONNX Runtime cannot run the original model: {str(e).splitlines()[0][:120]}")
+    expected = run_ort(original, feeds)
     for got, want, vi in zip(run_ort(exported, feeds), expected, original.graph.output):
         assert_close(got, want, 1e-4, f"{os.path.basename(path)}:{vi.name}")
 
@@ -65,13 +85,36 @@ def test_light_model_roundtrips_on_onnxruntime(path):
     _roundtrip(path)
 
 
-@pytest.mark.parametrize("path", SMALL, ids=lambda p: os.path.basename(os.path.dirname(p)))
+@pytest.mark.parametrize("path", RUNNABLE, ids=_name)
 def test_small_model_roundtrips_on_onnxruntime(path):
-    try:
-        taso.load_onnx(path)
-    except taso.TasoError as e:
-        pytest.skip(f"outside taso's scope: {e}")
+    expected = EXPECTED_UNSUPPORTED.get(_name(path))
+    if expected is not None:
+        with pytest.raises(taso.Unsupported, match=re.escape(expected)):
+            taso.load_onnx(path)
+        return
     _roundtrip(path)
+
+
+def test_the_expected_refusals_name_existing_models():
+    assert set(EXPECTED_UNSUPPORTED) <= {_name(p) for p in RUNNABLE}
+
+
+def test_enough_small_models_run_on_onnxruntime():
+    assert len(RUNNABLE) >= 90 and len(LEGACY) <= 50, (len(RUNNABLE), len(LEGACY))
+
+
+@pytest.mark.parametrize("path", LEGACY, ids=_name)
+def test_a_legacy_opset_model_is_read_and_written_node_for_node(path):
+    """Operator versions before opset 7 mean other things (Add-6 broadcasts only with ``broadcast=1``): each node
+    stays opaque, and the export writes the original's nodes back as they were."""
+    original = onnx.load(path)
+    graph = taso.load_onnx(path)
+    exported = taso.export_onnx(graph, check=False)
+    written = {(n.op_type, tuple(n.input), tuple(n.output), tuple(a.SerializeToString() for a in n.attribute)) for n in exported.graph.node}
+    for node in original.graph.node:
+        if node.op_type != "Constant":
+            assert (node.op_type, tuple(node.input), tuple(node.output), tuple(a.SerializeToString() for a in node.attribute)) in written, node.op_type
+    assert [o.name for o in exported.graph.output] == [o.name for o in original.graph.output]
 
 
 @pytest.mark.parametrize("path", [p for p in LIGHT if "squeezenet" not in p and "densenet" not in p], ids=os.path.basename)

@@ -37,6 +37,7 @@ def test_axiom_holds_on_many_valuations(ax):
     # more: python -m taso.verifier.axiom_fuzz --per-axiom N
     report = validate_axiom(ax, trials=100, perturbed=5, seed=1)
     assert report.ok, f"{ax}\n" + "\n".join(report.failures[:5])
+    assert report.sampled_defined >= 25, f"{ax.name}: its sampler gives too few well-typed valuations ({report.sampled_defined}/100)"
 
 
 @pytest.mark.parametrize("ax", AXIOMS[::3], ids=lambda a: a.name)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import os
 import time
 
@@ -64,7 +66,9 @@ def test_taso_optimize_reports_every_stage_with_seconds_and_peak_memory(tmp_path
     assert main(["optimize", str(src), "-o", str(out), "--budget", "3", "--report", str(report), "--quiet"]) == 0
     stages = json.loads(report.read_text())["stages"]
     assert {s["name"] for s in stages} >= {"load", "rules", "clean-up", "search", "export", "check", "timing", "write"}
-    assert all(s["seconds"] >= 0 and (s["peak_bytes"] is None or s["peak_bytes"] > 10_000_000) for s in stages)
+    assert all(s["seconds"] >= 0 for s in stages)
+    if sys.platform.startswith("linux"):  # VmHWM: every stage has its own peak, and the process holds more than 10 MB
+        assert all(s["peak_bytes"] is not None and s["peak_bytes"] > 10_000_000 for s in stages), stages
     assert "  stages   load " in capsys.readouterr().out
 
 

@@ -317,7 +317,7 @@ def test_the_prover_adds_assumptions_as_before():
         assert _ids(solver.assertions()) == _ids(slow.assertions())
         checked += 1
         outcome = prove.prove(encoding, _attempts(encoding.symbols, Settings())[0][0], 10.0, assume=True)
-        assert outcome.proved or outcome.reason
+        assert outcome.proved, (rule.id, outcome.reason)
     assert checked >= 10
     other = z3.Solver()
     prove._adder(other)(True)  # not a Z3 formula: through solver.add, as before

@@ -106,14 +106,16 @@ def _environment(variables: Sequence[TensorVar | IntVar], valuation: Mapping[str
     return {v.name: (rng.standard_normal(valuation[v.name]) if isinstance(v, TensorVar) else int(valuation[v.name])) for v in variables}
 
 
-def _as_sampled(axiom: Axiom, rng: np.random.Generator) -> dict[str, Any]:
-    """The axiom's own sampler's shapes as they are, with its integers perturbed.
+def _as_sampled(axiom: Axiom, rng: np.random.Generator, perturb: bool = True) -> dict[str, Any]:
+    """The axiom's own sampler's shapes as they are, with its integers perturbed (``perturb``) or as sampled.
 
     Scrambling every tensor at once almost never types an axiom over many tensors (a batch
-    norm has six), so a mutant swapping two of them would go unnoticed without these.
+    norm has six), so a mutant swapping two of them would go unnoticed without these; and a
+    perturbed permutation is seldom one, so every fourth keeps the sampler's integers too.
     """
     sampled = axiom.sample(rng)
-    return {v.name: _random_int(sampled.get(v.name), rng) if isinstance(v, IntVar) else tuple(sampled[v.name]) for v in axiom.variables}
+    return {v.name: (_random_int(sampled.get(v.name), rng) if perturb else int(sampled[v.name])) if isinstance(v, IntVar) else tuple(sampled[v.name])
+            for v in axiom.variables}
 
 
 def _check(axiom: Axiom, valuation: Mapping[str, Any], rng: np.random.Generator, report: FuzzReport) -> bool:
@@ -131,10 +133,14 @@ def _check(axiom: Axiom, valuation: Mapping[str, Any], rng: np.random.Generator,
     return True
 
 
-def fuzz_axiom(axiom: Axiom, count: int = 600, seed: int = 0, patience: int = 25, first_failure: bool = False) -> FuzzReport:
-    """Checks one axiom on adversarial valuations until ``count`` of them satisfy its guards
-    (or ``patience * count`` were drawn), in float64 with the axiom's tolerance; with
-    ``first_failure``, stops at the first valuation where it fails (enough to kill a mutant)."""
+def fuzz_axiom(axiom: Axiom, count: int = 600, seed: int = 0, patience: int = 25, first_failure: bool = False,
+               min_defined: int = 10) -> FuzzReport:
+    """Checks one axiom on adversarial valuations until ``count`` of them satisfy its guards and ``min_defined``
+    valuations typed both sides (or ``patience * count`` were drawn), in float64 with the axiom's tolerance; with
+    ``first_failure``, stops at the first valuation where it fails (enough to kill a mutant).
+
+    A valuation that types neither side counts as agreement (both are BOTTOM), so an axiom whose valuations were all
+    ill typed would pass untested: ``report.defined`` says how many compared values."""
     rng = np.random.default_rng(stable_seed(axiom.name, seed + 7))
     # NOTE: the sampled valuations draw from their own stream and do not count towards
     # ``count``: the adversarial ones stay exactly what they were without them.
@@ -145,8 +151,8 @@ def fuzz_axiom(axiom: Axiom, count: int = 600, seed: int = 0, patience: int = 25
         for i, valuation in enumerate(adversarial_valuations(axiom, rng, patience * count)):
             adversarial_guarded += _check(axiom, valuation, rng, report)
             if i % 3 == 2 and not (first_failure and report.failures):
-                _check(axiom, _as_sampled(axiom, sampled_rng), sampled_rng, report)
-            if adversarial_guarded >= count or first_failure and report.failures:
+                _check(axiom, _as_sampled(axiom, sampled_rng, perturb=i % 12 != 11), sampled_rng, report)
+            if (adversarial_guarded >= count and report.defined >= min_defined) or first_failure and report.failures:
                 break
     return report
 

@@ -930,13 +930,13 @@ def _types_by_probe(state: _ImportState, node: onnx.NodeProto, captures: list[st
 
 def _reads_sizes_from_values(state: _ImportState, inputs: list[str]) -> bool:
     """Whether a node reads an operand computed at run time that may set its output's sizes: an integer tensor (pads,
-    shapes, axes, indices), a small tensor after its first input (Resize's scales), or a value with a dim that another
-    node's values set. Random values for those fail where real ones run; data that does not fit fails for every value."""
+    shapes, axes, indices), a small tensor after its first input (Resize's scales), a value with a dim that another
+    node's values set, or a sequence (whose length a random one does not know). Random values for those fail where real ones run; data that does not fit fails for every value."""
     fresh = {symbol for symbol, _, _ in state.symbol_sources}
     for position, name in enumerate(inputs):
         if name in state.weights:
             continue
         t = state.type(name)
-        if t.dtype.startswith(("int", "uint")) or (position > 0 and t.rank <= 1) or t.symbols & fresh:
+        if isinstance(t, OpaqueType) or t.dtype.startswith(("int", "uint")) or (position > 0 and t.rank <= 1) or t.symbols & fresh:
             return True  # (a dim another node's values set: the probe's measured sizes need not fit together)
     return False
