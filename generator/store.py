@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from taso.errors import TasoError
+from taso.onnx.files import write_bytes_atomically
 
 from .settings import Settings
 from .shards import Shard
@@ -183,15 +184,5 @@ def read_shard(path: str, stage: str, shard_id: str) -> StoredShard | None:
 
 
 def write_atomically(path: str, data: bytes | list[bytes]) -> None:
-    """Writes a temporary file beside ``path`` and renames it: a reader sees all of it or nothing."""
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            for piece in [data] if isinstance(data, bytes) else data:
-                f.write(piece)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    """Writes a temporary file beside ``path``, flushed to the disk, and renames it: a reader sees all of it or nothing."""
+    write_bytes_atomically(path, data, sync=True)

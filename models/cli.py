@@ -15,6 +15,8 @@ import sys
 
 import onnx
 
+from taso.onnx.files import write_atomically
+
 from . import _zoo
 
 _USAGE_ERROR = 2
@@ -80,15 +82,8 @@ def _build(args: argparse.Namespace) -> int:
     if not os.path.isdir(directory) or not os.access(directory, os.W_OK):
         raise OSError(f"cannot write {args.output}: {directory} is not a writable directory")
     model = _zoo.build(args.name, **options)
-    # Write beside the target and rename, so a failed write leaves no partial model.
-    partial = f"{args.output}.partial"
-    try:
-        onnx.save(model, partial)
-        os.replace(partial, args.output)
-    except BaseException:
-        if os.path.exists(partial):
-            os.unlink(partial)
-        raise
+    # Written beside the target and renamed, so a failed write leaves no partial model.
+    write_atomically(args.output, lambda tmp: onnx.save(model, tmp))
     print(f"wrote {args.output} ({args.name}, {len(model.graph.node)} nodes)")
     return 0
 

@@ -174,9 +174,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         _silence_stdout()
         return EXIT_BROKEN_PIPE
     except OSError as e:  # the environment: a full disk, an unusable TMPDIR, a folder that went away
-        where = f" {e.filename}" if getattr(e, "filename", None) else ""
-        print(f"taso: error: cannot go on:{where} {e.strerror or e} (is the disk full, or TMPDIR or TASO_CACHE_DIR unwritable?); "
-              "the input is untouched and nothing was written", file=sys.stderr)
+        where = f" {e.filename}" if getattr(e, "filename", None) else " cannot go on"
+        print(f"taso: error:{where}: {e.strerror or e} (a full disk, or an unwritable TMPDIR or TASO_CACHE_DIR?); the input is untouched",
+              file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("taso: interrupted", file=sys.stderr)

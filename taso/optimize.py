@@ -20,7 +20,6 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import tempfile
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +32,7 @@ from .cleanup import CleanupReport, clean_up
 from .cost import CostModel, make_cost_model
 from .errors import TasoError, Unsupported, first_line
 from .ir import Graph
-from .onnx.files import EXTERNAL_DATA_BYTES, SPILL_BYTES, Scratch, SpilledModel, embedded_weight_bytes
+from .onnx.files import EXTERNAL_DATA_BYTES, SPILL_BYTES, Scratch, SpilledModel, embedded_weight_bytes, write_atomically
 from .rules import LibraryFile, Rule, usable_reverse
 from .search import ENGINES, LazyRules, RuleSlot, SearchConfig, SearchReport, search
 from .stages import StageClock
@@ -915,18 +914,10 @@ def _write_atomically(path: str, write: Callable[[str], None]) -> None:
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise TasoError(f"{path}: directory {directory} does not exist")
-    tmp = None
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".taso-", suffix=".onnx", dir=directory)
-        os.close(fd)
-        write(tmp)
-        os.replace(tmp, path)
-        tmp = None
+        write_atomically(path, write)
     except OSError as e:
         raise TasoError(f"{path}: cannot write ({e.strerror or e})") from None
-    finally:
-        if tmp is not None:
-            _remove_quietly(tmp)
 
 
 def _write_to(model: CandidateModel | bytes, tmp: str, final_name: str) -> None:
@@ -940,9 +931,3 @@ def _write_to(model: CandidateModel | bytes, tmp: str, final_name: str) -> None:
     else:
         onnx.save_model(model, tmp)
 
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass

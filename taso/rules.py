@@ -376,19 +376,13 @@ class Library:
 
     def save(self, path: str | os.PathLike) -> None:
         """Writes the library atomically (the format by the file name: see :meth:`encode`)."""
+        from .onnx.files import write_bytes_atomically
+
         path = os.fspath(path)
-        tmp = f"{path}.tmp-{os.getpid()}"
         try:
-            data = self.encode(path)
-            with open(tmp, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except BaseException as e:  # Ctrl-C included: never leave the temporary file behind
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            if isinstance(e, OSError):
-                raise TasoError(f"{path}: cannot write ({e.strerror or e})") from None
-            raise
+            write_bytes_atomically(path, self.encode(path))
+        except OSError as e:
+            raise TasoError(f"{path}: cannot write ({e.strerror or e})") from None
 
 
 class IndexEntry(NamedTuple):

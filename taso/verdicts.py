@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 import onnx
 
-from .cost.cache import cache_directory, write_text_atomically
+from .cost.cache import cache_directory
+from .onnx.files import write_text_atomically
 from .errors import warn
 
 __all__ = ["GuardVerdict", "VerdictCache", "layout_digest"]

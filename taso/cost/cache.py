@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TasoError, warn
+from ..onnx.files import write_text_atomically
 
-__all__ = ["cache_directory", "write_text_atomically", "CostCache", "CostEntry", "SpotCheck", "SpotCheckPolicy", "SPOT_CHECK_OFF", "Verdict", "noise_band", "format_cost_report"]
+__all__ = ["cache_directory", "CostCache", "CostEntry", "SpotCheck", "SpotCheckPolicy", "SPOT_CHECK_OFF", "Verdict", "noise_band", "format_cost_report"]
 
 
 # An entry's noise band is a relative half-width: the interquartile range over the median of the
@@ -52,27 +53,6 @@ Measure = Callable[[bool], tuple[float, float]]
 
 # The cache file's format: a top-level key a file written by another version would carry with another value.
 _FORMAT_KEY, _FORMAT = "taso-cost-cache-format", 2
-
-
-def write_text_atomically(path: str, text: str) -> None:
-    """Writes ``text`` to ``path`` through a temporary file beside it, renamed over it: a reader sees the old file or
-    the new one, never half of one; the temporary file is removed when the write fails.
-
-    Raises:
-        OSError: the directory cannot be made or the file written.
-    """
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
 
 
 def cache_directory() -> str:

@@ -18,7 +18,6 @@ measurement size.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections import Counter
 from typing import Any, NamedTuple
 
@@ -30,7 +29,7 @@ from ..dims import Dim, bare_symbol, floor_definition, is_static_shape, poly_ter
 from ..errors import ExportError
 from ..ir import Graph, Node, TensorType
 from ..ops.onnx_versions import understood, version_in_force
-from .files import EXTERNAL_DATA_BYTES
+from .files import EXTERNAL_DATA_BYTES, write_atomically
 from .values import value_info
 
 __all__ = ["export_onnx", "save_onnx", "folding_plan", "folded_weights", "FoldingPlan", "gemm_pairs"]
@@ -524,14 +523,14 @@ def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None) -
     if not os.path.isdir(directory):
         raise ExportError(f"{path}: directory {directory} does not exist")
     external = sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_BYTES  # taso.onnx.files: protobuf's hard limit is 2 GiB
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".taso-", suffix=".onnx", dir=directory)
-        os.close(fd)
+
+    def write(tmp: str) -> None:
         if external:
-            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=os.path.basename(path) + ".data")
+            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True, location=os.path.basename(path) + ".data")
         else:
             onnx.save_model(model, tmp)
-        os.replace(tmp, path)
+
+    try:
+        write_atomically(path, write)
     except OSError as e:
         raise ExportError(f"{path}: cannot write ({e.strerror or e})") from None

@@ -25,7 +25,8 @@ from onnx.external_data_helper import ExternalDataInfo
 
 from ..errors import TasoError
 
-__all__ = ["SPILL_BYTES", "EXTERNAL_DATA_BYTES", "SpilledModel", "Scratch", "WeightsFile", "embedded_weight_bytes", "external_region"]
+__all__ = ["SPILL_BYTES", "EXTERNAL_DATA_BYTES", "SpilledModel", "Scratch", "WeightsFile", "embedded_weight_bytes", "external_region",
+           "write_atomically", "write_bytes_atomically", "write_text_atomically"]
 
 # A model with at least this many bytes of weights embedded is spilled before ONNX Runtime sees it.
 SPILL_BYTES = 64 << 20
@@ -33,6 +34,48 @@ SPILL_BYTES = 64 << 20
 EXTERNAL_DATA_BYTES = 1_800_000_000
 # External data smaller than this stays embedded in the spilled file (shape tensors, small constants).
 _SMALL_TENSOR = 1024
+
+
+def write_atomically(path: str | os.PathLike, write: Callable[[str], None], sync: bool = False) -> None:
+    """Writes ``path`` through ``write(temporary)``, a file beside it renamed over it at the end: a reader sees the old
+    file or the new one, never half of one, and the temporary file is removed whatever interrupts the write, Ctrl-C
+    included. The one way taso writes a file (models, rule files, caches, the generator's shards).
+
+    Args:
+        sync: flush the file to the disk before the rename (a shard a crash must not lose).
+
+    Raises:
+        OSError: the directory is missing, or the file cannot be written (full, read-only).
+    """
+    path = os.fspath(path)
+    directory, name = os.path.split(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{name}.taso-{os.getpid()}.tmp")
+    try:
+        write(tmp)
+        if sync:
+            with open(tmp, "rb+") as f:
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_bytes_atomically(path: str | os.PathLike, data: bytes | list[bytes], sync: bool = False) -> None:
+    """:func:`write_atomically` of bytes (or of pieces of bytes, written one after another)."""
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            for piece in [data] if isinstance(data, bytes) else data:
+                f.write(piece)
+
+    write_atomically(path, write, sync)
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> None:
+    """:func:`write_atomically` of UTF-8 text, making the directory first (a cache's first save)."""
+    os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
+    write_bytes_atomically(path, text.encode("utf-8"))
 
 
 def embedded_weight_bytes(model: onnx.ModelProto) -> int:
