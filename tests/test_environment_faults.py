@@ -126,3 +126,62 @@ def test_no_usable_temporary_directory_is_one_line(tmp_path, model_file, monkeyp
     assert code == 2 and len(errors) == 1 and "TMPDIR" in errors[0], errors
     assert not (tmp_path / "out.onnx").exists() and open(model_file, "rb").read() == before
     assert _leftovers(tmp_path) == []
+
+
+# ---- custom-domain operators: ONNX Runtime runs them only with the user's kernel library ---------------------
+
+CUSTOM = """
+    <ir_version: 8, opset_import: ["" : 17, "ai.onnx.contrib" : 1]>
+    g (float[8, 8] x) => (float[8, 8] y) <float[8, 8] w = {{{weights}}}> {{
+        inv = ai.onnx.contrib.Inverse (x)
+        m = MatMul (inv, w)
+        y = Relu (m)
+    }}
+"""
+
+
+def _custom_op_model(tmp_path) -> str:
+    import numpy as np
+    import onnx
+    from helpers import model_from_text
+
+    weights = ", ".join(str(v) for v in np.random.default_rng(1).integers(-3, 4, 64) / 4)
+    path = tmp_path / "custom.onnx"
+    onnx.save(model_from_text(CUSTOM.format(weights=weights)), str(path))
+    return str(path)
+
+
+def test_a_custom_operator_without_its_library_is_written_unchanged_with_one_line(tmp_path, library, capsys):
+    source, out = _custom_op_model(tmp_path), tmp_path / "out.onnx"
+    assert main(["optimize", source, "-o", str(out), "--library", library, "--cost", "analytic", "--quiet"]) == 0
+    notes = _lines(capsys.readouterr().err, "note")
+    assert len(notes) == 1 and "--custom-ops" in notes[0] and "written unchanged" in notes[0], notes
+    assert out.read_bytes() == open(source, "rb").read()
+
+
+def test_a_custom_operator_with_its_library_is_optimized_and_checked_with_it(tmp_path, library, capsys):
+    """The library registers in every session taso opens: the check of the rewritten MatMul + Relu runs the custom
+    Inverse kernel, and the written file runs with it too."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnxruntime_extensions import get_library_path
+
+    source, out = _custom_op_model(tmp_path), tmp_path / "out.onnx"
+    code = main(["optimize", source, "-o", str(out), "--library", library, "--cost", "analytic", "--quiet", "--custom-ops", get_library_path()])
+    captured = capsys.readouterr()
+    assert code == 0 and "written unchanged" not in captured.err, captured.err
+    assert "wrote" in captured.out and "the optimized model" in captured.out, captured.out
+    options = ort.SessionOptions()
+    options.register_custom_ops_library(get_library_path())
+    x = (np.eye(8) * 2 + np.random.default_rng(0).standard_normal((8, 8)) * 0.1).astype(np.float32)
+    want = ort.InferenceSession(source, options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ort.InferenceSession(str(out), options, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_path_that_is_no_custom_op_library_is_one_line(tmp_path, model_file, capsys):
+    bogus = tmp_path / "not-a-library.so"
+    bogus.write_bytes(b"\x7fELF but not really")
+    code = main(["optimize", model_file, "-o", str(tmp_path / "out.onnx"), "--cost", "analytic", "--quiet", "--custom-ops", str(bogus)])
+    errors = _lines(capsys.readouterr().err, "error")
+    assert code == 2 and len(errors) == 1 and "custom-op library" in errors[0], errors

@@ -14,6 +14,27 @@ LIBRARY = Library.load(DEFAULT_LIBRARY)
 RULES = list(LIBRARY.rules) + [r for r in load_rules() if "reversed_from" in r.extra][::25]
 
 
+# The shipped libraries, pinned: a change to either file must come through its builder (python -m
+# taso.verifier.build_library / build_groups, which print the new digest), and CI proves every rule of both again
+# (python -m taso.verifier.reprove). A library edited by hand fails here, or in Library.load's digest check.
+SHIPPED_DIGESTS = {
+    "library.jsonl.gz": "blake2b-128:cb8994b5ea0214146f7a14cede084ef4",
+    "groups.jsonl.gz": "blake2b-128:3c4dcfa0fcf542f8d60e26396dfb0b06",
+}
+
+
+@pytest.mark.parametrize("name", sorted(SHIPPED_DIGESTS))
+def test_the_shipped_library_is_the_one_its_builder_wrote(name):
+    import os
+
+    import taso
+
+    library = Library.load(os.path.join(os.path.dirname(taso.__file__), "data", name))  # checks the digest against the rules
+    assert library.header["digest"] == library.digest() == SHIPPED_DIGESTS[name], (
+        f"{name} changed: if its builder wrote it, pin its digest {library.digest()} in SHIPPED_DIGESTS")
+    assert library.header["build"].startswith("python -m taso.verifier.build_")
+
+
 def test_the_shipped_library_holds_only_proved_rules():
     assert len(LIBRARY) > 0
     assert all(rule.status == "proved" and rule.proof for rule in LIBRARY)

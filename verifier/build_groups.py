@@ -47,6 +47,7 @@ def build(output: str = GROUP_LIBRARY, jobs: int = 2, timeout_s: float = TIMEOUT
     library = Library(results, header)
     library.save(output)
     print(summary(results, seconds, jobs, output))
+    print(f"digest {library.digest()}: pin it in tests/test_library.py (SHIPPED_DIGESTS) when this is the shipped file")
     return library
 
 

@@ -69,6 +69,7 @@ def build(output: str, jobs: int = 2, timeout_s: float = DEFAULT_TIMEOUT_S, cand
     library = Library([r for r in results if r.status == "proved"], header)
     library.save(output)
     print(summary(results, seconds, jobs, output))
+    print(f"digest {library.digest()}: pin it in tests/test_library.py (SHIPPED_DIGESTS) when this is the shipped file")
     return library
 
 

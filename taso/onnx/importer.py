@@ -278,6 +278,7 @@ class _ImportState:
         self.weights: dict[str, np.ndarray] = {}
         self.symbolic: dict[str, np.ndarray] = {}  # shape computations over symbolic dims: object arrays of ints and dims
         self.symbol_sources: list[tuple[str, str, int]] = []  # fresh symbols of opaque outputs: (symbol, value, axis)
+        self.declared = {vi.name: vi for vi in model.graph.value_info}  # what the file says of its values (a custom op's outputs)
         self.types: dict[str, TensorType] = {}
         self.nodes: list[Node] = []
         self.aliases: dict[str, str] = {}
@@ -776,7 +777,7 @@ def _value_dependent_types(state: _ImportState, node: onnx.NodeProto, captures: 
     by_name = _node_inference(state, node, captures, symbolic=True) or {}
     types, infos = [], []
     for k, name in enumerate(outputs):
-        found = (state.known_types.symbolic_info(name), by_name.get(name))
+        found = (state.known_types.symbolic_info(name), by_name.get(name), state.declared.get(name))
         declared = [vi for vi in found if vi is not None and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")]
         dtypes = {_np_dtype(vi.type.tensor_type.elem_type) for vi in found if vi is not None and vi.type.HasField("tensor_type")
                   and vi.type.tensor_type.elem_type} | {run[k].dtype for run in probed}
@@ -920,7 +921,11 @@ def _types_by_probe(state: _ImportState, node: onnx.NodeProto, captures: list[st
             failure = str(e)
     if failure is None and seen[0] == seen[1]:
         return seen[0]
-    if failure is not None and not _reads_sizes_from_values(state, inputs):
+    declared = [state.declared.get(o) for o in node.output if o]
+    if failure is not None and node.domain not in _ONNX_DOMAINS and None in declared:
+        raise Unsupported(f"{where} is a {node.domain} operator that does not run here ({failure}): give ONNX Runtime its kernels with "
+                          "--custom-ops LIB, or declare its outputs' shapes in the file's value_info")
+    if failure is not None and not _reads_sizes_from_values(state, inputs) and None in declared:
         # Data that does not fit (an Add that does not broadcast at these sizes): a model that cannot run here.
         raise ImportError_(f"cannot determine the static output shapes of {where}: ONNX shape inference gives none and running it on random inputs fails ({failure})")
     why = (f"ONNX shape inference gives no shape for {where} and it does not run on random inputs ({failure})" if failure

@@ -61,7 +61,9 @@ def value_type_proto(value):
 
 
 @functools.lru_cache(maxsize=256)
-def _runner(model_bytes: bytes):
+def _runner(model_bytes: bytes, libraries: tuple[str, ...] = ()):
+    """Runs a one-node model: ONNX Runtime with the user's custom-op ``libraries`` (a key of the cache: one registered
+    later gets a new session), else ONNX's reference evaluator."""
     import onnx
 
     model = onnx.ModelProto()
@@ -93,7 +95,9 @@ def _opaque_eval(xs, p):
     in_types = tuple(value_type_proto(x).SerializeToString(deterministic=True) for x in xs)
     model, names = _single_node_model(p["proto"], p["input_slots"], p["captures"], in_types, p["opsets"])
     try:
-        outputs = _runner(model.SerializeToString())(dict(zip(names, xs)))
+        from ..timing import custom_op_libraries
+
+        outputs = _runner(model.SerializeToString(), tuple(custom_op_libraries()))(dict(zip(names, xs)))
     except Exception as e:  # noqa: BLE001
         raise TasoError(f"cannot evaluate opaque ONNX op {p['domain'] or 'ai.onnx'}::{p['op_type']}: {str(e).splitlines()[0]}") from None
     return [o if isinstance(o, (list, dict)) or o is None else np.asarray(o) for o in outputs]
