@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 
+import taso
 from taso import ops
 from taso.cli import main
 from taso.cost import AnalyticCost, CostCache, node_key
@@ -196,3 +197,24 @@ def test_a_search_on_a_cold_cache_keeps_to_its_time_limit(tmp_path, monkeypatch)
     _, report = search(_graph(64), load_rules(), model, SearchConfig(time_limit=0.5))
     assert time.perf_counter() - started < 2.5 and model.estimated >= 1 and model.deadline == float("inf")
     model.close()
+
+
+def test_a_gather_over_a_symbolic_axis_is_priced_without_deciding_its_size(tmp_path, monkeypatch):
+    """BERT-base exported by TorchScript with batch and seq symbolic gathers along a [batch*seq, ...] axis: whether
+    ONNX Runtime fuses such Gathers into a Split needs a fixed count, and asking ``batch*seq < 2`` refused the model."""
+    import onnx.parser
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    model = onnx.parser.parse_model("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, seq, 8] x) => (float[8] y) {
+            flat = Constant <value = int64[2] {-1, 8}> ()
+            rows = Reshape (x, flat)
+            first = Constant <value = int64 {0}> ()
+            y = Gather <axis = 0> (rows, first)
+        }""")
+    graph = taso.load_onnx(model, {"x": (1, 4, 8)})
+    assert any(n.op.name == "gather" for n in graph.nodes)
+    cost = OrtCpuCost(threads=1)
+    assert cost.graph_cost(graph) > 0
+    cost.close()

@@ -586,7 +586,7 @@ def split_gathers(gather: Node, around: Neighbourhood) -> list[Node] | None:
     rank = around.type(data).rank
     axis = gather.params["axis"] % rank if rank else 0
     size = around.type(data).shape[axis] if rank else None
-    if not isinstance(size, int) or size < 2:
+    if type(size) is not int or size < 2:  # a symbolic size (a Dim) is not static: the fusion needs a fixed count
         return None
     group, seen = [], set()
     for reader in around.readers(data):
