@@ -155,7 +155,7 @@ def _write_unchanged(args: argparse.Namespace, why: str) -> int:
         why = f"ONNX Runtime has no kernel for a custom-domain operator ({reason}); give its library with --custom-ops LIB"
     copy_model_file(args.input, args.output)
     print(f"taso: note: written unchanged: {why}", file=sys.stderr)
-    print(f"wrote {args.output}: {_KEPT['input']} (taso cannot optimize this model: {why})")
+    print(f"wrote {args.output}: {_KEPT['input']} (taso could not check or optimize it; the note on stderr says why)")
     if args.report:
         from .optimize import write_model
 
