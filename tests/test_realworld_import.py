@@ -715,3 +715,27 @@ def test_a_symbol_the_model_pins_to_one_size_is_exit_2_in_one_line(tmp_path):
                                   "nor at samples=1024 nor at samples=256")
     assert "--static" in proc.stderr and proc.stderr.count("\n") == 1
     assert not (tmp_path / "out.onnx").exists()
+
+
+def test_a_model_taso_cannot_type_at_symbolic_sizes_is_written_unchanged(tmp_path, capsys):
+    """Silero VAD's If squeezes when the batch is 1: the output's rank depends on a size. Named with the measurement
+    sizes, the reason stays Unsupported, so `taso optimize` writes the input unchanged (exit 0), not a refusal."""
+    then_graph = helper.make_graph([helper.make_node("Identity", ["x"], ["t"])], "then", [], [helper.make_tensor_value_info("t", FLOAT, None)])
+    else_graph = helper.make_graph([_const("axes", [0]), helper.make_node("Squeeze", ["x", "axes"], ["e"])], "else", [],
+                                   [helper.make_tensor_value_info("e", FLOAT, None)])
+    nodes = [helper.make_node("Shape", ["x"], ["shape"]), _const("zero", [0]), helper.make_node("Gather", ["shape", "zero"], ["batch"]),
+             _const("one", [1]), helper.make_node("Greater", ["batch", "one"], ["many"]), _const("squeeze_first", [0]),
+             helper.make_node("Squeeze", ["many", "squeeze_first"], ["cond"]),
+             helper.make_node("If", ["cond"], ["y"], then_branch=then_graph, else_branch=else_graph, name="decoder_if")]
+    graph = helper.make_graph(nodes, "vad", [helper.make_tensor_value_info("x", FLOAT, ["batch", 4])], [helper.make_tensor_value_info("y", FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])  # the output's rank is undeclared: it depends on the batch
+    model.ir_version = 8
+    assert run_ort(model, {"x": np.ones((1, 4), np.float32)})[0].shape == (4,)
+    with pytest.raises(taso.Unsupported, match="at the measurement sizes batch=1"):
+        taso.load_onnx(model)
+    source, out = tmp_path / "vad.onnx", tmp_path / "out.onnx"
+    onnx.save(model, str(source))
+    from taso.cli import main
+
+    assert main(["optimize", str(source), "-o", str(out), "--cost", "analytic", "--quiet"]) == 0, capsys.readouterr().err
+    assert out.read_bytes() == source.read_bytes()

@@ -486,8 +486,8 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
             if not sizes:
                 raise
             measured = ", ".join(f"{k}={v}" for k, v in sorted(sizes.items()))
-            raise ImportError_(f"{e} (at the measurement sizes {measured}: if the model runs at other sizes only, give them with "
-                               "--input-shape)") from None
+            raise type(e)(f"{e} (at the measurement sizes {measured}: if the model runs at other sizes only, give them with "
+                          "--input-shape)") from None  # an Unsupported stays one: the model is written unchanged
     _materialize_sizes(state, g)
     outputs, output_names = [], []
     for vi in g.output:
