@@ -62,7 +62,7 @@ def _largest_difference(runners: dict, feeds: dict, name: str) -> float:
     Raises:
         OutputMismatchError: they differ beyond the output check's tolerance (:mod:`taso.validate`).
     """
-    from .execute import to_host
+    from .ir.execute import to_host
     from .validate import compare_outputs
 
     if len(runners) == 1:

@@ -15,7 +15,7 @@ from types import ModuleType
 import numpy as np
 
 from .errors import TasoError
-from .execute import run_values, to_host
+from .ir.execute import run_values, to_host
 from .ir import Graph
 
 __all__ = ["cupy_or_none", "require_cupy", "gpu_fingerprint", "time_cuda", "DeviceGraph", "EndToEndTimer", "interleaved_device_times"]

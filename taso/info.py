@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from typing import Any
 
-from .dims import Dim
+from .ir.dims import Dim
 from .ir import Graph
 
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from .dims import concrete, symbols_of
+from .ir.dims import concrete, symbols_of
 from .errors import GraphError, TasoError
 from .ir import Graph, Node, Params, TensorType
 from .ops import COMMUTATIVE, get
@@ -381,7 +381,7 @@ class Plan:
         return self.parent.weights
 
     def key(self) -> int:
-        """The built graph's search key (:meth:`taso.graph_index.GraphIndex.search_key`), computed from the parent's."""
+        """The built graph's search key (:meth:`taso.ir.index.GraphIndex.search_key`), computed from the parent's."""
         return self.parent.index.search_key_after(self.removed, self.added, self.outputs)
 
     def materialize(self) -> Graph | None:

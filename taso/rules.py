@@ -47,7 +47,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from .dims import Dim
+from .ir.dims import Dim
 from .errors import TasoError
 from .ir import Graph, GraphMeta, Node, TensorType
 from .ops import get as get_op
@@ -225,7 +225,7 @@ class Rule:
             raise RuleFormatError(f"rule {self.id}: {side} does not type-check: {e}") from None
 
     def constraints_hold(self, shapes: Mapping[str, Sequence[int]]) -> bool:
-        """Every shape equality of the rule holds, at every size when the shapes hold symbolic dims (:mod:`taso.dims`)."""
+        """Every shape equality of the rule holds, at every size when the shapes hold symbolic dims (:mod:`taso.ir.dims`)."""
         return all(resolve_expr(c["eq"][0], shapes) == resolve_expr(c["eq"][1], shapes) for c in self.constraints)
 
     def validate(self) -> None:

@@ -18,7 +18,7 @@ import onnx
 import onnxruntime as ort
 
 from .cost import random_array
-from .dims import bare_symbol
+from .ir.dims import bare_symbol
 from .errors import TasoError, first_line
 from .ir import OpaqueType, TensorType
 from .onnx.values import random_value
@@ -355,7 +355,7 @@ def load_inputs(path: str, types: Mapping[str, TensorType]) -> dict[str, np.ndar
 
 def _fits(array: np.ndarray, t: TensorType) -> bool:
     """An array the model takes for an input of type ``t``: its dtype, its rank, its static dims (a symbolic one takes any size)."""
-    from .dims import Dim
+    from .ir.dims import Dim
 
     return (array.dtype.name == t.dtype and array.ndim == t.rank
             and all(isinstance(d, Dim) or int(d) == n for d, n in zip(t.shape, array.shape)))

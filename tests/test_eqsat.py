@@ -14,7 +14,7 @@ from test_search import _n, _random_graphs, _rnn_like, _WeightBound
 
 import taso
 from taso.cost import AnalyticCost
-from taso.dims import symbol
+from taso.ir.dims import symbol
 from taso.ir import Graph, TensorType
 from taso.optimize import load_rules
 from taso.search import SearchConfig, StopReason, search

@@ -19,7 +19,7 @@ from helpers import assert_close, run_ort
 from onnx import TensorProto, helper, numpy_helper
 
 import taso
-from taso.dims import Dim
+from taso.ir.dims import Dim
 from taso.errors import ExportError, ImportError_
 from taso.validate import compare_models, integer_choices, random_input_sets
 

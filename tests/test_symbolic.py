@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import taso
 from taso.cli import main
-from taso.dims import Dim, UndecidableDim, broadcast_dims, evaluate, floordiv, prod, symbol
+from taso.ir.dims import Dim, UndecidableDim, broadcast_dims, evaluate, floordiv, prod, symbol
 from taso.errors import ShapeError
 from taso.ir import Graph, Node, TensorType
 from taso.ops import get
@@ -350,7 +350,7 @@ def test_a_dim_pickles_with_its_floor_atoms():
     """Dims cross process boundaries (Ray workers) with what their floor quotients mean (>= 0, not a symbol >= 1)."""
     import pickle
 
-    from taso import dims
+    from taso.ir import dims
 
     half = (symbol("seq", 9) - 1) // 2 + 1
     atom = next(a for m, _ in half.poly for a in m)

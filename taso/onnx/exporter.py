@@ -7,7 +7,7 @@ and written as initializers, as TASO's weight preprocessing did. The model keeps
 original's input and output names, in order, and the original's opset unless another is
 requested.
 
-Symbolic dims (:mod:`taso.dims`) are written size-independent: graph inputs and outputs
+Symbolic dims (:mod:`taso.ir.dims`) are written size-independent: graph inputs and outputs
 declare them as ``dim_param``; a shape operand that depends on them (a Reshape's target, a
 ConstantOfShape's shape, a Slice's end) uses Reshape's 0 and -1 where that suffices and is
 otherwise computed at run time from the shapes of the values that carry the symbols
@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..dims import Dim, bare_symbol, floor_definition, is_static_shape, poly_terms, value_symbols
+from ..ir.dims import Dim, bare_symbol, floor_definition, is_static_shape, poly_terms, value_symbols
 from ..errors import ExportError
 from ..ir import Graph, Node, TensorType
 from ..ops.onnx_versions import understood, version_in_force
@@ -165,7 +165,7 @@ class ExportContext:
         definition = floor_definition(atom)
         if definition is not None:
             numerator, k = definition
-            # NOTE: integer Div truncates; the numerator is >= 0 at every size (taso.dims made the atom so).
+            # NOTE: integer Div truncates; the numerator is >= 0 at every size (taso.ir.dims made the atom so).
             return self._op("Div", [self._poly_tensor(numerator), self.const(np.asarray([k], np.int64))], "dim")
         value, axis = self._source(atom)
         if value not in self._shapes:

@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..dims import Dim, symbol
+from ..ir.dims import Dim, symbol
 from ..errors import GraphError, ImportError_, ShapeError, TasoError, Unsupported
 from ..ir import Graph, GraphMeta, Node, OpaqueType, Params, TensorType, is_numeric
 from ..ops import Op, onnx_importers

@@ -1,7 +1,7 @@
 """Symbolic dims at import: the inputs' size symbols, shape computations folded symbolically, opaque outputs typed.
 
 A model as it ships declares some input dims by name (``batch``, ``seq``) or not at all. Each
-becomes a size symbol (:mod:`taso.dims`) measured at a size: the one ``input_shapes`` gives,
+becomes a size symbol (:mod:`taso.ir.dims`) measured at a size: the one ``input_shapes`` gives,
 else :data:`DEFAULT_BATCH` for a dim at axis 0 and :data:`DEFAULT_SIZE` for any other. Exporters
 compute shapes at run time from those dims (``Shape -> Gather -> Concat -> Reshape``); such a
 computation is folded here into a tensor of symbolic sizes, which the Reshape, Expand,
@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..dims import Dim, UndecidableDim, decide_equal, floordiv, holds_dims, prod, symbol
+from ..ir.dims import Dim, UndecidableDim, decide_equal, floordiv, holds_dims, prod, symbol
 from ..errors import ImportError_, ShapeError, Unsupported
 from ..ir import OpaqueType, TensorType
 from .values import type_of

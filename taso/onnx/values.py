@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..dims import Dim
+from ..ir.dims import Dim
 from ..ir import OpaqueType, TensorType
 
 __all__ = ["element_dtype", "type_of", "value_info", "random_value", "WORDS"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dims import Dim, holds_dims, other_sizes, rebind_value, value_symbols
+from ..ir.dims import Dim, holds_dims, other_sizes, rebind_value, value_symbols
 from ..errors import ShapeError
 from ..ir import Params, TensorType
 from .onnx_versions import VERSIONS

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..dims import broadcast_dims
+from ..ir.dims import broadcast_dims
 from ..ir import Params, TensorType
 from .base import ACTIVATIONS, FINGERPRINT_PRIME, OnnxMapping, Param, array_module, as_array, define, define_importer, require, same_type
 

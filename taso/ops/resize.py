@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dims import Dim
+from ..ir.dims import Dim
 from ..errors import ShapeError
 from ..ir import TensorType
 from .base import OnnxMapping, Param, array_module, define, require

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .dims import concrete
-from .errors import TasoError
+from ..errors import TasoError
 
 if TYPE_CHECKING:  # the IR imports this module (Graph.run), never the other way round
-    from .ir import Graph
+    from .graph import Graph
 
 __all__ = ["run", "run_values", "to_host"]
 

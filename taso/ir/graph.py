@@ -4,9 +4,9 @@ Design (see docs/design.md, "Graph IR"):
 
 * A value is named by a string, as in ONNX. Every value has a :class:`TensorType` (shape,
   NumPy dtype name), recorded in ``Graph.types``. A dimension is an ``int`` or a symbolic
-  :class:`~taso.dims.Dim` (``batch``, ``seq*2``), itself an int worth its value at the
+  :class:`~taso.ir.dims.Dim` (``batch``, ``seq*2``), itself an int worth its value at the
   measurement sizes: cost models and executors see the measured shape, shape rules and
-  rule matching the symbolic one (:mod:`taso.dims`).
+  rule matching the symbolic one (:mod:`taso.ir.dims`).
 * A :class:`Node` is immutable: an operator, its parameters, input value names and output
   value names. Nodes never change after creation.
 * A :class:`Graph` is immutable too. A rewrite builds a new graph with
@@ -15,7 +15,7 @@ Design (see docs/design.md, "Graph IR"):
   copy, not a deep copy. Use-def chains (:meth:`Graph.producer`, :meth:`Graph.uses`) and
   the topological order are derived lazily and cached, so they can never go stale.
 * What matching and the search look graphs up by (the per-op index, ancestor bit sets, the
-  search key) lives in :mod:`taso.graph_index`, reached as ``graph.index``.
+  search key) lives in :mod:`taso.ir.index`, reached as ``graph.index``.
 
 The IR never imports onnx; conversion lives in :mod:`taso.onnx`.
 """
@@ -34,11 +34,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .dims import concrete, concrete_value, evaluate, holds_dims, is_static_shape, symbols_of
-from .errors import GraphError, ShapeError
+from ..errors import GraphError, ShapeError
 
 if TYPE_CHECKING:
-    from .graph_index import GraphIndex
-    from .ops.base import Op
+    from .index import GraphIndex
+    from ..ops.base import Op
 
 __all__ = ["TensorType", "OpaqueType", "is_numeric", "Params", "Node", "Graph", "check", "folds_when_constant"]
 
@@ -50,7 +50,7 @@ def _itemsize(dtype: str) -> int:
 
 @dataclass(frozen=True)
 class TensorType:
-    """A tensor's shape (ints and symbolic :class:`~taso.dims.Dim` s) and element type (a NumPy dtype name such as 'float32')."""
+    """A tensor's shape (ints and symbolic :class:`~taso.ir.dims.Dim` s) and element type (a NumPy dtype name such as 'float32')."""
 
     shape: tuple[int, ...]
     dtype: str = "float32"
@@ -250,7 +250,7 @@ class Node:
 
     @cached_property
     def signature(self) -> int:
-        """A digest of op, params and edge names (the search keys graphs by their sum: :mod:`taso.graph_index`)."""
+        """A digest of op, params and edge names (the search keys graphs by their sum: :mod:`taso.ir.index`)."""
         text = f"{self.op.name}|{self.params.identity()}|{','.join(self.inputs)}|{','.join(self.outputs)}"
         return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=16).digest(), "little")
 
@@ -381,8 +381,8 @@ class Graph:
 
     @cached_property
     def index(self) -> GraphIndex:
-        """Lookups for matching and the search (per-op index, ancestor bit sets, search key): :mod:`taso.graph_index`."""
-        from .graph_index import GraphIndex
+        """Lookups for matching and the search (per-op index, ancestor bit sets, search key): :mod:`taso.ir.index`."""
+        from .index import GraphIndex
 
         return GraphIndex(self, self._nodes)
 

@@ -22,7 +22,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .ir import Graph, Node, Params
+    from .graph import Graph, Node, Params
 
 __all__ = ["GraphIndex"]
 

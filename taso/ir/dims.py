@@ -32,7 +32,7 @@ import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Union
 
-from .errors import ShapeError
+from ..errors import ShapeError
 
 __all__ = ["Dim", "DimLike", "UndecidableDim", "symbol", "bare_symbol", "symbols_of", "evaluate", "prod", "floor_atom", "floordiv",
            "floor_definition", "poly_terms", "is_static_shape", "concrete", "concrete_value", "rebind_value", "holds_dims",
