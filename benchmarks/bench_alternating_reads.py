@@ -28,7 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from taso.cost.copies import WallReference, cold_read_penalty
-from taso.timing import fresh_session_series
+from taso.measure.timing import fresh_session_series
 
 CEILING = Path.home() / ".cache" / "taso-ceiling"
 STEPS = 64

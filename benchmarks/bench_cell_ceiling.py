@@ -12,7 +12,7 @@ them. It is exported by the same exporter as the original and asserted to comput
 function (ONNX Runtime, random inputs at batch 1 and 3, within 1e-4 relative).
 
 For each configuration (cell, hidden, steps, exporter) and thread count, three files are timed side
-by side in interleaved runs (``taso.timing.fresh_session_series``, ONNX Runtime ENABLE_ALL, batch 1,
+by side in interleaved runs (``taso.measure.timing.fresh_session_series``, ONNX Runtime ENABLE_ALL, batch 1,
 float32 random input), ``--series`` of them (3), each in fresh sessions, and the median of each ratio
 is reported, with the range of taso's speedup over the series: a session can run a model 30% slower than
 a fresh one for as long as the session lives (the LSTM h256x64 ceiling measured 1.91x in one series,
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
 
-    from taso.timing import fresh_session_series
+    from taso.measure.timing import fresh_session_series
 
     rows: list[Row] = []
     for cell, hidden, steps, exporter in itertools.product(choice["cells"], choice["hidden"], choice["steps"], choice["exporters"]):

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402 - a sibling script, not a package
 
-from taso.cost import make_cost_model  # noqa: E402
+from taso.cost import make_cost_model
 from taso.ir import Graph  # noqa: E402
 from taso.onnx.importer import load_onnx  # noqa: E402
 from taso.optimize import load_rules  # noqa: E402

@@ -30,8 +30,8 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402 - a sibling script, not a package
 
-from taso.timing import interleaved_samples, median_run, warm_session  # noqa: E402
-from taso.validate import random_inputs  # noqa: E402
+from taso.measure.timing import interleaved_samples, median_run, warm_session  # noqa: E402
+from taso.measure.inputs import random_inputs
 
 SLOWER, FASTER = 0.98, 1.02
 

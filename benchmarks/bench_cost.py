@@ -5,7 +5,7 @@
 Times the distinct convolutions, ReLUs and poolings of a zoo model twice on ONNX Runtime
 (1 thread): on the machine as it is, then while ``--hogs`` processes spin on the CPU. For each
 node it prints how far the loaded timing strays from the quiet one, for the raw wall-clock
-median (``taso.timing.median_run``) and for the profiled kernel time rescaled by the reference kernel
+median (``taso.measure.timing.median_run``) and for the profiled kernel time rescaled by the reference kernel
 run beside it (``OrtCpuCost.time_model``, what the ``ort-cpu`` cost model caches). The
 closer to 1.00x, the less a cost cached under one load misleads a search run under another.
 """
@@ -17,12 +17,12 @@ import multiprocessing
 import statistics
 import sys
 
-from taso.cost import random_array
+from taso.measure.inputs import random_array
 from taso.cost.ort_cpu import OrtCpuCost
 from taso.ir import Graph, GraphMeta
 from taso.models import build
 from taso.onnx import export_onnx, load_onnx
-from taso.timing import median_run, open_session
+from taso.measure.timing import median_run, open_session
 
 
 def _spin() -> None:

@@ -25,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import taso  # noqa: E402
 from taso import models  # noqa: E402
-from taso.cost import make_cost_model  # noqa: E402
+from taso.cost import make_cost_model
 from taso.optimize import export_clean, load_rules  # noqa: E402
 from taso.search import SearchConfig, search  # noqa: E402
-from taso.timing import interleaved_times  # noqa: E402
-from taso.validate import random_inputs  # noqa: E402
+from taso.measure.timing import interleaved_times  # noqa: E402
+from taso.measure.inputs import random_inputs
 
 COST_MODELS = ("ort-cpu", "ort-cpu-region")
 

@@ -32,8 +32,8 @@ from taso.cost.copies import WallReference  # noqa: E402
 from taso.cost.declared import STATE_CHAIN_VALUES, declared_shape_seconds, state_chain  # noqa: E402
 from taso.onnx import read_model  # noqa: E402
 from taso.onnx.sizing import declared_only  # noqa: E402
-from taso.timing import fresh_session_series  # noqa: E402
-from taso.validate import random_input_sets  # noqa: E402
+from taso.measure.timing import fresh_session_series  # noqa: E402
+from taso.measure.inputs import random_input_sets
 
 ROOT = Path(__file__).resolve().parent.parent
 CEILING = Path.home() / ".cache" / "taso-ceiling"

@@ -14,7 +14,7 @@ It reads each run's report (predicted cost, engine figures), the peak memory of 
 (the largest of the report's per-stage peaks; at the default limit, the larger of the run's and its engine's warm-up
 run's, which timed what the run after it read as a remembered verdict), and times the input and the two default-limit outputs side by side
 (ratios: input time / output time), the median of ``--series`` interleaved series each in fresh sessions
-(:func:`taso.timing.fresh_session_speedups`): a pair of sessions can run a sub-millisecond LSTM 10% apart from the
+(:func:`taso.measure.timing.fresh_session_speedups`): a pair of sessions can run a sub-millisecond LSTM 10% apart from the
 next pair for as long as they live. The two engines' outputs, when they are the same file, are timed once and
 given the same figure: two timings of one file differ only by the timing's noise. An output that is the input's
 bytes is 1 by construction. Prints a Markdown table and geometric means, and writes JSON after every model.
@@ -42,8 +42,8 @@ import corpus  # noqa: E402 - sibling scripts, not a package
 from bench_corpus import read_report  # noqa: E402
 from bench_exports import resolve  # noqa: E402
 
-from taso.timing import TimingError, fresh_session_speedups  # noqa: E402
-from taso.validate import random_input_sets  # noqa: E402
+from taso.measure.timing import TimingError, fresh_session_speedups  # noqa: E402
+from taso.measure.inputs import random_input_sets
 
 DEFAULT_MODELS = ("zoo/nasrnn", "zoo/squeezenet", "zoo/resnet50", "zoo/inception_v3", "zoo/bert", "zoo/nasnet_a",
                   "torch-dynamo/lstm_cell_unrolled16", "torch-script/lstm_cell_unrolled16", "torch-dynamo/gru_cell_unrolled32",

@@ -19,7 +19,7 @@ the corpus (benchmarks/corpus.py; build it first), and models of taso's own zoo
 The variants of one model are timed together in interleaved series (rounds in a rotating order,
 the median of each round's fastest run), so a load change hits them alike; ratios are input time
 / variant time (above 1: faster than the input), the median over ``--series`` series (3), each in
-fresh sessions (:func:`taso.timing.fresh_session_speedups`: one session's memory layout once
+fresh sessions (:func:`taso.measure.timing.fresh_session_speedups`: one session's memory layout once
 measured the BERT encoder's taso output at 0.97x, 1.11x when timed again). The best peer
 is picked by a first, shorter interleaved timing of the two. Prints one Markdown table and the
 geometric means, writes JSON after every model, prints progress on stderr.
@@ -49,8 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402 - sibling scripts, not a package
 from bench_corpus import read_report  # noqa: E402
 
-from taso.timing import TimingError, fresh_session_speedups, interleaved_times  # noqa: E402
-from taso.validate import compare_models, random_input_sets  # noqa: E402
+from taso.measure.timing import TimingError, fresh_session_speedups, interleaved_times  # noqa: E402
+from taso.measure.outputs import compare_models
+from taso.measure.inputs import random_input_sets
 
 TRANSFORMERS = ("transformer_encoder", "transformer_decoder", "gpt2_decoder", "distilbert_encoder", "bert_encoder")
 RECURRENT = ("lstm_cell_unrolled16", "lstm_cell_unrolled64", "gru_cell_unrolled32", "lstm_2layer")

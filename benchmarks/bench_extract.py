@@ -25,7 +25,7 @@ from _before import modules_at  # noqa: E402 - a sibling script, not a package
 import taso.eqsat  # noqa: E402,F401 - the package the old module is loaded into
 from taso import models  # noqa: E402
 from taso.cleanup import clean_up  # noqa: E402
-from taso.cost import AnalyticCost  # noqa: E402
+from taso.cost import AnalyticCost
 from taso.eqsat.saturate import EGraph, Limits, saturate  # noqa: E402
 from taso.onnx import load_onnx  # noqa: E402
 from taso.optimize import load_rules  # noqa: E402

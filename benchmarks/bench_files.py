@@ -2,7 +2,7 @@
 
 What the end-to-end guard measures, for files taso did not necessarily write (a graph from an experiment, a
 simplifier's output, two engines' outputs): ``input time / file time`` per file, 1 thread, ONNX Runtime at
-ENABLE_ALL, each ratio the median of ``--series`` series (:func:`taso.timing.fresh_session_speedups`: a pair of
+ENABLE_ALL, each ratio the median of ``--series`` series (:func:`taso.measure.timing.fresh_session_speedups`: a pair of
 sessions can run a model 10-40% apart from the next pair). Inputs are drawn at random from the first file (a
 symbolic dim given by ``--input-shape``).
 
@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402 - a sibling script, not a package
 
 from taso.onnx import read_model  # noqa: E402
-from taso.timing import fresh_session_speedups  # noqa: E402
-from taso.validate import random_input_sets  # noqa: E402
+from taso.measure.timing import fresh_session_speedups  # noqa: E402
+from taso.measure.inputs import random_input_sets
 
 
 def main() -> None:

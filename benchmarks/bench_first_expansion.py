@@ -24,7 +24,7 @@ from _before import modules_at  # noqa: E402 - a sibling script, not a package
 
 import taso.search  # noqa: E402
 from taso import rewrite as now  # noqa: E402
-from taso.cost import make_cost_model  # noqa: E402
+from taso.cost import make_cost_model
 from taso.groups import GroupLibrary, find_groups  # noqa: E402
 from taso.onnx.importer import load_onnx  # noqa: E402
 from taso.optimize import load_rules  # noqa: E402

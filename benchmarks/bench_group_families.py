@@ -4,7 +4,7 @@ For each model (NasRNN from the zoo by default, or ONNX files given), the search
 default settings (9 s, measured ``ort-cpu`` costs) once with all group families, once with
 each family's arities excluded, and once with group merges off (``SearchConfig(groups=False)``).
 Every result is exported, checked equal to the input on ONNX Runtime, and all of them are
-timed with the input in one interleaved run (:func:`taso.timing.interleaved_times`). The
+timed with the input in one interleaved run (:func:`taso.measure.timing.interleaved_times`). The
 table gives each variant's predicted and measured speedup (input time / its time) and the
 group merges it applied.
 
@@ -24,8 +24,9 @@ from taso.groups import FAMILIES, MAX_GROUP, MIN_GROUP
 from taso.onnx.importer import load_onnx
 from taso.optimize import load_rules
 from taso.search import SearchConfig, search
-from taso.timing import interleaved_times
-from taso.validate import compare_with, random_input_sets, run_reference
+from taso.measure.timing import interleaved_times
+from taso.measure.outputs import compare_with, run_reference
+from taso.measure.inputs import random_input_sets
 
 
 def _variants(time_limit: float) -> dict[str, SearchConfig]:

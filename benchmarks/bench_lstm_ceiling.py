@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from taso.timing import interleaved_times
+from taso.measure.timing import interleaved_times
 
 
 def _steps(model: onnx.ModelProto) -> tuple[dict[int, str], dict[str, onnx.NodeProto]]:

@@ -12,7 +12,7 @@ measured one a ratio of two end-to-end times. They can disagree in two ways, and
 
 For each pair (the original and ``taso optimize``'s output, as ``bench_cell_ceiling.py`` leaves
 them in ``~/.cache/taso-ceiling``: ``NAME.onnx`` and ``NAME.taso.tT.onnx``), both files are timed
-in one interleaved run (:func:`taso.timing.interleaved_times`, batch 1) and priced with the
+in one interleaved run (:func:`taso.measure.timing.interleaved_times`, batch 1) and priced with the
 cost model taso used (``ort-cpu`` at the same threads, the cost cache as it is), each file with what its own shape
 declarations cost (``input_overhead``), as the prediction takes it.
 
@@ -32,7 +32,7 @@ import onnx
 
 from taso.cost import make_cost_model
 from taso.onnx import load_onnx, read_model
-from taso.timing import interleaved_times
+from taso.measure.timing import interleaved_times
 
 DEFAULT_DIR = Path.home() / ".cache" / "taso-ceiling"
 

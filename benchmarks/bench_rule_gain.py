@@ -5,7 +5,7 @@ corpus's exports; benchmarks/corpus.py builds them) it runs ``taso optimize`` th
 CLI twice, measured ``ort-cpu`` costs at the default time limit: once with the shipped
 library, once with ``--library FILE`` merged into it (the shipped rules plus FILE's, by rule
 id). It reads each run's predicted cost and the rules it applied, and times the input and
-both outputs in one :func:`taso.timing.interleaved_times` call (input time / output time).
+both outputs in one :func:`taso.measure.timing.interleaved_times` call (input time / output time).
 
 Run: python benchmarks/bench_rule_gain.py --library depth4.json [--model zoo/nasrnn ...] [--rounds 7]
 """
@@ -26,8 +26,8 @@ from bench_exports import resolve  # noqa: E402
 import corpus  # noqa: E402 - sibling scripts, not a package
 
 from taso.rules import Library  # noqa: E402
-from taso.timing import TimingError, interleaved_times  # noqa: E402
-from taso.validate import random_input_sets  # noqa: E402
+from taso.measure.timing import TimingError, interleaved_times  # noqa: E402
+from taso.measure.inputs import random_input_sets
 
 DEFAULT_MODELS = ("zoo/nasrnn", "zoo/squeezenet", "zoo/resnet50", "zoo/bert", "torch-dynamo/lstm_cell_unrolled16",
                   "torch-script/lstm_cell_unrolled16", "torch-dynamo/gru_cell_unrolled32", "torch-dynamo/transformer_decoder")

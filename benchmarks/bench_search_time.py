@@ -19,11 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_cost_models import _load  # noqa: E402 - one loader for zoo and corpus models
 
-from taso.cost import make_cost_model  # noqa: E402
+from taso.cost import make_cost_model
 from taso.optimize import export_clean, load_rules  # noqa: E402
 from taso.search import SearchConfig, search  # noqa: E402
-from taso.timing import interleaved_times  # noqa: E402
-from taso.validate import random_inputs  # noqa: E402
+from taso.measure.timing import interleaved_times  # noqa: E402
+from taso.measure.inputs import random_inputs
 
 SETTINGS = {"budget 200, 60 s (before)": SearchConfig(budget=200, time_limit=60.0), "defaults (now)": SearchConfig()}
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from onnx import TensorProto, helper
 
-from taso.timing import interleaved_times
+from taso.measure.timing import interleaved_times
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_alternating_reads import STEPS, product_chain  # noqa: E402 - a sibling script, not a package

@@ -28,7 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from _cost import ort_cpu_cost
 from taso.onnx import load_onnx
-from taso.timing import interleaved_times
+from taso.measure.timing import interleaved_times
 
 WIDTH = 384
 Step = Callable[[list, str, int], str]  # (nodes, input value, index) -> output value

@@ -1,7 +1,7 @@
 """Why taso's workers spin within a run only, with more than one thread: one model timed against itself, side by side.
 
 ONNX Runtime's intra-op workers spin between operators by default and go on spinning after a run. taso
-decides between two graphs by timing them interleaved (``taso.timing``), and on a small machine the
+decides between two graphs by timing them interleaved (``taso.measure.timing``), and on a small machine the
 spinning of one session's workers lands in the next measurement. Workers that never spin must be woken
 for every kernel split over them. taso's sessions spin within a run and stop when it returns
 (``session.force_spinning_stop``). Here the same model is opened twice and timed A, B, A, B, ... (each the
@@ -23,7 +23,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from taso.models import build
-from taso.timing import fastest_run, session_options
+from taso.measure.timing import fastest_run, session_options
 
 SETTINGS = {  # name: (allow_spinning, force_spinning_stop)
     "spinning always (ONNX Runtime's default)": ("1", "0"),
@@ -48,7 +48,7 @@ def product_chain(steps: int = 16, hidden: int = 256, gates: int = 768) -> bytes
 
 
 def _session(model: bytes, threads: int, spinning: str, stop: str, feeds) -> ort.InferenceSession:
-    """taso's session options (:func:`taso.timing.session_options`), spinning as asked."""
+    """taso's session options (:func:`taso.measure.timing.session_options`), spinning as asked."""
     options = session_options(1)  # one thread's carry no spinning entries to overwrite
     options.intra_op_num_threads = threads
     options.add_session_config_entry("session.intra_op.allow_spinning", spinning)

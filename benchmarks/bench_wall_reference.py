@@ -22,7 +22,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from taso.cost.copies import COPIES, WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, WallReference, copies_session, with_copies
-from taso.timing import fastest_run, interleaved_samples
+from taso.measure.timing import fastest_run, interleaved_samples
 
 OUTLIER = 1.3
 

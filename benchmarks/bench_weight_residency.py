@@ -32,7 +32,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from _cost import ort_cpu_cost
 from taso.onnx import load_onnx
-from taso.timing import interleaved_times
+from taso.measure.timing import interleaved_times
 
 STEPS = 64
 ORDER_STEPS = 9

@@ -5,7 +5,7 @@ ONNX Runtime's CPU provider: the original with graph optimizations off, the orig
 ENABLE_ALL, and the taso-optimized model (from ``taso optimize``'s own pipeline,
 :func:`taso.optimize.optimize_model`) with ENABLE_ALL. After warm-up, rounds are interleaved
 in a rotating order (so machine noise hits all three alike), each round's fastest run is
-kept (:mod:`taso.timing`), and the medians over rounds and their ratios are the result. Writes JSON, a Markdown table and a PNG chart, tagged with the hardware.
+kept (:mod:`taso.measure.timing`), and the medians over rounds and their ratios are the result. Writes JSON, a Markdown table and a PNG chart, tagged with the hardware.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ def _load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto, str | None
 def bench_model(name: str, model: onnx.ModelProto, threads: int, args, path: str | None = None) -> BenchRow:
     """Optimizes one model for one thread count exactly as `taso optimize` would, and times the three variants side by side."""
     from .optimize import model_bytes
-    from .timing import interleaved_times
-    from .validate import random_inputs
+    from .measure.timing import interleaved_times
+    from .measure.inputs import random_inputs
 
     source, outcome = _optimize(model, path, args.cost, threads, args)
     report = outcome.report
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     _check_settings(args)
     _make_out_dir(args.out)
     if args.runtime == "cupy":
-        from .gpu import gpu_fingerprint, require_cupy
+        from .measure.cupy_runtime import gpu_fingerprint, require_cupy
 
         hardware = gpu_fingerprint(require_cupy())
     else:

@@ -27,10 +27,10 @@ TASO_V100 = {"resnet50": 1.0, "nasnet_a": 1.3, "resnext50": 2.8, "nasrnn": 1.4, 
 def bench_model_gpu(name: str, model: onnx.ModelProto, args, path: str | None = None):
     """Original against what taso keeps, on the CuPy executor; the row records the GPU outputs' largest difference."""
     from .bench import BenchRow, _optimize
-    from .gpu import DeviceGraph, interleaved_device_times, require_cupy
+    from .measure.cupy_runtime import DeviceGraph, interleaved_device_times, require_cupy
     from .optimize import model_bytes
-    from .timing import interleaved_times
-    from .validate import random_inputs
+    from .measure.timing import interleaved_times
+    from .measure.inputs import random_inputs
 
     cp = require_cupy()
     source, outcome = _optimize(model, path, "cupy" if args.cost.startswith("ort-cpu") else args.cost, 1, args)
@@ -60,10 +60,10 @@ def _largest_difference(runners: dict, feeds: dict, name: str) -> float:
     """The largest absolute difference between the kept graph's GPU outputs and the original's (0 when the input is kept).
 
     Raises:
-        OutputMismatchError: they differ beyond the output check's tolerance (:mod:`taso.validate`).
+        OutputMismatchError: they differ beyond the output check's tolerance (:mod:`taso.measure.inputs`).
     """
     from .ir.execute import to_host
-    from .validate import compare_outputs
+    from .measure.outputs import compare_outputs
 
     if len(runners) == 1:
         return 0.0

@@ -8,7 +8,7 @@ end-to-end guard:
 2. compare the optimized model with the original on ONNX Runtime (a mismatch raises
    :class:`OutputMismatchError`, exit 3: nothing is written);
 3. with measured costs, time the candidates against the input *as given* (the user's file,
-   same session options, interleaved: :mod:`taso.timing`): the optimized model, and taso's plain re-export of
+   same session options, interleaved: :mod:`taso.measure.timing`): the optimized model, and taso's plain re-export of
    the unchanged graph (its cleaning steps: IR/opset bump, Dropout removal). A candidate is
    kept only when it is at least MIN_CONFIRMED_SPEEDUP faster than the input; otherwise the
    output is the input's bytes, unchanged. With GPU costs (``cupy``) the deployment is the GPU:
@@ -36,7 +36,7 @@ from .onnx.files import EXTERNAL_DATA_BYTES, SPILL_BYTES, Scratch, SpilledModel,
 from .rules import LibraryFile, Rule, usable_reverse
 from .search import ENGINES, LazyRules, RuleSlot, SearchConfig, SearchReport, search
 from .stages import StageClock
-from .timing import InterleavedTimer, TimingError, interleaved_times, nothing_pays, open_session
+from .measure.timing import InterleavedTimer, TimingError, interleaved_times, nothing_pays, open_session
 from .verdicts import GuardVerdict, VerdictCache, layout_digest
 
 __all__ = ["DEFAULT_LIBRARY", "MIN_CONFIRMED_SPEEDUP", "OutputMismatchError", "ModelSource", "Outcome", "load_rules", "optimize",
@@ -48,7 +48,7 @@ DEFAULT_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "library.jsonl
 # The optimized model must beat the input by this factor end to end to be kept.
 MIN_CONFIRMED_SPEEDUP = 1.02
 _FRESH_LOOK_PREDICTED = 1.10  # a predicted speedup at least this, not measured, is timed again in fresh sessions
-# A model whose run takes this long is timed once per round, not as the fastest of three (taso.timing.interleaved_times).
+# A model whose run takes this long is timed once per round, not as the fastest of three (taso.measure.timing.interleaved_times).
 _LONG_RUN = 0.05
 # An input whose run takes less than this is judged on the median of up to three series, each in fresh sessions.
 _SHORT_RUN = 0.02
@@ -260,7 +260,7 @@ def export_clean(graph: Graph, opset: int | None = None, check: bool = True, wei
     return model
 
 
-# ---- ONNX Runtime: checks and timing (the timing itself: taso.timing) -------------------------
+# ---- ONNX Runtime: checks and timing (the timing itself: taso.measure.timing) -------------------------
 
 _STANDARD_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "ai.onnx.preview.training", "com.microsoft")
 
@@ -285,7 +285,7 @@ def _check_candidate(candidate, reference, threads: int, opened: list | None = N
         OutputMismatchError: ONNX Runtime cannot load or run the candidate (exit 3).
     """
     from .onnx.files import release_mapped_weights
-    from .validate import compare_with
+    from .measure.outputs import compare_with
 
     import onnxruntime as ort
 
@@ -306,7 +306,7 @@ def end_to_end_speedup(original: Graph, optimized: Graph, threads: int = 1, roun
     The per-node cost model adds node costs; ONNX Runtime fuses across nodes. This is the
     check that the sum did not lie.
     """
-    from .validate import random_inputs
+    from .measure.inputs import random_inputs
 
     feeds = random_inputs(original)
     before, after = interleaved_times([export_clean(g).SerializeToString() for g in (original, optimized)], feeds, threads, rounds)
@@ -455,7 +455,7 @@ class _Checks:
     """The output check's inputs and the original's outputs on them, run once before the search.
 
     Input sets: one seeded set at the measurement sizes (two for a static model), one at the
-    first other valuation of the size symbols the input model runs at (:func:`taso.validate.check_sizes`),
+    first other valuation of the size symbols the input model runs at (:func:`taso.measure.inputs.check_sizes`),
     then the user's ``--inputs``. The original runs on them before the search, so a model that
     cannot run where it will be checked is said at once, and every candidate is compared with
     these outputs: the original never runs twice, and its session is closed before any
@@ -480,7 +480,8 @@ class _Checks:
     @classmethod
     def prepare(cls, source: ModelSource, extra_inputs: Mapping[str, np.ndarray] | None, threads: int, check: bool) -> _Checks:
         """Raises TasoError: ONNX Runtime cannot run the input model, or not at any of the check's sizes (exit 2)."""
-        from .validate import InputDrawer, Reference, ReferenceFailure, check_sizes
+        from .measure.inputs import InputDrawer, check_sizes
+        from .measure.outputs import Reference, ReferenceFailure
 
         choices = check_sizes(source.graph) if check else []
         drawer = InputDrawer(source.graph, source.model)
@@ -517,7 +518,7 @@ class _Checks:
             return cls(measured[0], run.select(range(first)) + sized_run + run.select(range(first, first + len(user))), [valuation],
                        list(range(first, first + len(sized))))
         if failures:
-            from .validate import describe_sizes
+            from .measure.inputs import describe_sizes
 
             where = " nor at ".join(", ".join(f"{k}={v}" for k, v in sorted(valuation.items())) for valuation, _ in failures)
             raise TasoError(f"the input model declares symbolic dims (measured at {describe_sizes([dict(source.graph.meta.sizes)])}) but does not run at {where}: "
@@ -568,7 +569,7 @@ def _checked_or_searched_again(outcome: Outcome, source: ModelSource, start: Gra
             raise
         from dataclasses import replace
 
-        from .validate import describe_sizes
+        from .measure.inputs import describe_sizes
 
         elsewhere = _check_candidate(candidate, checks.at_other_sizes(), threads)
         best, report = _search_and_clean_up(start, outcome.cleanup, rules, model, replace(config, excluded=config.excluded | applied), progress,
@@ -727,7 +728,7 @@ def _keep_if_faster_on_gpu(outcome: Outcome, source: ModelSource, candidates: di
     """The GPU deployment's guard: the optimized graph is kept only when it beats the input by the margin on the CuPy
     executor, in two series (CUDA events, interleaved rounds). The summed node costs miss launch gaps and the
     executor's dispatch; one series once measured NASNet-A 1.04x where the next measured 0.82x."""
-    from .gpu import EndToEndTimer
+    from .measure.cupy_runtime import EndToEndTimer
 
     if "optimized" not in candidates:
         return
@@ -883,7 +884,8 @@ def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None, c
     model = export_clean(graph, opset)
     provenance = _PROVENANCE.get(graph)
     if check and provenance is not None and provenance.checked != model.SerializeToString():
-        from .validate import random_input_sets, run_reference
+        from .measure.inputs import random_input_sets
+        from .measure.outputs import run_reference
 
         original = ModelSource.from_graph(provenance.original)
         _require_match(model, run_reference(original.timing_source(), random_input_sets(original.graph, model=original.model)), threads=1)

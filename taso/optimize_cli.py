@@ -90,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
     from .optimize import ModelSource, copy_model_file, load_rules, optimize_model, write_model
     from .search import SearchConfig
     from .stages import StageClock
-    from .timing import use_custom_ops
-    from .validate import load_inputs
+    from .measure.timing import use_custom_ops
+    from .measure.inputs import load_inputs
 
     if args.explain is not None:
         return _explain(args)
@@ -144,7 +144,7 @@ def _write_unchanged(args: argparse.Namespace, why: str) -> int:
         TasoError: ONNX Runtime cannot load the model either: it is not a valid model.
     """
     from .optimize import copy_model_file, custom_kernels_missing
-    from .timing import open_session
+    from .measure.timing import open_session
 
     try:
         open_session(args.input, threads=1, optimize=False)
@@ -271,7 +271,7 @@ def _search_line(report) -> str:
 
 def _format_report(args, before, outcome, folding) -> str:
     from .search import StopReason
-    from .validate import describe_sizes
+    from .measure.inputs import describe_sizes
 
     report, after = outcome.report, outcome.graph
     lines = [

@@ -53,7 +53,7 @@ def assert_close(got, want, rtol: float = 1e-4, what: str = "") -> None:
 
 
 def fake_timer(series, by_label: bool = False):
-    """A stand-in for taso.timing.InterleavedTimer whose series give what ``series(models)`` returns for the models
+    """A stand-in for taso.measure.timing.InterleavedTimer whose series give what ``series(models)`` returns for the models
     timed (the input first), or ``series(labels)`` with ``by_label``; it may raise TimingError as a real session would."""
 
     class FakeTimer:

@@ -23,7 +23,7 @@ import taso
 from taso.cli import main
 from taso.rules import Library, Rule, RuleInput, RuleNode
 from taso.ir import TensorType
-from taso.timing import TimingError
+from taso.measure.timing import TimingError
 
 optimize_module = importlib.import_module("taso.optimize")  # the module: `taso.optimize` is the public function
 
@@ -446,7 +446,7 @@ def test_timing_takes_over_the_session_the_output_check_opened(tmp_path, library
     """A model that takes seconds to load (ALBERT-xxlarge) is not loaded again to be timed."""
     import onnxruntime as ort
 
-    from taso.timing import InterleavedTimer
+    from taso.measure.timing import InterleavedTimer
 
     src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
     given = []
@@ -479,7 +479,7 @@ def test_a_faster_re_export_is_checked_before_it_is_kept(tmp_path, library, monk
 def test_a_candidate_failing_its_check_at_run_time_leaves_the_message_to_taso(tmp_path, capfd):
     """A candidate that loads but fails at another size (a reshape fixed at batch 1): ONNX Runtime logged the failure in
     red on the terminal before taso's one-line message said it again."""
-    from taso.validate import compare_with, run_reference
+    from taso.measure.outputs import compare_with, run_reference
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])

@@ -28,7 +28,8 @@ import pytest
 import taso
 from helpers import run_ort
 from taso.errors import TasoError
-from taso.validate import check_sizes, compare_models, random_input_sets, random_inputs
+from taso.measure.inputs import check_sizes, random_input_sets, random_inputs
+from taso.measure.outputs import compare_models
 
 ROOT = Path(__file__).resolve().parent.parent
 FULL_COMMAND = "python benchmarks/corpus.py build && python -m pytest -m corpus"

@@ -207,7 +207,7 @@ def test_the_reference_runs_on_onnx_runtime():
 
 
 def test_with_threads_copies_run_after_a_split_product_and_still_compute_the_node(monkeypatch):
-    """After a run's first split kernel the workers spin beside every node that follows (taso.timing.session_options):
+    """After a run's first split kernel the workers spin beside every node that follows (taso.measure.timing.session_options):
     with more than one thread, a node's copies are timed so; at one thread there are no workers."""
     import onnxruntime as ort
 

@@ -156,10 +156,10 @@ def test_a_gain_most_rounds_do_not_agree_on_counts_as_none():
 
 def test_a_gain_larger_than_a_quarter_of_the_region_is_measured_again_and_the_smaller_kept(monkeypatch):
     """A burst of load on one side once cached -58 us for removing one Add from a 29 us region."""
-    import taso.timing
+    import taso.measure.timing
 
     answers = iter([([29e-6] * 9, [-29e-6] * 9), ([29e-6] * 9, [27.5e-6] * 9)])
-    monkeypatch.setattr(taso.timing, "interleaved_samples", lambda measures, rounds: next(answers))
+    monkeypatch.setattr(taso.measure.timing, "interleaved_samples", lambda measures, rounds: next(answers))
     graph = _unrolled(2)
     plan = _plans(graph)[0]
     delta = RegionCost(make_cost_model("analytic"))._time_delta(*region_pair(graph, plan.removed, plan.added, plan))

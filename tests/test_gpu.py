@@ -12,7 +12,7 @@ import pytest
 import taso
 import taso.models
 from taso.cli import main
-from taso.gpu import cupy_or_none
+from taso.measure.cupy_runtime import cupy_or_none
 
 CUPY = cupy_or_none()
 needs_gpu = pytest.mark.skipif(CUPY is None, reason="no GPU with CuPy on this machine (pip install 'taso[gpu]')")
@@ -49,7 +49,7 @@ def test_device_path_never_copies_to_the_host(name, options, strict_device):
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).parent / "data" / "symbolic").glob("*.onnx")), ids=lambda p: p.name)
 def test_exported_files_run_on_the_device_path(path, strict_device):
-    from taso.validate import random_inputs
+    from taso.measure.inputs import random_inputs
 
     import onnx
 
@@ -114,7 +114,7 @@ def test_bench_on_the_gpu_path_keeps_only_what_is_faster_and_equal(strict_device
 def test_the_gpu_guard_keeps_a_result_only_when_two_series_find_it_faster(series, kept, strict_device, tmp_path, monkeypatch):
     """With GPU costs the deployment is the GPU: the optimized graph is timed beside the input on the device, and kept
     only when a first and then a second series find it 2% faster (the lower one is reported)."""
-    from taso.gpu import EndToEndTimer
+    from taso.measure.cupy_runtime import EndToEndTimer
     from taso.optimize import ModelSource, optimize_model
     from taso.search import SearchConfig
 
@@ -137,7 +137,7 @@ def test_the_gpu_guard_keeps_a_result_only_when_two_series_find_it_faster(series
 @needs_gpu
 @pytest.mark.parametrize("name, options", [("resnet50", {"image_size": 64}), ("bert", {"layers": 1, "seq": 8}), ("nasrnn", {"steps": 2})])
 def test_cupy_executor_matches_numpy(name, options):
-    from taso.gpu import DeviceGraph
+    from taso.measure.cupy_runtime import DeviceGraph
 
     graph = taso.load_onnx(taso.models.build(name, **options))
     feeds = {k: np.random.default_rng(0).standard_normal(t.shape).astype(t.dtype) for k, t in graph.inputs.items()}

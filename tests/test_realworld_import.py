@@ -21,7 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 import taso
 from taso.ir.dims import Dim
 from taso.errors import ExportError, ImportError_
-from taso.validate import compare_models, integer_choices, random_input_sets
+from taso.measure.outputs import compare_models
+from taso.measure.inputs import integer_choices, random_input_sets
 
 FLOAT, INT64 = TensorProto.FLOAT, TensorProto.INT64
 Feeds = Callable[[np.random.Generator], dict[str, np.ndarray]]

@@ -19,7 +19,8 @@ from taso.onnx import export_onnx
 from taso.optimize import load_rules
 from taso.rewrite import CompiledRule, plans, rewrites
 from taso.rules import Library, Rule
-from taso.validate import compare_models, integer_ranges, random_inputs
+from taso.measure.outputs import compare_models
+from taso.measure.inputs import integer_ranges, random_inputs
 from taso.verifier.apply_fuzz import fuzz_rule, fuzz_rules
 
 

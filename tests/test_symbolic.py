@@ -20,7 +20,8 @@ from taso.errors import ShapeError
 from taso.ir import Graph, Node, TensorType
 from taso.ops import get
 from taso.ops.base import Op, OnnxMapping
-from taso.validate import check_sizes, compare_models
+from taso.measure.inputs import check_sizes
+from taso.measure.outputs import compare_models
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "symbolic")
 EXPORTS = sorted(glob.glob(os.path.join(DATA, "*.onnx")))

@@ -8,7 +8,7 @@ import pytest
 from helpers import model_from_text
 
 from taso.errors import TasoError
-from taso.timing import TimingError, interleaved_medians, interleaved_times, rotated
+from taso.measure.timing import TimingError, interleaved_medians, interleaved_times, rotated
 
 
 def _relu_model() -> bytes:
@@ -62,7 +62,7 @@ def test_a_model_failing_at_run_time_is_named_by_its_position_by_default():
 def test_a_long_running_model_is_timed_once_per_round(monkeypatch):
     """With long_run, a model whose last warm-up run took that long runs once per round (the median over rounds still
     filters load); a short one stays the fastest of min_runs. No probe run: the warm-up run decides."""
-    import taso.timing as timing
+    import taso.measure.timing as timing
 
     calls = []
     real = timing.fastest_run
@@ -76,8 +76,8 @@ def test_a_long_running_model_is_timed_once_per_round(monkeypatch):
 
 def test_a_second_series_reuses_the_open_sessions_and_times_the_models_asked(monkeypatch):
     """A confirmation on a model that takes seconds per run must not reopen and rewarm its sessions."""
-    import taso.timing as timing
-    from taso.timing import InterleavedTimer
+    import taso.measure.timing as timing
+    from taso.measure.timing import InterleavedTimer
 
     opened = []
     real = timing.open_session
@@ -90,7 +90,7 @@ def test_a_second_series_reuses_the_open_sessions_and_times_the_models_asked(mon
 
 
 def test_a_long_first_warm_up_run_is_the_only_one(monkeypatch):
-    import taso.timing as timing
+    import taso.measure.timing as timing
 
     runs = []
 
@@ -116,7 +116,7 @@ def _series(per_round: list[list[float]]):
 
 
 def test_timing_stops_after_three_rounds_when_no_candidate_pays():
-    from taso.timing import MIN_ROUNDS, interleaved_samples, nothing_pays
+    from taso.measure.timing import MIN_ROUNDS, interleaved_samples, nothing_pays
 
     slower = _series([[1.0] * 7, [1.5] * 7, [1.1] * 7])  # both candidates slower than the baseline
     assert [len(s) for s in interleaved_samples(slower, 7, nothing_pays(1.02))] == [MIN_ROUNDS] * 3
@@ -124,7 +124,7 @@ def test_timing_stops_after_three_rounds_when_no_candidate_pays():
 
 def test_a_candidate_that_may_pay_gets_every_round():
     """Only a rejection stops early: a clearly faster candidate, or one straddling the margin, is timed to the cap."""
-    from taso.timing import interleaved_samples, nothing_pays
+    from taso.measure.timing import interleaved_samples, nothing_pays
 
     faster = _series([[1.0] * 7, [0.5] * 7])
     assert [len(s) for s in interleaved_samples(faster, 7, nothing_pays(1.02))] == [7, 7]
@@ -137,7 +137,7 @@ def test_sessions_with_several_threads_spin_within_a_run_only_and_their_costs_ar
     """Workers spinning after a run land in the next interleaved measurement; workers that never spin are woken for
     every split kernel (benchmarks/bench_spinning.py)."""
     from taso.cost.ort_cpu import fingerprint
-    from taso.timing import session_options
+    from taso.measure.timing import session_options
 
     two = session_options(2)
     assert two.get_session_config_entry("session.intra_op.allow_spinning") == "1"
@@ -149,7 +149,7 @@ def test_sessions_with_several_threads_spin_within_a_run_only_and_their_costs_ar
 
 def test_fresh_session_speedups_take_the_median_of_each_ratio_over_series_in_fresh_sessions(monkeypatch):
     """A series run in one bad session (0.5x here) is outvoted by the fresh ones; each series opens its own sessions."""
-    import taso.timing as timing
+    import taso.measure.timing as timing
 
     series = iter([[1.0, 0.5, 2.0], [1.2, 0.6, 1.2], [0.9, 0.45, 0.9]])  # input, a 2x variant, a 1x one (0.5x in one bad session)
     calls = []
@@ -166,7 +166,7 @@ def test_fresh_session_speedups_take_the_median_of_each_ratio_over_series_in_fre
 
 def test_fresh_session_series_keeps_every_series(monkeypatch):
     """A benchmark that reports how far apart the series of one pair measured needs each of them, not their median."""
-    import taso.timing as timing
+    import taso.measure.timing as timing
 
     series = iter([[1.0, 0.5], [1.2, 0.4], [0.9, 0.6]])
     monkeypatch.setattr(timing, "interleaved_times", lambda models, feeds, threads=1, rounds=7, **options: next(series))

@@ -17,8 +17,8 @@ callers; the registry is the only module that names them all.
 """
 
 from .cache import SPOT_CHECK_OFF, CostCache, CostEntry, SpotCheck, SpotCheckPolicy, Verdict, format_cost_report, noise_band
-from .model import AnalyticCost, CostModel, Neighbourhood, flops, node_key, random_array
+from .model import AnalyticCost, CostModel, Neighbourhood, flops, node_key
 from .registry import COST_MODELS, make_cost_model
 
 __all__ = ["CostModel", "Neighbourhood", "AnalyticCost", "CostCache", "CostEntry", "SpotCheck", "SpotCheckPolicy", "SPOT_CHECK_OFF", "Verdict",
-           "node_key", "flops", "random_array", "make_cost_model", "noise_band", "format_cost_report", "COST_MODELS"]
+           "node_key", "flops", "make_cost_model", "noise_band", "format_cost_report", "COST_MODELS"]

@@ -30,7 +30,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from ..timing import fastest_run, interleaved_samples, open_session, session_options
+from ..measure.timing import fastest_run, interleaved_samples, open_session, session_options
 from .cache import noise_band
 from .in_place import InPlaceWeights, in_place_session
 
@@ -218,7 +218,7 @@ def spun_up(proto: onnx.ModelProto) -> onnx.ModelProto:
     (:data:`SPIN_UP`, fed by :func:`spin_up_feeds`): the model's first float input is read through an Add of a zero
     computed from the product, so that every node reading it runs after the product.
 
-    After a run's first split kernel the workers spin until the run ends (``taso.timing.session_options``), and
+    After a run's first split kernel the workers spin until the run ends (``taso.measure.timing.session_options``), and
     the nodes after it run beside them: at 2 threads a Tanh of 256 floats took 0.50-0.54 us after a product and
     0.42 us in a run with none. Nearly every node of a graph runs after one, so a node is timed so too. (Without the
     Add, ONNX Runtime ran the independent product after the copies.) The Add runs once in every model timed, and

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gpu import DeviceGraph, gpu_fingerprint, require_cupy, time_cuda
+from ..measure.cupy_runtime import DeviceGraph, gpu_fingerprint, require_cupy, time_cuda
 from ..ir import Graph, GraphMeta, Node
 from .cache import CostCache
-from .model import CostModel, random_array
+from .model import CostModel
+from ..measure.inputs import random_array
 
 __all__ = ["CupyCost"]
 

@@ -15,10 +15,10 @@ from abc import ABC, abstractmethod
 import numpy as np
 
 from ..errors import TasoError
-from ..ir import Graph, Node, OpaqueType, TensorType, folds_when_constant
+from ..ir import Graph, Node, TensorType, folds_when_constant
 from ..ops import ELEMENTWISE
 
-__all__ = ["CostModel", "Neighbourhood", "AnalyticCost", "node_key", "flops", "random_array"]
+__all__ = ["CostModel", "Neighbourhood", "AnalyticCost", "node_key", "flops"]
 
 
 def node_key(node: Node, graph: Graph, consts=None) -> str:
@@ -314,21 +314,3 @@ def _roofline_seconds(node: Node, graph: Graph, key: str, consts) -> float | Non
         return None
 
 
-def random_array(t: TensorType, rng: np.random.Generator) -> np.ndarray:
-    """Random values of a tensor type: standard normal floats, random booleans, short random words for strings, zeros
-    for integers (a caller that knows their range draws them itself).
-
-    Raises:
-        TasoError: the value is not a tensor (:class:`~taso.ir.OpaqueType`).
-    """
-    if isinstance(t, OpaqueType):
-        raise TasoError(f"{t} is not a tensor: no random array of it")
-    if t.dtype.startswith("float"):
-        return rng.standard_normal(t.shape).astype(t.dtype)
-    if t.dtype == "bool":
-        return rng.integers(0, 2, t.shape).astype(bool)
-    if t.dtype == "object":
-        from ..onnx.values import WORDS
-
-        return rng.choice(np.asarray(WORDS, dtype=object), t.shape)
-    return np.zeros(t.shape, t.dtype)

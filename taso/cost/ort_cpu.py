@@ -48,7 +48,7 @@ from onnx import TensorProto, helper, numpy_helper
 from ..errors import TasoError
 from ..ir import Graph, GraphMeta, Node, Params, TensorType
 from ..ops import ACTIVATION_OPS, HAS_ACTIVATION, get
-from ..timing import median_run, open_session, session_options
+from ..measure.timing import median_run, open_session, session_options
 from .cache import (BAND_FLOOR, CALIBRATION, STALE, SUSPECT, CostCache, Measure, SpotCheck, SpotCheckPolicy, noise_band)
 from ..onnx.exporter import gemm_pairs
 from ..onnx.sizing import declared_only
@@ -56,7 +56,8 @@ from .copies import (COPIES, WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, WallRefe
                      interquartile_range, negations, wall_clock_marginal)
 from .declared import declared_shape_seconds
 from .in_place import IN_PLACE_BYTES, InPlaceWeights, in_place_session
-from .model import CostModel, Neighbourhood, node_key, random_array
+from .model import CostModel, Neighbourhood, node_key
+from ..measure.inputs import random_array
 from .residency import CacheSizes, WeightReads, graph_run_order, main_weight
 from .wake import SPLITS, splits_over_threads, wake_seconds
 
@@ -89,7 +90,7 @@ def cpu_name() -> str:
 
 def fingerprint(threads: int = 1) -> str:
     """The cache table of this machine, ONNX Runtime build and thread count."""
-    spinning = "|spinning-within-runs|copies-after-a-split-product|wake-per-run" if threads > 1 else ""  # see taso.timing.session_options
+    spinning = "|spinning-within-runs|copies-after-a-split-product|wake-per-run" if threads > 1 else ""  # see taso.measure.timing.session_options
     wall = f"under-{round(wall_clock_below(threads) * 1e6)}us-by-wall-clock"
     return f"ort-cpu|{cpu_name()}|onnxruntime {ort.__version__}|threads={threads}{spinning}|ENABLE_ALL|profiled|floor-per-run|warm-copy|{wall}|no-layout-reorders"
 
@@ -783,7 +784,7 @@ SMALL_SECONDS = 30e-6
 # With more than one intra-op thread the profiler prices a product split over the threads above what it adds to a
 # running graph. Without spinning (sessions 27-29): the per-step [1,512] x [512,1536] product of an unrolled GRU h512
 # profiled at 70-77 us at 2 threads, 56-60 us by copies, and the graph paid about 58 a step. With the workers spinning
-# within a run (taso.timing.session_options, session 30) the profiled excess grew with the kernel: [64,256] x
+# within a run (taso.measure.timing.session_options, session 30) the profiled excess grew with the kernel: [64,256] x
 # [256,1024] profiled at 310 us and took 180 by copies, [32,512] x [512,2048] 590 and 388, [64,512] x [512,2048]
 # 1,117-1,148 and 725-743; the LSTM h256x64 graph that merged product saves in paid what copies say. Up to this
 # bound every node is timed by copies; past it a node's run dwarfs the copies' budget (8 copies of 1 ms: 8 ms a run).

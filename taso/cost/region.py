@@ -26,7 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..ir import Graph, GraphMeta, Node, TensorType
-from .model import CostModel, random_array
+from .model import CostModel
+from ..measure.inputs import random_array
 
 __all__ = ["RegionCost", "region_pair", "region_signature"]
 
@@ -118,7 +119,7 @@ class RegionCost(CostModel):
     def _time_delta(self, before: Graph, after: Graph) -> float | None:
         """Seconds ``after`` takes more than ``before`` (negative: the rewrite pays), timed interleaved."""
         from ..onnx import export_onnx
-        from ..timing import interleaved_samples, mean_run, warm_session
+        from ..measure.timing import interleaved_samples, mean_run, warm_session
 
         measures = []
         try:

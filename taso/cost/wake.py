@@ -1,7 +1,7 @@
 """What a run pays to wake its sleeping workers: once, at the run's first kernel split over the threads.
 
 taso's sessions let the workers spin between the kernels of a run and stop them when it returns
-(``taso.timing.session_options``). So each run starts with the workers asleep, and its first kernel that ONNX Runtime
+(``taso.measure.timing.session_options``). So each run starts with the workers asleep, and its first kernel that ONNX Runtime
 splits over them waits for one to wake: 12-15 us on a 2-vCPU cloud machine, where the kernel itself takes 10-11 us.
 A graph pays it once per run if any of its kernels splits, and not at all otherwise. At 2 threads the per-step
 products of an unrolled GRU h128 run on one thread each; merging their input projections into one ``[16, 128] x

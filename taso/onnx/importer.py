@@ -623,7 +623,7 @@ def _evaluate_alone(node: onnx.NodeProto, feeds: dict[str, np.ndarray], opset: i
     except Exception:  # noqa: BLE001 - the reference evaluator's own limits: try ONNX Runtime
         pass
     try:
-        from ..timing import open_session
+        from ..measure.timing import open_session
 
         model.ir_version = min(model.ir_version, 10)
         return [np.asarray(r) for r in open_session(model.SerializeToString(), threads=1, optimize=False).run(None, feeds)]

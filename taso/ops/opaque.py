@@ -76,7 +76,7 @@ def _runner(model_bytes: bytes, libraries: tuple[str, ...] = ()):
         return ReferenceEvaluator(model).run(None, feeds)
 
     try:
-        from ..timing import open_session
+        from ..measure.timing import open_session
 
         session = open_session(model_bytes, threads=1, optimize=False)  # with the user's custom-op libraries
     except Exception:  # noqa: BLE001
@@ -95,7 +95,7 @@ def _opaque_eval(xs, p):
     in_types = tuple(value_type_proto(x).SerializeToString(deterministic=True) for x in xs)
     model, names = _single_node_model(p["proto"], p["input_slots"], p["captures"], in_types, p["opsets"])
     try:
-        from ..timing import custom_op_libraries
+        from ..measure.timing import custom_op_libraries
 
         outputs = _runner(model.SerializeToString(), tuple(custom_op_libraries()))(dict(zip(names, xs)))
     except Exception as e:  # noqa: BLE001

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import onnxruntime as ort
 
-from .errors import TasoError, first_line
+from ..errors import TasoError, first_line
 
 __all__ = ["TimingError", "InterleavedTimer", "nothing_pays", "use_custom_ops", "custom_op_libraries", "session_options", "open_session", "warm_session", "fastest_run", "mean_run", "median_run", "interleaved_samples", "interleaved_medians", "interleaved_times", "fresh_session_series", "fresh_session_speedups", "rotated"]
 

@@ -14,9 +14,9 @@ from types import ModuleType
 
 import numpy as np
 
-from .errors import TasoError
-from .ir.execute import run_values, to_host
-from .ir import Graph
+from ..errors import TasoError
+from ..ir.execute import run_values, to_host
+from ..ir import Graph
 
 __all__ = ["cupy_or_none", "require_cupy", "gpu_fingerprint", "time_cuda", "DeviceGraph", "EndToEndTimer", "interleaved_device_times"]
 
@@ -95,7 +95,7 @@ class EndToEndTimer:
     collector is kept out of the timed runs, and each series is a fresh verdict."""
 
     def __init__(self, original: Graph, optimized: Graph):
-        from .validate import random_inputs
+        from .inputs import random_inputs
 
         self.cp = require_cupy()
         self.feeds = {k: self.cp.asarray(v) for k, v in random_inputs(original).items()}
