@@ -1,7 +1,7 @@
 """Clean-up and constant folding against the graph simplifiers, side by side on the same files (issue 22).
 
 For each file: taso's import (``load_onnx``, which folds small constant nodes), its clean-up
-(:func:`taso.cleanup.clean_up`) and its export-time folding (:func:`taso.onnx.folded_weights`:
+(:func:`taso.search.cleanup.clean_up`) and its export-time folding (:func:`taso.onnx.folded_weights`:
 the weight-only subgraphs evaluated into initializers), beside ``onnxslim.slim`` and
 ``onnxsim.simplify`` on the same model. Each is timed once per round, the rounds interleaved,
 the median kept; the ratio printed is (clean-up + folding) / each peer's whole run (below 1:
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import onnx
 
-from taso.cleanup import clean_up
+from taso.search.cleanup import clean_up
 from taso.onnx import folded_weights, folding_plan, load_onnx
 
 

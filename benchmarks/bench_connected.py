@@ -24,7 +24,8 @@ from taso.cost import make_cost_model
 from taso.ir import Graph  # noqa: E402
 from taso.onnx.importer import load_onnx  # noqa: E402
 from taso.optimize import load_rules  # noqa: E402
-from taso.search import SearchConfig, search  # noqa: E402
+from taso.search import SearchConfig
+from taso.search import search
 
 DEFAULT_MODELS = ("zoo/resnet50", "zoo/inception_v3", "zoo/nasnet_a", "zoo/nasrnn", "zoo/bert_base", "torch-script/lstm_cell_unrolled16",
                   "torch-script/gru_cell_unrolled32", "pypi-wheel/captcha_crnn")

@@ -26,7 +26,8 @@ from taso.cost import SPOT_CHECK_OFF, CostCache, SpotCheckPolicy, make_cost_mode
 from taso.models import build
 from taso.onnx import load_onnx
 from taso.optimize import load_rules
-from taso.search import SearchConfig, search
+from taso.search import SearchConfig
+from taso.search import search
 
 
 def _search(graph, rules, path: str, policy: SpotCheckPolicy) -> tuple[float, float, int, int]:

@@ -27,7 +27,8 @@ import taso  # noqa: E402
 from taso import models  # noqa: E402
 from taso.cost import make_cost_model
 from taso.optimize import export_clean, load_rules  # noqa: E402
-from taso.search import SearchConfig, search  # noqa: E402
+from taso.search import SearchConfig
+from taso.search import search
 from taso.measure.timing import interleaved_times  # noqa: E402
 from taso.measure.inputs import random_inputs
 

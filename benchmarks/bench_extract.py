@@ -22,14 +22,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _before import modules_at  # noqa: E402 - a sibling script, not a package
 
-import taso.eqsat  # noqa: E402,F401 - the package the old module is loaded into
+import taso.search.eqsat  # noqa: E402,F401 - the package the old module is loaded into
 from taso import models  # noqa: E402
-from taso.cleanup import clean_up  # noqa: E402
+from taso.search.cleanup import clean_up  # noqa: E402
 from taso.cost import AnalyticCost
-from taso.eqsat.saturate import EGraph, Limits, saturate  # noqa: E402
+from taso.search.eqsat.saturate import EGraph, Limits, saturate  # noqa: E402
 from taso.onnx import load_onnx  # noqa: E402
 from taso.optimize import load_rules  # noqa: E402
-from taso.search import SearchConfig  # noqa: E402
+from taso.search import SearchConfig
 
 BEFORE = "1798413"  # order rows on the cyclic classes
 
@@ -40,8 +40,8 @@ def main() -> int:
     p.add_argument("--model", action="append", help="zoo models (default: inception_v3 resnet50 nasnet_a bert nasrnn squeezenet)")
     p.add_argument("--seconds", type=float, nargs="+", default=[0.5, 2.0, 8.0])
     args = p.parse_args()
-    extract_now = sys.modules["taso.eqsat.extract"].extract
-    extract_before = modules_at(args.before, "taso/eqsat", "taso.eqsat", ("extract",))["extract"].extract
+    extract_now = sys.modules["taso.search.eqsat.extract"].extract
+    extract_before = modules_at(args.before, "taso/eqsat", "taso.search.eqsat", ("extract",))["extract"].extract
     rules = load_rules()
     config = SearchConfig()
     cost = AnalyticCost()

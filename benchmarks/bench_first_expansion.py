@@ -3,7 +3,7 @@
 Issue 24 asks that the first expansion of a 64-step cell take under 1 s, and matching is most of
 it. For each cell export (``bench_cell_ceiling.py``'s files, 64 steps), this runs the search for
 one expansion (the shipped library, ``ort-cpu`` costs from the cache, default settings) with the
-matcher of ``taso/rewrite.py`` as it is and as it was at ``BEFORE`` (read from git, imported
+matcher of ``taso/search/rewrite.py`` as it is and as it was at ``BEFORE`` (read from git, imported
 beside it), and prints the first expansion's seconds (matching, planning and pricing every
 rewrite of the input graph). Both must try the same rewrites; rounds alternate between the two
 and the ratio printed is the median of before / now. A last column checks, outside the timed
@@ -22,13 +22,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _before import modules_at  # noqa: E402 - a sibling script, not a package
 
-import taso.search  # noqa: E402
-from taso import rewrite as now  # noqa: E402
+import taso.search.core  # noqa: E402
+from taso.search import rewrite as now  # noqa: E402
 from taso.cost import make_cost_model
-from taso.groups import GroupLibrary, find_groups  # noqa: E402
+from taso.search.groups import GroupLibrary, find_groups  # noqa: E402
 from taso.onnx.importer import load_onnx  # noqa: E402
 from taso.optimize import load_rules  # noqa: E402
-from taso.search import SearchConfig, search  # noqa: E402
+from taso.search import SearchConfig
+from taso.search import search
 
 BEFORE = "0cebfd0"  # the matcher before the per-graph kind table and the group bookkeeping in O(1)
 CEILING_DIR = Path.home() / ".cache" / "taso-ceiling"

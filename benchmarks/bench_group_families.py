@@ -20,10 +20,11 @@ import numpy as np
 
 import taso
 from taso.cost import make_cost_model
-from taso.groups import FAMILIES, MAX_GROUP, MIN_GROUP
+from taso.search.groups import FAMILIES, MAX_GROUP, MIN_GROUP
 from taso.onnx.importer import load_onnx
 from taso.optimize import load_rules
-from taso.search import SearchConfig, search
+from taso.search import SearchConfig
+from taso.search import search
 from taso.measure.timing import interleaved_times
 from taso.measure.outputs import compare_with, run_reference
 from taso.measure.inputs import random_input_sets

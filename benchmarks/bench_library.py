@@ -38,9 +38,9 @@ def _graph(name: str):
 
 def _old_ready(v1_path: str, graph) -> tuple[float, int]:
     """The path before version 2: parse and check everything, reverse by canonical JSON, compile every rule."""
-    from taso.rewrite import CompiledRule
+    from taso.search.rewrite import CompiledRule
     from taso.rules import Library
-    from taso.search import _SeedIndex
+    from taso.search.core import SeedIndex
 
     start = time.perf_counter()
     library = Library.load(v1_path)
@@ -55,7 +55,7 @@ def _old_ready(v1_path: str, graph) -> tuple[float, int]:
                 directed.append(candidate)
     gc.disable()  # the search compiled its rules with the cyclic GC off, as it does now
     compiled = [CompiledRule(r) for r in directed]
-    _SeedIndex(compiled)
+    SeedIndex(compiled)
     seconds = time.perf_counter() - start
     gc.enable()
     return seconds, len(compiled)
@@ -64,12 +64,12 @@ def _old_ready(v1_path: str, graph) -> tuple[float, int]:
 def _new_ready(graph) -> tuple[float, int]:
     """load_rules (version 2) and the search's rule index admitting the model's rules."""
     from taso.optimize import load_rules
-    from taso.search import _RuleIndex
+    from taso.search.core import RuleIndex
 
     start = time.perf_counter()
     rules = load_rules()
     gc.disable()  # admission runs inside the search, with the cyclic GC off
-    index = _RuleIndex(rules)
+    index = RuleIndex(rules)
     index.admit(graph)
     seconds = time.perf_counter() - start
     gc.enable()

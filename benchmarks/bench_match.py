@@ -16,7 +16,7 @@ import time
 
 import taso
 from taso import models
-from taso.rewrite import CompiledRule, find_matches
+from taso.search.rewrite import CompiledRule, find_matches
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 

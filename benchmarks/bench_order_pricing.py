@@ -22,7 +22,8 @@ import taso
 from taso import models
 from taso.cost import make_cost_model
 from taso.optimize import load_rules
-from taso.search import SearchConfig, search
+from taso.search import SearchConfig
+from taso.search import search
 
 
 def main() -> None:

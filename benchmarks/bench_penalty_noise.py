@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from taso.cleanup import clean_up
+from taso.search.cleanup import clean_up
 from taso.cost import make_cost_model
 from taso.optimize import ModelSource
 

@@ -20,10 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _before import modules_at  # noqa: E402 - a sibling script, not a package
 
-import taso.eqsat  # noqa: E402,F401 - the package the old modules are loaded into
+import taso.search.eqsat  # noqa: E402,F401 - the package the old modules are loaded into
 from taso import models  # noqa: E402
-from taso.cleanup import clean_up  # noqa: E402
-now = importlib.import_module("taso.eqsat.saturate")  # the module: the package exports a function of that name
+from taso.search.cleanup import clean_up  # noqa: E402
+now = importlib.import_module("taso.search.eqsat.saturate")  # the module: the package exports a function of that name
 from taso.onnx import load_onnx  # noqa: E402
 from taso.optimize import load_rules  # noqa: E402
 
@@ -37,7 +37,7 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--repeat", type=int, default=2)
     args = p.parse_args()
-    before = modules_at(args.before, "taso/eqsat", "taso.eqsat", ("terms", "patterns", "saturate"))["saturate"]
+    before = modules_at(args.before, "taso/eqsat", "taso.search.eqsat", ("terms", "patterns", "saturate"))["saturate"]
     rules = load_rules()
     print("| model | rounds | seconds before | seconds now | now / before | e-nodes before, now | targets added before, now |")
     print("|---|---:|---:|---:|---:|---|---|")

@@ -2,7 +2,7 @@
 
 For each model: the same search (shipped library, measured ``ort-cpu`` costs from the cache,
 ``--time-limit`` seconds) with ``SearchConfig(clean_up=True)`` (the default: a graph a rewrite
-built is cleaned up when :func:`taso.cleanup.may_clean_up` finds work at its new nodes) and
+built is cleaned up when :func:`taso.search.cleanup.may_clean_up` finds work at its new nodes) and
 with ``clean_up=False``, run alternately ``--repeat`` times. Printed per model: graphs
 expanded, graphs cleaned up, the search's predicted speedup, and the cost of its result after
 the pipeline's final clean-up (what ``taso optimize`` exports), with the ratio of that cost
@@ -17,11 +17,12 @@ import argparse
 import statistics
 import sys
 
-from taso.cleanup import clean_up
+from taso.search.cleanup import clean_up
 from taso.cost import make_cost_model
 from taso.onnx import load_onnx
 from taso.optimize import load_rules
-from taso.search import SearchConfig, search
+from taso.search import SearchConfig
+from taso.search import search
 
 
 def _graph(name: str):

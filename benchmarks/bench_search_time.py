@@ -21,7 +21,8 @@ from bench_cost_models import _load  # noqa: E402 - one loader for zoo and corpu
 
 from taso.cost import make_cost_model
 from taso.optimize import export_clean, load_rules  # noqa: E402
-from taso.search import SearchConfig, search  # noqa: E402
+from taso.search import SearchConfig
+from taso.search import search
 from taso.measure.timing import interleaved_times  # noqa: E402
 from taso.measure.inputs import random_inputs
 

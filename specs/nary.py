@@ -1,7 +1,7 @@
 """Laws of n-way concatenations and splits, made on demand for the arities a rule uses.
 
 The fixed axioms speak of two-way seams. A group merge (k products that share a weight
-become one product over their concatenated rows, :mod:`taso.groups`) needs the same laws
+become one product over their concatenated rows, :mod:`taso.search.groups`) needs the same laws
 at arity k, and each arity is a Z3 function family of its own (``concat`` of k tensors,
 ``split`` into k sizes). So the laws are a schema: :func:`nary_axioms` gives them for one
 arity, the verifier adds them for every arity above 2 that a rule mentions, and each one

@@ -43,9 +43,9 @@ def is_rule_file(path: str) -> bool:
 
 def describe_library(library) -> dict[str, Any]:
     """A JSON-ready summary of a rule library: header and one line per rule, in text form beside its id; the
-    clean-ups ``taso optimize`` applies with every library (:mod:`taso.cleanup`), each with what proves it; and the
-    group merges it offers with every library (:mod:`taso.groups`), each arity with its proof."""
-    from .cleanup import CLEANUPS
+    clean-ups ``taso optimize`` applies with every library (:mod:`taso.search.cleanup`), each with what proves it; and the
+    group merges it offers with every library (:mod:`taso.search.groups`), each arity with its proof."""
+    from .search.cleanup import CLEANUPS
     from .rules import format_rule
 
     return {
@@ -58,7 +58,7 @@ def describe_library(library) -> dict[str, Any]:
 
 def describe_groups() -> list[dict[str, Any]]:
     """Each group family with its proved arities: the rule id, the axioms its proof used and Z3's time."""
-    from .groups import FAMILIES, MAX_GROUP, MIN_GROUP, GroupLibrary
+    from .search.groups import FAMILIES, MAX_GROUP, MIN_GROUP, GroupLibrary
 
     shipped = GroupLibrary.shipped()
     families = []

@@ -28,13 +28,14 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 
-from .cleanup import CleanupReport, clean_up
+from .search.cleanup import CleanupReport, clean_up
 from .cost import CostModel, make_cost_model
 from .errors import TasoError, Unsupported, first_line
 from .ir import Graph
 from .onnx.files import EXTERNAL_DATA_BYTES, SPILL_BYTES, Scratch, SpilledModel, embedded_weight_bytes, write_atomically
-from .rules import LibraryFile, Rule, usable_reverse
-from .search import ENGINES, LazyRules, RuleSlot, SearchConfig, SearchReport, search
+from .rules import SHIPPED_DATA, LibraryFile, Rule, usable_reverse
+from .search import ENGINES, LazyRules, RuleSlot, SearchConfig, SearchReport
+from .search import search
 from .stages import StageClock
 from .measure.timing import InterleavedTimer, TimingError, interleaved_times, nothing_pays, open_session
 from .verdicts import GuardVerdict, VerdictCache, layout_digest
@@ -43,7 +44,7 @@ __all__ = ["DEFAULT_LIBRARY", "MIN_CONFIRMED_SPEEDUP", "OutputMismatchError", "M
            "optimize_with_report", "optimize_model", "save_onnx", "export_clean", "write_model", "copy_model_file", "model_bytes", "end_to_end_speedup",
            "validate_search_settings"]
 
-DEFAULT_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "library.jsonl.gz")
+DEFAULT_LIBRARY = os.path.join(SHIPPED_DATA, "library.jsonl.gz")
 
 # The optimized model must beat the input by this factor end to end to be kept.
 MIN_CONFIRMED_SPEEDUP = 1.02
@@ -324,7 +325,7 @@ class Outcome:
         model: the model to write, or None: write the input unchanged.
         kept: "optimized", "re-export" (the cleaned-up graph without rewrites, measured faster) or "input".
         report: the search's report.
-        cleanup: what clean-up did before the search and to its result (:mod:`taso.cleanup`).
+        cleanup: what clean-up did before the search and to its result (:mod:`taso.search.cleanup`).
         clock: each stage's seconds and peak memory (:mod:`taso.stages`).
         comparison: the output check of the kept model (None when the input is kept unchanged
             and no candidate was checked).
@@ -865,7 +866,7 @@ def optimize(graph: Graph, alpha: float = 1.05, budget: int = SearchConfig.budge
         threads: intra-op threads the model will run with (for measured costs).
         check: compare the result with the input on ONNX Runtime.
         confirm: time the result against the input end to end (default: with 'ort-cpu' costs).
-        search: 'backtracking' (TASO's search, default) or 'eqsat' (equality saturation, :mod:`taso.eqsat`).
+        search: 'backtracking' (TASO's search, default) or 'eqsat' (equality saturation, :mod:`taso.search.eqsat`).
 
     Raises:
         OutputMismatchError: the optimized graph disagrees with the input on ONNX Runtime.

@@ -166,7 +166,7 @@ def _write_unchanged(args: argparse.Namespace, why: str) -> int:
 def _explain(args: argparse.Namespace) -> int:
     """``--explain RULE``: why each directed rule the query names does or does not apply to the model."""
     from .cli import parse_input_shapes
-    from .explain import explain_rule, find_rules
+    from .search.explain import explain_rule, find_rules
     from .onnx import load_onnx
     from .optimize import load_rules
 
@@ -261,9 +261,9 @@ def _search_line(report) -> str:
     """What the search did, in the engine's own terms."""
     if report.engine == "eqsat":
         e = report.eqsat
-        return (f"  search   {report.seconds:.1f} s eqsat: {e['iterations']} rounds, {e['enodes']} e-nodes, {e['applied']} of {e['matches']} matches "
-                f"added, saturation stopped: {e['stop_reason']} ({e['seconds_saturating']:.1f} s); extraction: {e['extraction']} "
-                f"({e['seconds_extracting']:.1f} s); kept the {_EQSAT_CHOICE[e['chosen']]}")
+        return (f"  search   {report.seconds:.1f} s eqsat: {e.iterations} rounds, {e.enodes} e-nodes, {e.applied} of {e.matches} matches "
+                f"added, saturation stopped: {e.stop_reason} ({e.seconds_saturating:.1f} s); extraction: {e.extraction} "
+                f"({e.seconds_extracting:.1f} s); kept the {_EQSAT_CHOICE[e.chosen]}")
     return (f"  search   {report.seconds:.1f} s ({report.seconds_rewriting:.1f} s rewriting, {report.seconds_costing:.1f} s costing), "
             f"{report.expanded} graphs expanded ({report.cleaned} cleaned up), {report.generated} rewrites tried, {report.accepted} queued, "
             f"stopped: {report.stop_reason.value}")

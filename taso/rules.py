@@ -52,8 +52,11 @@ from .errors import TasoError
 from .ir import Graph, GraphMeta, Node, TensorType
 from .ops import get as get_op
 
-__all__ = ["RuleNode", "RuleInput", "Rule", "Library", "LibraryFile", "IndexEntry", "FORMAT", "VERSION", "STATUSES", "RuleFormatError",
+__all__ = ["SHIPPED_DATA", "RuleNode", "RuleInput", "Rule", "Library", "LibraryFile", "IndexEntry", "FORMAT", "VERSION", "STATUSES", "RuleFormatError",
            "resolve_expr", "format_rule", "is_lines_path", "usable_reverse", "operator_variant", "side_variants"]
+
+# Where the package keeps the rule files it ships (the library, the group rules).
+SHIPPED_DATA = os.path.join(os.path.dirname(__file__), "data")
 
 FORMAT = "taso-rules"
 VERSION = 2  # 2: JSON Lines (gzip for .gz) with a per-rule index; 1: one JSON document (still read and written for .json)

@@ -80,7 +80,7 @@ def library_rewrites(graph):
     """(rule, plan, child) for every place a rule of the shipped library rewrites ``graph`` into a graph it can build:
     what the tests that hold a rewrite's price from its parent to the built child's own walk over."""
     from taso.optimize import load_rules
-    from taso.rewrite import CompiledRule, plans
+    from taso.search.rewrite import CompiledRule, plans
 
     present = {n.op.name for n in graph.nodes}
     for rule in load_rules():

@@ -18,7 +18,7 @@ from taso.generator import Settings, ShapeClass, generate, parse_ops
 from taso.generator.parallel import Packer
 from taso.ir import Graph, Node, TensorType, check
 from taso.ops import get as get_op
-from taso.rewrite import CompiledRule, rewrites
+from taso.search.rewrite import CompiledRule, rewrites
 from taso.rules import format_rule
 from taso.verifier.verify import verify_rule
 

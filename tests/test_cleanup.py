@@ -1,4 +1,4 @@
-"""Clean-up (taso.cleanup): what a graph simplifier removes, removed exactly, on ONNX files as exporters write them."""
+"""Clean-up (taso.search.cleanup): what a graph simplifier removes, removed exactly, on ONNX files as exporters write them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from helpers import model_from_text, run_ort
 from onnx import TensorProto, helper, numpy_helper
 
-from taso.cleanup import CLEANUPS, clean_up
+from taso.search.cleanup import CLEANUPS, clean_up
 from taso.ir import TensorType
 from taso.onnx import folding_plan, load_onnx
 from taso.optimize import export_clean
@@ -360,7 +360,8 @@ def test_the_search_cleans_up_what_its_merges_duplicate_and_prices_it_so():
     import taso.models as zoo
     from taso.cost import make_cost_model
     from taso.optimize import load_rules
-    from taso.search import CLEAN_UP, SearchConfig, search
+    from taso.search import CLEAN_UP, SearchConfig
+    from taso.search import search
 
     graph = load_onnx(zoo.build("nasrnn"))
     rules, model = load_rules(), make_cost_model("analytic")

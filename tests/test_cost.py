@@ -56,7 +56,8 @@ def test_the_search_cannot_buy_layout_noise_with_transposes():
     """The shipped library proves tanh(x) = transpose(tanh(transpose(x))); priced per layout, noise made the search
     wrap 64 Tanhs of an unrolled LSTM in 128 Transposes. One price per kernel leaves it nothing to buy."""
     from taso.optimize import load_rules
-    from taso.search import SearchConfig, search
+    from taso.search import SearchConfig
+    from taso.search import search
 
     tanh, sigmoid, mul = ops.get("tanh"), ops.get("sigmoid"), ops.get("mul")
     nodes = [Node(tanh, tanh.make_params(), ("x",), ("a",), "tanh"), Node(sigmoid, sigmoid.make_params(), ("x",), ("b",), "sigmoid"),
@@ -182,7 +183,8 @@ def test_a_search_on_a_cold_cache_keeps_to_its_time_limit(tmp_path, monkeypatch)
     import time
 
     from taso.optimize import load_rules
-    from taso.search import SearchConfig, search
+    from taso.search import SearchConfig
+    from taso.search import search
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     model = OrtCpuCost(threads=1)

@@ -13,7 +13,7 @@ from taso import ops
 from taso.cost import AnalyticCost, Neighbourhood
 from taso.cost.ort_cpu import OrtCpuCost, gather_siblings, split_gathers
 from taso.ir import Graph, Node, TensorType
-from taso.rewrite import CompiledRule, plans
+from taso.search.rewrite import CompiledRule, plans
 
 
 class FusingAnalytic(AnalyticCost):
@@ -154,7 +154,8 @@ def test_a_rewrites_price_is_the_child_graphs_cost(graph):
 
 
 def test_merging_steps_that_share_a_weight_pays_for_the_bias_adds_it_stops_fusing():
-    from taso.search import SearchConfig, search
+    from taso.search import SearchConfig
+    from taso.search import search
     from rule_examples import shared_weight_merge_rule
 
     graph = _unrolled_linear(4)

@@ -14,10 +14,10 @@ import pytest
 from taso import ops
 from taso.cost import make_cost_model
 from taso.cost.region import RegionCost, region_pair, region_signature
-from taso.explain import find_rules
+from taso.search.explain import find_rules
 from taso.ir import Graph, Node, TensorType
 from taso.optimize import load_rules
-from taso.rewrite import CompiledRule, find_matches, plan_match
+from taso.search.rewrite import CompiledRule, find_matches, plan_match
 from tests.helpers import assert_close
 
 MERGE_SHARED_WEIGHT = "[matmul(x1, w1), matmul(x2, w1)] ⇒"  # the shipped rule that merges two products with one weight
@@ -179,11 +179,12 @@ def test_a_rewrite_saves_at_most_what_its_region_costs():
 def test_the_search_reprices_an_inherited_rewrite_whose_neighbours_changed():
     """A region price is measured with the rewrite's neighbours; once an applied rewrite changed them, it is stale."""
     from taso.cost import AnalyticCost
-    from taso.search import _all_options, _inherited_options, _Pricer, _RuleIndex
+    from taso.search.backtracking import _all_options, _inherited_options, _Pricer
+    from taso.search.core import RuleIndex
 
     graph = _unrolled(3, bias=False)
     merge = _plans(graph)[0]  # merges two steps' products: their ReLUs now read the merged product's split
-    index = _RuleIndex(load_rules())
+    index = RuleIndex(load_rules())
     index.admit(graph)
     repriced = {}
     for sensitive in (False, True):

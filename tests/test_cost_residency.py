@@ -18,7 +18,7 @@ from taso.cost.model import CostModel, _roofline_seconds
 from taso.cost.ort_cpu import COLD, EVICT, WARM, OrtCpuCost, _cold_then_warm, _profiled_runs
 from taso.cost.residency import CacheSizes, WeightReads
 from taso.ir import Graph, Node, TensorType
-from taso.rewrite import CompiledRule, plans
+from taso.search.rewrite import CompiledRule, plans
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from run_order_check import first_seen, onnx_runtime_order, taso_order  # noqa: E402 - after the path insert
@@ -195,7 +195,8 @@ def test_a_rewrites_price_is_the_child_graphs_cost_with_residency(priced, graph)
 def test_the_search_reports_its_best_graph_at_that_graphs_own_cost(priced):
     # Rewrites are priced in their parent's run order; what the search keeps and reports is priced in its own.
     from taso.optimize import load_rules
-    from taso.search import SearchConfig, search
+    from taso.search import SearchConfig
+    from taso.search import search
 
     graph = taso.load_onnx(__import__("taso.models", fromlist=["build"]).build("nasrnn", steps=2, hidden=16))
     best, report = search(graph, load_rules(), priced, SearchConfig(budget=10, time_limit=30.0))

@@ -1,4 +1,4 @@
-"""Equality saturation (taso.eqsat): same rules and guards as the backtracking search, exact extraction, equal outputs."""
+"""Equality saturation (taso.search.eqsat): same rules and guards as the backtracking search, exact extraction, equal outputs."""
 
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ from taso.cost import AnalyticCost
 from taso.ir.dims import symbol
 from taso.ir import Graph, TensorType
 from taso.optimize import load_rules
-from taso.search import SearchConfig, StopReason, search
+from taso.search import SearchConfig, StopReason
+from taso.search import search
 
-saturation = importlib.import_module("taso.eqsat.saturate")
-extraction = importlib.import_module("taso.eqsat.extract")
-patterns = importlib.import_module("taso.eqsat.patterns")
+saturation = importlib.import_module("taso.search.eqsat.saturate")
+extraction = importlib.import_module("taso.search.eqsat.extract")
+patterns = importlib.import_module("taso.search.eqsat.patterns")
 
 QUICK = SearchConfig(engine="eqsat", time_limit=4.0, eqsat_nodes=3000, eqsat_iterations=4)
 
@@ -51,7 +52,7 @@ def test_eqsat_finds_a_cheaper_equal_graph_and_names_the_rules_it_used(rules):
     assert best.op_histogram()["matmul"] < graph.op_histogram()["matmul"]
     assert report.applied, "the rules whose targets the extracted graph holds are reported"
     assert all(report.rule_texts[rule] for rule in report.applied), "each with its text, as the CLI prints it"
-    assert report.eqsat["extraction"].startswith(("ilp", "greedy")) and report.eqsat["enodes"] > len(graph.nodes)
+    assert report.eqsat.extraction.startswith(("ilp", "greedy")) and report.eqsat.enodes > len(graph.nodes)
     taso.check(best)
     _same_on_ort(graph, best)
 
@@ -80,7 +81,7 @@ def test_a_group_merge_cheaper_only_priced_whole_is_kept(rules):
 
     graph = _products_read_apart()
     best, report = search(graph, rules, ColdWeightReads(), QUICK)
-    assert report.eqsat["chosen"] == "version" and report.eqsat["extracted_cost_s"] > report.best_cost
+    assert report.eqsat.chosen == "version" and report.eqsat.extracted_cost > report.best_cost
     assert best.op_histogram()["matmul"] == 1 and report.best_cost < report.initial_cost
     assert [rule for rule in report.applied] == [step.rule for step in report.trace] and report.trace[0].rule.startswith("shared-weight-rows")
     assert report.rule_texts[report.trace[0].rule], "the merge is named with its text, as the CLI prints it"
@@ -93,7 +94,7 @@ def test_on_a_tie_the_version_made_by_rewriting_the_input_is_chosen_and_written_
     x32 export the two engines then wrote the same file (and the end-to-end guard's verdict on it is shared)."""
     graph = _products_read_apart()
     best, report = search(graph, rules, _WeightBound(), QUICK)
-    assert report.eqsat["chosen"] == "version" and report.eqsat["extracted_cost_s"] == report.best_cost, "a tie"
+    assert report.eqsat.chosen == "version" and report.eqsat.extracted_cost == report.best_cost, "a tie"
     backtracking, _ = search(graph, rules, _WeightBound(), dataclasses.replace(QUICK, engine="backtracking"))
     assert [(n.op.name, n.inputs) for n in best.nodes] == [(n.op.name, n.inputs) for n in backtracking.nodes]
 
@@ -111,7 +112,7 @@ def test_a_graph_priced_on_estimates_is_not_chosen_over_the_input(rules):
     assert search(graph, rules, _WeightBound(), QUICK)[1].best_cost < _WeightBound().graph_cost(graph), "measured, merging pays"
     best, report = search(graph, rules, ConcatOnlyEstimated(), QUICK)
     assert not any(n.op.name == "concat" for n in best.nodes) and report.best_cost <= report.initial_cost
-    assert report.eqsat["chosen"] != "version"
+    assert report.eqsat.chosen != "version"
 
 
 def _three_products_a_step(steps: int = 4) -> Graph:
@@ -129,8 +130,8 @@ def _three_products_a_step(steps: int = 4) -> Graph:
 def test_group_merges_chain_into_versions_that_merge_the_groups_found_after_earlier_merges():
     import time
 
-    from taso.eqsat import _add_cleaned_versions
-    from taso.groups import GroupLibrary, find_groups
+    from taso.search.eqsat import _add_cleaned_versions
+    from taso.search.groups import GroupLibrary, find_groups
 
     graph, library, texts = _three_products_a_step(), GroupLibrary.shipped(), {}
     seeds = [m.match for m in find_groups(graph, library).merges]
@@ -158,7 +159,7 @@ def test_extraction_shares_a_subgraph_that_greedy_counts_once_per_reader(rules):
     each reader's tree alone (the merged product four times) and keeps them apart; the integer program counts it once."""
     graph = _products_read_apart()
     egraph = saturation.EGraph(graph)
-    from taso.groups import GroupLibrary, find_groups
+    from taso.search.groups import GroupLibrary, find_groups
 
     seeds = [m.match for m in find_groups(graph, GroupLibrary.shipped()).merges]
     assert seeds, "the four products form a group"
@@ -183,7 +184,7 @@ def test_an_egraph_with_a_cycle_is_extracted_without_one():
     the extracted graph is a DAG computing the same values."""
     import networkx as nx
 
-    from taso.eqsat.terms import INSERT, join
+    from taso.search.eqsat.terms import INSERT, join
 
     inputs = {"x": TensorType((2, 4)), "y": TensorType((2, 4))}
     nodes = [_n("concat", ["x", "y"], ["c"], axis=1), _n("split", ["c"], ["a", "b"], axis=1, sizes=(4, 4)),
@@ -204,7 +205,7 @@ def test_an_egraph_with_a_cycle_is_extracted_without_one():
 def test_a_cheap_cycle_is_not_extracted():
     """p = x @ w is joined with split(concat(p, q))[0]: without its cycle cut the program would compute p from the
     split of a concat of p (a cheap cycle instead of a big product). The product stays; the graph is a DAG."""
-    from taso.eqsat.terms import INSERT, join
+    from taso.search.eqsat.terms import INSERT, join
 
     rng = np.random.default_rng(0)
     inputs = {"x": TensorType((64, 512)), "y": TensorType((64, 8))}
@@ -222,7 +223,7 @@ def test_a_cheap_cycle_is_not_extracted():
 
 def test_a_match_outside_the_proof_is_declined(rules):
     """A rule proved for rank-2 inputs is not applied to rank-3 values, exactly as the backtracking matcher declines it."""
-    from taso.rewrite import CompiledRule
+    from taso.search.rewrite import CompiledRule
 
     graph = _rnn_like()
     egraph = saturation.EGraph(graph)
@@ -244,7 +245,7 @@ def test_a_match_declined_at_its_last_target_node_adds_nothing_to_the_table(rule
     """The rule's target is concat, product, split; an output class of another type fails only the split's check. The
     concat and the product were once added to the table anyway, naming handles no command gave the e-graph: extraction
     then failed with a KeyError (a BERT export through --search eqsat)."""
-    from taso.rewrite import CompiledRule
+    from taso.search.rewrite import CompiledRule
 
     graph = _rnn_like()
     egraph = saturation.EGraph(graph)
@@ -325,7 +326,7 @@ def test_a_round_is_not_begun_when_the_last_ones_set_up_outlasts_the_time_left(r
 def test_a_saturated_egraph_says_so():
     graph = Graph({"x": TensorType((2, 3))}, {}, [_n("sigmoid", ["x"], ["y"])], ["y"])
     best, report = search(graph, [], AnalyticCost(), QUICK)
-    assert report.eqsat["stop_reason"] == "saturated" and report.stop_reason is StopReason.SATURATED
+    assert report.eqsat.stop_reason == "saturated" and report.stop_reason is StopReason.SATURATED
     assert best is graph
 
 
@@ -520,7 +521,7 @@ def test_extraction_never_prices_a_graph_below_its_whole_price_nor_above_the_inp
 def test_an_enode_reading_its_own_class_is_never_measured():
     """x * 1 joined with x puts ``mul(x, one)`` in x's own class: no choice can use it, and measured as one node its
     output would be its input (on a GPT-2 export this failed the run when the node's key was not in the cost cache)."""
-    from taso.eqsat.terms import INSERT, join
+    from taso.search.eqsat.terms import INSERT, join
 
     class RefusesSelfReads(AnalyticCost):
         def measure(self, node, graph, key, consts):

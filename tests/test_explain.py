@@ -9,7 +9,7 @@ from test_soundness import _cast_model
 from taso import load_onnx
 from taso.cli import main
 from taso.errors import TasoError
-from taso.explain import explain_rule, find_rules
+from taso.search.explain import explain_rule, find_rules
 from taso.optimize import load_rules
 
 

@@ -1,4 +1,4 @@
-"""Group merges (taso.groups): k sites of one kind rewritten in one proved step.
+"""Group merges (taso.search.groups): k sites of one kind rewritten in one proved step.
 
 What a user relies on: every arity the optimizer uses is a proved rule in the shipped file (and the
 file is what the code builds); the n-way laws those proofs rest on hold in NumPy; a group is found in
@@ -19,11 +19,12 @@ import pytest
 import taso
 from taso.cli import main
 from taso.cost import AnalyticCost
-from taso.groups import FAMILIES, MAX_GROUP, MIN_GROUP, GroupLibrary, find_groups
+from taso.search.groups import FAMILIES, MAX_GROUP, MIN_GROUP, GroupLibrary, find_groups
 from taso import ops
 from taso.ir import Graph, Node, TensorType
 from taso.rules import Library
-from taso.search import SearchConfig, search
+from taso.search import SearchConfig
+from taso.search import search
 from taso.specs.nary import nary_axioms
 from taso.verifier.axiom_check import check_shape_rules, validate_axiom
 from taso.verifier.verify import Settings, relevant_axioms, verify_rule
@@ -58,7 +59,7 @@ def test_the_n_way_laws_start_at_three():
 
 
 def test_the_shipped_file_proves_exactly_the_rules_the_families_build():
-    shipped = {r.id: r for r in Library.load(taso.groups.GROUP_LIBRARY)}
+    shipped = {r.id: r for r in Library.load(taso.search.groups.GROUP_LIBRARY)}
     for family in FAMILIES:
         for k in range(MIN_GROUP, MAX_GROUP + 1):
             rule = family.rule(k)
@@ -192,7 +193,7 @@ class _OnlyTheWholeChainPays(AnalyticCost):
 
 
 def test_the_search_reaches_a_graph_only_the_whole_chain_of_group_merges_makes_pay():
-    from taso.groups import merge_chain
+    from taso.search.groups import merge_chain
 
     graph = taso.load_onnx(__import__("taso.models", fromlist=["build"]).build("nasrnn", steps=3, hidden=16))
     chain = list(merge_chain(graph, GroupLibrary.shipped()))
@@ -224,7 +225,7 @@ def test_a_cell_loop_merges_every_input_projection_and_still_runs_at_other_batch
 
 
 def test_taso_info_lists_each_group_family_with_its_proved_arities(capsys):
-    assert main(["info", taso.groups.GROUP_LIBRARY]) == 0
+    assert main(["info", taso.search.groups.GROUP_LIBRARY]) == 0
     text = capsys.readouterr().out
     for family in FAMILIES:
         assert f"  {family.name}: {family.doc}  [Z3, k = {MIN_GROUP}..{MAX_GROUP}]" in text

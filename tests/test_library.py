@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from taso.optimize import DEFAULT_LIBRARY, load_rules
-from taso.rewrite import CompiledRule, rewrites
+from taso.search.rewrite import CompiledRule, rewrites
 from taso.rules import Library
 
 LIBRARY = Library.load(DEFAULT_LIBRARY)

@@ -10,12 +10,14 @@ import pytest
 from rule_examples import all_rules
 
 import taso
-import taso.search as search_module
+import taso.search.core as search_module
 from taso.cost import make_cost_model
 from taso.errors import TasoError
 from taso.optimize import DEFAULT_LIBRARY, load_rules
 from taso.rules import VERSION, Library, LibraryFile, Rule, RuleFormatError, usable_reverse
-from taso.search import SearchConfig, _RuleIndex, search
+from taso.search import SearchConfig
+from taso.search.core import RuleIndex
+from taso.search import search
 
 
 def _proved_library() -> Library:
@@ -192,7 +194,7 @@ def _rnn():
 def test_only_rules_whose_operators_occur_in_the_model_are_compiled():
     graph = _rnn()
     rules = load_rules()
-    index = _RuleIndex(rules)
+    index = RuleIndex(rules)
     index.admit(graph)
     present = index.present
     assert index.compiled and all(search_module.side_variants(c.rule.source) <= present for c in index.compiled)
@@ -203,7 +205,7 @@ def test_only_rules_whose_operators_occur_in_the_model_are_compiled():
 def test_load_rules_is_cached_by_digest_with_its_compiled_rules():
     first, again = load_rules(), load_rules()
     assert first is again
-    a, b = _RuleIndex(first), _RuleIndex(again)
+    a, b = RuleIndex(first), RuleIndex(again)
     a.admit(_rnn())
     b.admit(_rnn())
     assert all(x is y for x, y in zip(a.compiled, b.compiled))
@@ -214,7 +216,7 @@ def test_lazy_admission_finds_exactly_what_compiling_every_rule_finds(monkeypatc
     config = SearchConfig(budget=12, time_limit=600)
     _, lazy = search(graph, rules, make_cost_model("analytic"), config)
     everything = {v for slot in rules.slots for v in slot.source_ops}
-    monkeypatch.setattr(_RuleIndex, "admit", lambda self, g: self.admit_variants(everything))
+    monkeypatch.setattr(RuleIndex, "admit", lambda self, g: self.admit_variants(everything))
     _, eager = search(graph, rules, make_cost_model("analytic"), config)
     assert lazy.trace and lazy.trace == eager.trace and lazy.fired == eager.fired
     assert (lazy.best_cost, lazy.generated, lazy.accepted) == (eager.best_cost, eager.generated, eager.accepted)

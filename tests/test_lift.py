@@ -9,8 +9,8 @@ from helpers import assert_close, run_ort
 from onnx import TensorProto, helper, numpy_helper
 
 import taso
-from taso.explain import explain_rule
-from taso.rewrite import CompiledRule, rewrites
+from taso.search.explain import explain_rule
+from taso.search.rewrite import CompiledRule, rewrites
 from taso.rules import Library, LibraryFile
 from taso.verifier.build_library import DEFAULT_OUTPUT
 from taso.verifier.lift import Skip, lift_library, lift_rule

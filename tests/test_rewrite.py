@@ -9,7 +9,7 @@ from rule_examples import (add_commute_rule, all_rules, matmul_assoc_rule, relu_
 
 from taso import ops
 from taso.ir import Graph, Node, TensorType, check
-from taso.rewrite import CompiledRule, find_matches, rewrites
+from taso.search.rewrite import CompiledRule, find_matches, rewrites
 
 
 def _n(op, inputs, outputs, **params):
@@ -122,11 +122,11 @@ def test_narrowing_the_anchor_by_its_inputs_producers_finds_exactly_the_same_mat
 
     from taso.onnx import load_onnx
     from taso.optimize import load_rules
-    from taso.search import _RuleIndex
+    from taso.search.core import RuleIndex
 
     for name in ("lstm_cell_loop.dynamo.onnx", "gru_cell_loop.torchscript.onnx"):
         graph = load_onnx(os.path.join(os.path.dirname(__file__), "data", "symbolic", name))
-        index = _RuleIndex(load_rules(), connected_only=False)
+        index = RuleIndex(load_rules(), connected_only=False)
         index.admit(graph)
         narrowed = 0
         for crule in index.compiled:
@@ -148,12 +148,12 @@ def test_dropping_partial_matches_outside_the_proof_keeps_exactly_the_matches_no
 
     from taso.onnx import load_onnx
     from taso.optimize import load_rules
-    from taso.rewrite import decline_reason
-    from taso.search import _RuleIndex
+    from taso.search.rewrite import decline_reason
+    from taso.search.core import RuleIndex
 
     for name in ("lstm_cell_loop.dynamo.onnx", "gru_cell_loop.torchscript.onnx"):
         graph = load_onnx(os.path.join(os.path.dirname(__file__), "data", "symbolic", name))
-        index = _RuleIndex(load_rules(), connected_only=False)
+        index = RuleIndex(load_rules(), connected_only=False)
         index.admit(graph)
         for crule in index.compiled:
             kept = [(tuple(id(n) for n in m.nodes), tuple(sorted(m.values.items()))) for m in find_matches(graph, crule)]

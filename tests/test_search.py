@@ -15,7 +15,8 @@ import taso
 from taso import ops
 from taso.cost import AnalyticCost
 from taso.ir import Graph, Node, TensorType
-from taso.search import SearchConfig, StopReason, search
+from taso.search import SearchConfig, StopReason
+from taso.search import search
 
 
 def _n(op, inputs, outputs, **params):
@@ -211,7 +212,7 @@ def test_a_source_whose_parts_share_nothing_is_not_matched_on_every_pair_of_node
 
 
 def test_a_source_is_connected_through_its_nodes_or_a_shared_input():
-    from taso.rewrite import CompiledRule
+    from taso.search.rewrite import CompiledRule
     from taso.rules import RuleNode
 
     shared = shared_weight_merge_rule()

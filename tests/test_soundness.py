@@ -13,11 +13,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import taso.rewrite as rewrite
+import taso.search.rewrite as rewrite
 from taso import load_onnx
 from taso.onnx import export_onnx
 from taso.optimize import load_rules
-from taso.rewrite import CompiledRule, plans, rewrites
+from taso.search.rewrite import CompiledRule, plans, rewrites
 from taso.rules import Library, Rule
 from taso.measure.outputs import compare_models
 from taso.measure.inputs import integer_ranges, random_inputs

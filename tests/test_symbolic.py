@@ -126,9 +126,9 @@ def _two_products(rows2) -> Graph:
 
 def _merge_rule():
     from taso.optimize import load_rules
-    from taso.rewrite import CompiledRule
+    from taso.search.rewrite import CompiledRule
 
-    from taso.explain import find_rules
+    from taso.search.explain import find_rules
 
     rules = find_rules(load_rules(), "r-f4258e30d8")
     assert str(rules[0]) == "add(matmul(x1, w1), matmul(x2, w2)) ⇒ matmul(concat(x1, x2, axis=1), concat(w1, w2, axis=0))"
@@ -137,8 +137,8 @@ def _merge_rule():
 
 def test_a_rule_that_holds_at_the_measurement_size_only_does_not_fire():
     """x1 has batch rows and x2 one row: equal at batch 1, where the rule would apply, and at no other size."""
-    from taso.explain import explain_rule
-    from taso.rewrite import plans
+    from taso.search.explain import explain_rule
+    from taso.search.rewrite import plans
 
     crule = _merge_rule()
     assert list(plans(_two_products(symbol("batch", 1)), crule)), "rows batch and batch: the merge holds at every size"

@@ -23,7 +23,7 @@ import numpy as np
 
 from taso.errors import TasoError
 from taso.ir import Graph
-from taso.rewrite import CompiledRule, apply_match, find_matches
+from taso.search.rewrite import CompiledRule, apply_match, find_matches
 from taso.rules import Rule
 
 from .batch import process_map, sample_evenly

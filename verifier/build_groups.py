@@ -2,7 +2,7 @@
 
     python -m taso.verifier.build_groups [-j 2] [--timeout 60] [--max-group 64] [-o PATH]
 
-The optimizer's group merges (:mod:`taso.groups`) use an arity only when the rule they build
+The optimizer's group merges (:mod:`taso.search.groups`) use an arity only when the rule they build
 for it is in this file, proved. Proofs use the n-way laws of :mod:`taso.specs.nary` and
 record the axioms they used; the build fails, writing nothing, when any arity is not proved.
 """
@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 
 from taso.errors import TasoError
-from taso.groups import FAMILIES, GROUP_LIBRARY, MAX_GROUP, MIN_GROUP
+from taso.search.groups import FAMILIES, GROUP_LIBRARY, MAX_GROUP, MIN_GROUP
 from taso.rules import Library
 
 from .report import library_header, progress_bar, summary

@@ -21,7 +21,7 @@ batched form and hands it to the verifier like any candidate:
 Each lifted rule is then verified from scratch (``verify.verify_rules``: the NumPy
 pre-check, Z3 against the specs, the cross-check at other shapes); only ``proved`` ones are
 kept. A lifted rule's inputs carry their new ranks, so the rewrite engine's match-time rank
-check (``taso.rewrite._within_proof``) applies it exactly where the new proof holds: to
+check (``taso.search.rewrite._within_proof``) applies it exactly where the new proof holds: to
 rank-3 activations, never to 2-D ones (the original rule keeps those) nor to rank 4.
 
 ``--merge`` appends the proved lifted rules to the input library (the existing rules, ids

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 
 from taso.errors import TasoError
-from taso.groups import GROUP_LIBRARY
+from taso.search.groups import GROUP_LIBRARY
 from taso.rules import Library, Rule
 
 from . import DEFAULT_TIMEOUT_S

@@ -174,7 +174,7 @@ def _significant_difference(before: list[float], after: list[float]) -> float:
 def region_pair(parent: Graph, removed: Sequence[Node], added: Sequence[Node], child) -> tuple[Graph, Graph] | None:
     """The rewrite's region before and after: its nodes with the same immediate producers and consumers.
 
-    ``child`` is the rewritten graph or a :class:`~taso.rewrite.Plan` of it (anything with
+    ``child`` is the rewritten graph or a :class:`~taso.search.rewrite.Plan` of it (anything with
     ``type``, ``weights``, ``meta``). None when a core node is opaque (its kernel is not
     ours to pair with neighbours) or nothing runs at inference time on either side.
     """

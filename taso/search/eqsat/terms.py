@@ -19,8 +19,8 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..ir import Graph, Params, TensorType
-from ..ops.base import Op
+from ...ir import Graph, Params, TensorType
+from ...ops.base import Op
 
 LEAF = "leaf"
 

@@ -48,8 +48,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .ir import Graph, Node, Params, TensorType
-from .ops import get as get_op
+from ..ir import Graph, Node, Params, TensorType
+from ..ops import get as get_op
 
 __all__ = ["Cleanup", "CLEANUPS", "CleanupReport", "clean_up", "may_clean_up"]
 
@@ -91,7 +91,7 @@ _AXIOM_PATTERN = {c.name: c.axiom for c in CLEANUPS if c.axiom}
 
 @functools.cache
 def _axiom_names() -> frozenset[str]:
-    from .specs import AXIOMS
+    from ..specs import AXIOMS
 
     return frozenset(a.name for a in AXIOMS)
 

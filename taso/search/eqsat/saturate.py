@@ -2,7 +2,7 @@
 
 Each iteration runs every admitted rule's query once (egglog's e-matching, congruence and
 union-find), reads the new matches, and adds the targets of those the guards accept
-(:mod:`taso.eqsat.patterns`). A rule is admitted once every operator of its source occurs in
+(:mod:`taso.search.eqsat.patterns`). A rule is admitted once every operator of its source occurs in
 the e-graph (as in the backtracking search) and every producer-reader pair of operators in its
 source does too: declaring a rule to egglog costs more than matching it. The loop stops when
 an iteration adds nothing (saturated), or at the node, iteration or time limit.
@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 import egglog.bindings as egglog
 import numpy as np
 
-from ..ir import Graph
+from ...ir import Graph
 from ..rewrite import CompiledRule, Match
-from ..rules import Rule, operator_variant
+from ...rules import Rule, operator_variant
 from .patterns import RulePattern
 from .terms import INSERT, PRELUDE, TermTable, encode_graph, join
 
@@ -154,14 +154,14 @@ def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limit
              excluded: frozenset[str] = frozenset(), seeds: Iterable[Match] = ()) -> Saturation:
     """Grows ``egraph`` with the rules; returns what it did.
 
-    ``seeds``: matches found on the input graph by other means (the group merges of :mod:`taso.groups`, whose k-ary
+    ``seeds``: matches found on the input graph by other means (the group merges of :mod:`taso.search.groups`, whose k-ary
     rules no e-matching finds), added before the first round.
     """
-    from ..search import _RuleIndex
+    from ..core import RuleIndex
 
     started = time.perf_counter()
     report = Saturation()
-    index = _RuleIndex(rules, connected_only, excluded)
+    index = RuleIndex(rules, connected_only, excluded)
     patterns: dict[str, RulePattern] = {}  # rule id -> its pattern
     numbered: list[RulePattern] = []  # by the number its matches are tagged with
     seen: set[tuple] = set()
@@ -255,7 +255,7 @@ class _Reach:
       ``transpose(transpose(x))``): the source is computed from that input, so the union closes a
       cycle. Such cycles let the extraction's integer program compute a value from itself; ordering
       every class of the large strongly connected components they make took minutes on NasRNN. The
-      clean-up after the search (:mod:`taso.cleanup`) removes what these rules would.
+      clean-up after the search (:mod:`taso.search.cleanup`) removes what these rules would.
 
     Kept as one bit set per class over the condensation of the class graph, updated every
     ``_BATCH`` matches added; extraction orders what cycles remain.

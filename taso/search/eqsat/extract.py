@@ -29,9 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..cost import CostModel
-from ..errors import GraphError
-from ..ir import Graph, Node, TensorType, folds_when_constant
+from ...cost import CostModel
+from ...errors import GraphError
+from ...ir import Graph, Node, TensorType, folds_when_constant
 from .saturate import EGraph, tensor_rows
 from .terms import LEAF
 
@@ -176,7 +176,7 @@ class _Choice:
         after its 1x1 convolution as a depthwise convolution keeps the BatchNormalization folded and
         the ReLU fused; moved as a pool, it does not.
         """
-        from ..cost.model import Neighbourhood
+        from ...cost.model import Neighbourhood
 
         if not self.cost_model.absorbers:
             return {}
@@ -192,7 +192,7 @@ class _Choice:
 
     def _other_absorbers(self, node: Node, producer: Node, consts: frozenset[str]) -> list[tuple[str, tuple[int, ...]]]:
         """The other e-nodes of ``producer``'s class that would absorb ``node`` in its place."""
-        from ..cost.model import Neighbourhood
+        from ...cost.model import Neighbourhood
 
         egraph = self.classes.egraph
         value = next(v for v in node.inputs if v in producer.outputs)

@@ -17,10 +17,10 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from ..cost import CostModel
-from ..ir import Graph
+from ...cost import CostModel
+from ...ir import Graph
 from ..rewrite import CompiledRule
-from ..rules import Rule
+from ...rules import Rule
 from .extract import Extraction, extract
 from .saturate import EGraph, Limits, Saturation, saturate
 
@@ -32,9 +32,9 @@ def _add_cleaned_versions(egraph: EGraph, graph: Graph, library, excluded, seeds
     """Group merges applied to the input and cleaned up, as other versions of the graph in the e-graph; the versions
     added, each with the merges it holds.
 
-    The backtracking search prices a merge as cleaned up (:func:`taso.groups.merged`), and extraction can
+    The backtracking search prices a merge as cleaned up (:func:`taso.search.groups.merged`), and extraction can
     only choose what the e-graph holds. Each merge found on the input is one version; and the chain of
-    :func:`taso.groups.merge_chain`, which merges one group more each, adds one version per step. Each
+    :func:`taso.search.groups.merge_chain`, which merges one group more each, adds one version per step. Each
     merge's text goes in ``texts``.
     """
     from ..groups import merge_chain, merged
@@ -59,13 +59,13 @@ def _priced(cost_model: CostModel, graph: Graph) -> tuple[float, int]:
     return cost, cost_model.estimated - before
 
 
-def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: CostModel, config) -> tuple[Graph, object]:
+def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: CostModel, config, progress=None) -> tuple[Graph, object]:
     """The cheapest graph equality saturation finds within ``config``'s limits, and a :class:`~taso.search.SearchReport`.
 
     ``config`` is the search's :class:`~taso.search.SearchConfig`: its time limit is shared,
     ``eqsat_share`` of it for saturation and the rest for extraction.
     """
-    from ..search import SearchReport, Step, StopReason
+    from ..core import EqsatStats, SearchReport, Step, StopReason
 
     started = time.perf_counter()
     initial = cost_model.graph_cost(graph)
@@ -105,9 +105,7 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
     report = SearchReport(stop, initial, best_cost, expanded=saturation.iterations, generated=saturation.matches, accepted=saturation.applied,
                           seconds=time.perf_counter() - started, trace=trace, engine="eqsat",
                           rule_texts={step.rule: texts.get(step.rule, "") for step in trace})
-    report.eqsat = {"stop_reason": saturation.stop_reason, "iterations": saturation.iterations, "enodes": saturation.terms,
-                    "matches": saturation.matches, "applied": saturation.applied, "seconds_saturating": saturation.seconds,
-                    "extraction": extraction.method, "seconds_extracting": extraction.seconds, "extracted_cost_s": extracted_cost,
-                    "extracted_estimated_nodes": extracted_estimates,
-                    "versions": len(versions), "chosen": "input" if best is graph else "extraction" if best is extraction.graph else "version"}
+    report.eqsat = EqsatStats(saturation.stop_reason, saturation.iterations, saturation.terms, saturation.matches, saturation.applied,
+                              saturation.seconds, extraction.method, extraction.seconds, extracted_cost, extracted_estimates, len(versions),
+                              "input" if best is graph else "extraction" if best is extraction.graph else "version")
     return best, report

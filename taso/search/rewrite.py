@@ -18,11 +18,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from .ir.dims import concrete, symbols_of
-from .errors import GraphError, TasoError
-from .ir import Graph, Node, Params, TensorType
-from .ops import COMMUTATIVE, get
-from .rules import Rule, RuleNode, resolve_expr
+from ..ir.dims import concrete, symbols_of
+from ..errors import GraphError, TasoError
+from ..ir import Graph, Node, Params, TensorType
+from ..ops import COMMUTATIVE, get
+from ..rules import Rule, RuleNode, resolve_expr
 
 __all__ = ["CompiledRule", "Match", "Plan", "find_matches", "params_fit", "decline_reason", "plan_match", "plan_or_reason", "apply_match", "plans", "rewrites"]
 
@@ -195,7 +195,7 @@ def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | Non
     graph node: how the search finds the matches a rewrite created without rematching all.
     With ``structural``, also the matches :func:`decline_reason` turns down (to explain them).
     With ``apart`` (id(node) -> (group, member)), no match takes two different members of one
-    group: the search leaves those to the group's own merge (:mod:`taso.groups`), and cutting
+    group: the search leaves those to the group's own merge (:mod:`taso.search.groups`), and cutting
     them while matching, not after, is what keeps matching linear in a group's size.
     """
     order = crule.order if seed is None else crule.order_from(seed[0])

@@ -11,7 +11,7 @@ target's terms added and unioned with the source's outputs.
 
 The e-graph keeps both sides, so the checks the graph matcher makes because it *replaces*
 the source (interior values used elsewhere, cycles) are not needed here: extraction picks an
-acyclic choice (:mod:`taso.eqsat.extract`).
+acyclic choice (:mod:`taso.search.eqsat.extract`).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from ..errors import TasoError
-from ..ir import TensorType
-from ..ops import COMMUTATIVE, get
+from ...errors import TasoError
+from ...ir import TensorType
+from ...ops import COMMUTATIVE, get
 from ..rewrite import CompiledRule, _assumed
-from ..rules import resolve_expr
+from ...rules import resolve_expr
 from .terms import TermTable, constructor, op_key
 
 

@@ -5,17 +5,17 @@ says whether the rule's source matches there and, if not, the first reason: the 
 parameters differ, the rest of the pattern is not around it, a bound input lies outside the
 ranks the proof assumed, a shape constraint is false, an inside value escapes, the target
 does not type-check, the rewrite would close a cycle. The same functions the search uses
-decide each case (:func:`taso.rewrite.decline_reason`, :func:`taso.rewrite.plan_or_reason`).
+decide each case (:func:`taso.search.rewrite.decline_reason`, :func:`taso.search.rewrite.plan_or_reason`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .errors import TasoError
-from .ir import Graph, Node
+from ..errors import TasoError
+from ..ir import Graph, Node
 from .rewrite import CompiledRule, Plan, params_fit, decline_reason, find_matches, plan_or_reason
-from .rules import Rule
+from ..rules import Rule
 
 __all__ = ["find_rules", "explain_rule"]
 

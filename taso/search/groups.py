@@ -26,16 +26,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
-from .ir import Graph, Node
+from ..ir import Graph, Node
 from .rewrite import CompiledRule, Match, decline_reason
-from .rules import Library, Rule
+from ..rules import SHIPPED_DATA, Library, Rule
 
 __all__ = ["Family", "SharedWeightRows", "SharedInputColumns", "FAMILIES", "GroupLibrary", "MIN_GROUP", "MAX_GROUP", "GROUP_LIBRARY", "GroupMatch", "Groups", "find_groups",
            "merged", "merge_chain", "ChainStep"]
 
 MIN_GROUP = 3  # two sites are the pairwise library's job
 MAX_GROUP = 64  # the largest arity shipped proved; a larger group is merged in chunks of this size
-GROUP_LIBRARY = os.path.join(os.path.dirname(__file__), "data", "groups.jsonl.gz")
+GROUP_LIBRARY = os.path.join(SHIPPED_DATA, "groups.jsonl.gz")
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,7 @@ def merged(graph: Graph, match: Match, clean: bool = True) -> tuple[Graph, bool]
     when the merge does not apply).
 
     What makes an unrolled cell's merge pay is the clean-up after it: the k gathers that fed the
-    merged product become one transpose (:mod:`taso.cleanup`)."""
+    merged product become one transpose (:mod:`taso.search.cleanup`)."""
     from .cleanup import clean_up
     from .rewrite import plan_match
 
