@@ -23,7 +23,7 @@ import corpus  # noqa: E402 - a sibling script, not a package
 from taso.cost import make_cost_model
 from taso.ir import Graph  # noqa: E402
 from taso.onnx.importer import load_onnx  # noqa: E402
-from taso.optimize import load_rules  # noqa: E402
+from taso.pipeline.library import load_rules
 from taso.search import SearchConfig
 from taso.search import search
 

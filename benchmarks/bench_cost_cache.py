@@ -25,7 +25,7 @@ import time
 from taso.cost import SPOT_CHECK_OFF, CostCache, SpotCheckPolicy, make_cost_model
 from taso.models import build
 from taso.onnx import load_onnx
-from taso.optimize import load_rules
+from taso.pipeline.library import load_rules
 from taso.search import SearchConfig
 from taso.search import search
 

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import taso  # noqa: E402
 from taso import models  # noqa: E402
 from taso.cost import make_cost_model
-from taso.optimize import export_clean, load_rules  # noqa: E402
+from taso.pipeline.source import export_clean
+from taso.pipeline.library import load_rules
 from taso.search import SearchConfig
 from taso.search import search
 from taso.measure.timing import interleaved_times  # noqa: E402

@@ -28,7 +28,7 @@ from taso.search.cleanup import clean_up  # noqa: E402
 from taso.cost import AnalyticCost
 from taso.search.eqsat.saturate import EGraph, Limits, saturate  # noqa: E402
 from taso.onnx import load_onnx  # noqa: E402
-from taso.optimize import load_rules  # noqa: E402
+from taso.pipeline.library import load_rules
 from taso.search import SearchConfig
 
 BEFORE = "1798413"  # order rows on the cyclic classes

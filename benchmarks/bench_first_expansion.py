@@ -27,7 +27,7 @@ from taso.search import rewrite as now  # noqa: E402
 from taso.cost import make_cost_model
 from taso.search.groups import GroupLibrary, find_groups  # noqa: E402
 from taso.onnx.importer import load_onnx  # noqa: E402
-from taso.optimize import load_rules  # noqa: E402
+from taso.pipeline.library import load_rules
 from taso.search import SearchConfig
 from taso.search import search
 

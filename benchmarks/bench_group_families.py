@@ -22,7 +22,7 @@ import taso
 from taso.cost import make_cost_model
 from taso.search.groups import FAMILIES, MAX_GROUP, MIN_GROUP
 from taso.onnx.importer import load_onnx
-from taso.optimize import load_rules
+from taso.pipeline.library import load_rules
 from taso.search import SearchConfig
 from taso.search import search
 from taso.measure.timing import interleaved_times

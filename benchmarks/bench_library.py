@@ -63,7 +63,7 @@ def _old_ready(v1_path: str, graph) -> tuple[float, int]:
 
 def _new_ready(graph) -> tuple[float, int]:
     """load_rules (version 2) and the search's rule index admitting the model's rules."""
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
     from taso.search.core import RuleIndex
 
     start = time.perf_counter()
@@ -106,7 +106,7 @@ def main() -> None:
     if args.one:
         _one(args.one, args.models, args.second)
         return
-    from taso.optimize import DEFAULT_LIBRARY
+    from taso.pipeline.library import DEFAULT_LIBRARY
     from taso.rules import Library
 
     with tempfile.TemporaryDirectory() as tmp:

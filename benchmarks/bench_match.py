@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 
 
 def _rules(path: str | None):
-    from taso.optimize import DEFAULT_LIBRARY, load_rules
+    from taso.pipeline.library import DEFAULT_LIBRARY, load_rules
 
     if path or os.path.exists(DEFAULT_LIBRARY):
         return load_rules(path)

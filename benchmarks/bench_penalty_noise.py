@@ -16,7 +16,7 @@ import statistics
 
 from taso.search.cleanup import clean_up
 from taso.cost import make_cost_model
-from taso.optimize import ModelSource
+from taso.pipeline.source import ModelSource
 
 
 def main() -> None:

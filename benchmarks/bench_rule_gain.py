@@ -35,7 +35,7 @@ DEFAULT_MODELS = ("zoo/nasrnn", "zoo/squeezenet", "zoo/resnet50", "zoo/bert", "t
 
 def merged_library(extra: str, out: Path) -> tuple[int, int]:
     """The shipped library plus ``extra``'s proved rules (by id) written to ``out``: (shipped rules, rules added)."""
-    from taso.optimize import DEFAULT_LIBRARY
+    from taso.pipeline.library import DEFAULT_LIBRARY
 
     shipped = Library.load(DEFAULT_LIBRARY)
     known = {r.id for r in shipped.rules}

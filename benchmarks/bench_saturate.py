@@ -25,7 +25,7 @@ from taso import models  # noqa: E402
 from taso.search.cleanup import clean_up  # noqa: E402
 now = importlib.import_module("taso.search.eqsat.saturate")  # the module: the package exports a function of that name
 from taso.onnx import load_onnx  # noqa: E402
-from taso.optimize import load_rules  # noqa: E402
+from taso.pipeline.library import load_rules
 
 BEFORE = "1798413"  # rules admitted by operators alone
 

@@ -20,7 +20,7 @@ import sys
 from taso.search.cleanup import clean_up
 from taso.cost import make_cost_model
 from taso.onnx import load_onnx
-from taso.optimize import load_rules
+from taso.pipeline.library import load_rules
 from taso.search import SearchConfig
 from taso.search import search
 

@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cost_models import _load  # noqa: E402 - one loader for zoo and corpus models
 
 from taso.cost import make_cost_model
-from taso.optimize import export_clean, load_rules  # noqa: E402
+from taso.pipeline.source import export_clean
+from taso.pipeline.library import load_rules
 from taso.search import SearchConfig
 from taso.search import search
 from taso.measure.timing import interleaved_times  # noqa: E402

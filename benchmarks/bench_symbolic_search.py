@@ -20,7 +20,7 @@ import time
 
 import taso
 from taso.cost import make_cost_model
-from taso.optimize import load_rules
+from taso.pipeline.library import load_rules
 from taso.search import SearchConfig
 from taso.search import search
 

@@ -49,7 +49,7 @@ from .opset import Variant, build_variants
 from .pool import InputPool
 from .settings import Settings
 from .leaves import LeafEvaluations, Leaves, Parent
-from .steps import OrderCode, StepTable, prefix_masks
+from .steps import OrderCode, StepTable
 
 __all__ = ["OpRef", "Visitor", "GraphSpec", "Leaves", "Context", "Enumerator"]  # Leaves: from .leaves
 

@@ -11,15 +11,8 @@ Public API::
 from .errors import TasoError, Unsupported
 from .ir import Graph, Node, Params, TensorType, check
 from .onnx import load_onnx
-
-# The submodule taso.optimize is imported first, so that the public function below is what
-# `taso.optimize` names afterwards (a later `import taso.optimize` finds the module in
-# sys.modules and does not rebind the attribute).
-from . import optimize as _optimize_module  # noqa: E402  isort: skip
-from .optimize import OutputMismatchError, save_onnx  # noqa: E402
-from .optimize import export_clean as export_onnx  # noqa: E402  (an IR-3 model's weights stay constants)
-
-optimize = _optimize_module.optimize
+from .pipeline import OutputMismatchError, optimize, save_onnx
+from .pipeline import export_clean as export_onnx  # an IR-3 model's weights stay constants
 
 __version__ = "0.1.0"
 

@@ -3,7 +3,7 @@
 For each model (a zoo name or an .onnx file) and each thread count, three variants run on
 ONNX Runtime's CPU provider: the original with graph optimizations off, the original with
 ENABLE_ALL, and the taso-optimized model (from ``taso optimize``'s own pipeline,
-:func:`taso.optimize.optimize_model`) with ENABLE_ALL. After warm-up, rounds are interleaved
+:func:`taso.pipeline.optimize_model`) with ENABLE_ALL. After warm-up, rounds are interleaved
 in a rotating order (so machine noise hits all three alike), each round's fastest run is
 kept (:mod:`taso.measure.timing`), and the medians over rounds and their ratios are the result. Writes JSON, a Markdown table and a PNG chart, tagged with the hardware.
 """
@@ -61,7 +61,7 @@ def _load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto, str | None
 
 def bench_model(name: str, model: onnx.ModelProto, threads: int, args, path: str | None = None) -> BenchRow:
     """Optimizes one model for one thread count exactly as `taso optimize` would, and times the three variants side by side."""
-    from .optimize import model_bytes
+    from .pipeline.source import model_bytes
     from .measure.timing import interleaved_times
     from .measure.inputs import random_inputs
 
@@ -82,7 +82,9 @@ def bench_model(name: str, model: onnx.ModelProto, threads: int, args, path: str
 def _optimize(model: onnx.ModelProto, path: str | None, cost: str, threads: int, args):
     """The model through taso optimize's own pipeline (search, output check, end-to-end guard with measured CPU costs)."""
     from .onnx import load_onnx
-    from .optimize import ModelSource, load_rules, optimize_model
+    from .pipeline.source import ModelSource
+    from .pipeline.library import load_rules
+    from .pipeline.run import optimize_model
     from .search import SearchConfig
 
     source = ModelSource(load_onnx(model), model, path)
@@ -209,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _check_settings(args: argparse.Namespace) -> None:
     """Settings the timing or the search cannot honour are refused before any model is built."""
-    from .optimize import validate_search_settings
+    from .pipeline.run import validate_search_settings
 
     if args.rounds < 1 or args.batch < 1:
         raise TasoError(f"--rounds and --batch must be at least 1, got {args.rounds} and {args.batch}")
@@ -227,6 +229,6 @@ def _make_out_dir(path: str) -> None:
 
 
 def _atomic_write(path: str, text: str) -> None:
-    from .optimize import write_model
+    from .pipeline.source import write_model
 
     write_model(text.encode("utf-8"), path)

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .optimize import OutputMismatchError
+from .pipeline.checks import OutputMismatchError
 
 __all__ = ["TASO_V100", "bench_model_gpu", "gpu_markdown", "gpu_chart"]
 
@@ -28,7 +28,7 @@ def bench_model_gpu(name: str, model: onnx.ModelProto, args, path: str | None = 
     """Original against what taso keeps, on the CuPy executor; the row records the GPU outputs' largest difference."""
     from .bench import BenchRow, _optimize
     from .measure.cupy_runtime import DeviceGraph, interleaved_device_times, require_cupy
-    from .optimize import model_bytes
+    from .pipeline.source import model_bytes
     from .measure.timing import interleaved_times
     from .measure.inputs import random_inputs
 

@@ -11,7 +11,7 @@ from .errors import TasoError, Unsupported, first_line
 
 __all__ = ["add_parser", "run", "EXIT_MISMATCH"]
 
-from .optimize import OutputMismatchError
+from .pipeline.checks import OutputMismatchError
 
 EXIT_MISMATCH = OutputMismatchError.exit_code
 
@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
 
 def _check_paths(args) -> None:
     """Everything the user can get wrong is refused before the search, not after it."""
-    from .optimize import validate_search_settings
+    from .pipeline.run import validate_search_settings
 
     if not os.path.exists(args.input):
         raise TasoError(f"{args.input}: no such file")
@@ -87,9 +87,11 @@ def run(args: argparse.Namespace) -> int:
     from .cli import parse_input_shapes
     from .cost import make_cost_model
     from .onnx import folding_plan
-    from .optimize import ModelSource, copy_model_file, load_rules, optimize_model, write_model
+    from .pipeline.source import ModelSource, copy_model_file, write_model
+    from .pipeline.library import load_rules
+    from .pipeline.run import optimize_model
     from .search import SearchConfig
-    from .stages import StageClock
+    from .pipeline.stages import StageClock
     from .measure.timing import use_custom_ops
     from .measure.inputs import load_inputs
 
@@ -143,7 +145,8 @@ def _write_unchanged(args: argparse.Namespace, why: str) -> int:
     Raises:
         TasoError: ONNX Runtime cannot load the model either: it is not a valid model.
     """
-    from .optimize import copy_model_file, custom_kernels_missing
+    from .pipeline.source import copy_model_file
+    from .pipeline.checks import custom_kernels_missing
     from .measure.timing import open_session
 
     try:
@@ -157,7 +160,7 @@ def _write_unchanged(args: argparse.Namespace, why: str) -> int:
     print(f"taso: note: written unchanged: {why}", file=sys.stderr)
     print(f"wrote {args.output}: {_KEPT['input']} (taso could not check or optimize it; the note on stderr says why)")
     if args.report:
-        from .optimize import write_model
+        from .pipeline.source import write_model
 
         write_model(json.dumps({"kept": "input", "unchanged_because": why}, indent=2).encode(), args.report)
     return 0
@@ -168,7 +171,7 @@ def _explain(args: argparse.Namespace) -> int:
     from .cli import parse_input_shapes
     from .search.explain import explain_rule, find_rules
     from .onnx import load_onnx
-    from .optimize import load_rules
+    from .pipeline.library import load_rules
 
     graph = load_onnx(args.input, parse_input_shapes(args.input_shape), static=args.static)
     for rule in find_rules(load_rules(args.library), args.explain)[:20]:
@@ -225,7 +228,7 @@ class _Progress:
 
 
 def _write_report(path: str, before, outcome, plan, cost_fingerprint: str) -> None:
-    from .optimize import write_model
+    from .pipeline.source import write_model
 
     data = {**outcome.report.to_json(), "nodes_before": len(before), "nodes_after": len(outcome.graph), "kept": outcome.kept,
             "cleanup": outcome.cleanup.to_json() if outcome.cleanup else None,

@@ -79,7 +79,7 @@ def fake_timer(series, by_label: bool = False):
 def library_rewrites(graph):
     """(rule, plan, child) for every place a rule of the shipped library rewrites ``graph`` into a graph it can build:
     what the tests that hold a rewrite's price from its parent to the built child's own walk over."""
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
     from taso.search.rewrite import CompiledRule, plans
 
     present = {n.op.name for n in graph.nodes}
@@ -90,3 +90,18 @@ def library_rewrites(graph):
             child = plan.materialize()
             if child is not None:
                 yield rule, plan, child
+
+
+def patch_pipeline(monkeypatch, name: str, value) -> None:
+    """Replaces ``name`` in every module of taso.pipeline that looks it up: a test's stand-in for the timer, the export
+    or a threshold, wherever the pipeline's parts call it."""
+    import importlib
+    import pkgutil
+
+    import taso.pipeline
+
+    modules = [taso.pipeline] + [importlib.import_module(f"taso.pipeline.{info.name}") for info in pkgutil.iter_modules(taso.pipeline.__path__)]
+    patched = [m for m in modules if hasattr(m, name)]
+    assert patched, f"no module of taso.pipeline has {name!r}"
+    for module in patched:
+        monkeypatch.setattr(module, name, value)

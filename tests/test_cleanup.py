@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from taso.search.cleanup import CLEANUPS, clean_up
 from taso.ir import TensorType
 from taso.onnx import folding_plan, load_onnx
-from taso.optimize import export_clean
+from taso.pipeline.source import export_clean
 from taso.rules import Rule, RuleInput, RuleNode
 from taso.specs import AXIOMS
 
@@ -243,7 +243,7 @@ def test_folding_says_what_it_left_unfolded_and_why():
 
 def test_taso_info_lists_the_cleanups_with_their_proofs(capsys):
     from taso.cli import main
-    from taso.optimize import DEFAULT_LIBRARY
+    from taso.pipeline.library import DEFAULT_LIBRARY
 
     assert main(["info", DEFAULT_LIBRARY]) == 0
     out = capsys.readouterr().out
@@ -359,7 +359,7 @@ def test_the_search_cleans_up_what_its_merges_duplicate_and_prices_it_so():
     its rewrites but the last one's, and clean-up is never reported as a rule."""
     import taso.models as zoo
     from taso.cost import make_cost_model
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
     from taso.search import CLEAN_UP, SearchConfig
     from taso.search import search
 

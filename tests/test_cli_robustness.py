@@ -15,7 +15,7 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from helpers import fake_timer, model_from_text
+from helpers import fake_timer, model_from_text, patch_pipeline
 from onnx import TensorProto, helper, numpy_helper
 from rule_examples import all_rules
 
@@ -25,7 +25,7 @@ from taso.rules import Library, Rule, RuleInput, RuleNode
 from taso.ir import TensorType
 from taso.measure.timing import TimingError
 
-optimize_module = importlib.import_module("taso.optimize")  # the module: `taso.optimize` is the public function
+pipeline = importlib.import_module("taso.pipeline")
 
 
 # ---- models and libraries ----------------------------------------------------------------------
@@ -113,7 +113,7 @@ def test_an_optimized_ir3_model_keeps_its_weights_constant(tmp_path, capsys):
     written = onnx.load(str(out))
     if written.ir_version >= 4:
         assert [i.name for i in written.graph.input] == ["data"]
-    assert [i.name for i in optimize_module.export_clean(taso.load_onnx(src)).graph.input] == ["data"]
+    assert [i.name for i in pipeline.export_clean(taso.load_onnx(src)).graph.input] == ["data"]
 
 
 def test_a_model_zoo_file_from_the_onnx_wheel_keeps_its_weights_constant(tmp_path, capsys):
@@ -147,9 +147,9 @@ def test_the_guard_times_the_input_file_as_given_and_keeps_it_when_nothing_pays(
         timed.append(list(models))
         return [1.0] + [1.5] * (len(models) - 1)  # every candidate slower than the file
 
-    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(fake_times))
-    source = optimize_module.ModelSource.from_file(src)
-    outcome = optimize_module.optimize_model(source, optimize_module.load_rules(library), "analytic", confirm=True)
+    patch_pipeline(monkeypatch, "InterleavedTimer", fake_timer(fake_times))
+    source = pipeline.ModelSource.from_file(src)
+    outcome = pipeline.optimize_model(source, pipeline.load_rules(library), "analytic", confirm=True)
     assert timed and timed[0][0] == src  # the user's file itself, not a re-export
     assert outcome.kept == "input" and outcome.model is None and outcome.graph is source.graph
     assert set(outcome.speedups) == {"optimized", "re-export"} and all(s < 1 for s in outcome.speedups.values())
@@ -157,13 +157,13 @@ def test_the_guard_times_the_input_file_as_given_and_keeps_it_when_nothing_pays(
 
 def test_the_guard_keeps_a_candidate_only_when_it_beats_the_file(tmp_path, library, monkeypatch):
     src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
-    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(lambda models: [1.0] + [0.5] * (len(models) - 1)))
+    patch_pipeline(monkeypatch, "InterleavedTimer", fake_timer(lambda models: [1.0] + [0.5] * (len(models) - 1)))
     exported = []
-    real_add = optimize_module._add_candidate
-    monkeypatch.setattr(optimize_module, "_add_candidate", lambda outcome, source, candidates, name, graph: exported.append(name) or
+    real_add = importlib.import_module("taso.pipeline.source").add_candidate
+    patch_pipeline(monkeypatch, "add_candidate", lambda outcome, source, candidates, name, graph: exported.append(name) or
                         real_add(outcome, source, candidates, name, graph))
-    outcome = optimize_module.optimize_model(optimize_module.ModelSource.from_file(src), optimize_module.load_rules(library),
-                                             "analytic", confirm=True)
+    outcome = pipeline.optimize_model(pipeline.ModelSource.from_file(src), pipeline.load_rules(library),
+                                      "analytic", confirm=True)
     assert outcome.kept == "optimized" and outcome.speedups["optimized"] == 2.0 and outcome.comparison.ok
     assert "re-export" not in outcome.speedups and exported == ["optimized"], "the fallback is neither exported nor timed once the optimized model is kept"
 
@@ -172,9 +172,9 @@ def test_one_lucky_measurement_is_not_enough(tmp_path, library, monkeypatch):
     """A loaded machine once measured 1.57x for a SqueezeNet rewrite that runs at 1.00x: a second series must agree."""
     src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
     series = iter([[1.0, 0.5], [1.0, 1.0], [1.0, 1.0], [1.0, 1.0]])  # optimized: 2x, then 1x, 1x in fresh sessions; the re-export: 1x
-    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(lambda models: next(series)))
-    outcome = optimize_module.optimize_model(optimize_module.ModelSource.from_file(src), optimize_module.load_rules(library),
-                                             "analytic", confirm=True)
+    patch_pipeline(monkeypatch, "InterleavedTimer", fake_timer(lambda models: next(series)))
+    outcome = pipeline.optimize_model(pipeline.ModelSource.from_file(src), pipeline.load_rules(library),
+                                      "analytic", confirm=True)
     assert outcome.kept == "input" and outcome.speedups["optimized"] == 1.0
 
 
@@ -189,10 +189,10 @@ def _guard_with_series(tmp_path, library, monkeypatch, series, predicted_floor):
             replaced.append(position)
             super().replace(position, model, label)
 
-    monkeypatch.setattr(optimize_module, "InterleavedTimer", Recording)
-    monkeypatch.setattr(optimize_module, "_FRESH_LOOK_PREDICTED", predicted_floor)
-    outcome = optimize_module.optimize_model(optimize_module.ModelSource.from_file(src), optimize_module.load_rules(library),
-                                             "analytic", confirm=True)
+    patch_pipeline(monkeypatch, "InterleavedTimer", Recording)
+    patch_pipeline(monkeypatch, "FRESH_LOOK_PREDICTED", predicted_floor)
+    outcome = pipeline.optimize_model(pipeline.ModelSource.from_file(src), pipeline.load_rules(library),
+                                      "analytic", confirm=True)
     return outcome, replaced
 
 
@@ -228,7 +228,7 @@ def test_measured_cost_end_to_end_on_an_ir3_file(tmp_path, capsys, monkeypatch):
     if data["kept"] == "input":
         assert out.read_bytes() == open(src, "rb").read()
     else:
-        assert data["measured_speedups"][data["kept"]] >= optimize_module.MIN_CONFIRMED_SPEEDUP
+        assert data["measured_speedups"][data["kept"]] >= pipeline.MIN_CONFIRMED_SPEEDUP
 
 
 # ---- defect 7: ONNX Runtime failures are one line and a documented exit code ---------------------
@@ -265,14 +265,14 @@ def _unrunnable(model: onnx.ModelProto) -> onnx.ModelProto:
 def test_onnx_runtime_failing_on_the_optimized_model_is_exit_3(tmp_path, library, capsys, monkeypatch):
     src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
     original_graph_names = set()
-    real_export = optimize_module.export_clean
+    real_export = pipeline.export_clean
 
     def export_broken(graph, opset=None, check=True):
         model = real_export(graph, opset, check)
         return model if len(graph) in original_graph_names else _unrunnable(model)
 
     original_graph_names.add(len(taso.load_onnx(src)))
-    monkeypatch.setattr(optimize_module, "export_clean", export_broken)
+    patch_pipeline(monkeypatch, "export_clean", export_broken)
     code = main(["optimize", src, "-o", str(tmp_path / "o.onnx"), "--library", library, "--cost", "analytic", "--quiet"])
     assert "ONNX Runtime cannot run the optimized model" in _one_line_error(capsys, code, 3)
     assert not (tmp_path / "o.onnx").exists()
@@ -290,14 +290,14 @@ def test_onnx_runtime_failing_while_timing(tmp_path, library, capsys, monkeypatc
             raise TimingError(position, "bad allocation")
         return [1.0] * len(labels)
 
-    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(failing_times, by_label=True))
-    source = optimize_module.ModelSource.from_file(src)
+    patch_pipeline(monkeypatch, "InterleavedTimer", fake_timer(failing_times, by_label=True))
+    source = pipeline.ModelSource.from_file(src)
     if expected_code == 0:  # remember=False: the re-export is the optimized model but for names (as in the test of a faster re-export)
-        outcome = optimize_module.optimize_model(source, taso_rules(library), "analytic", confirm=True, remember=False)
+        outcome = pipeline.optimize_model(source, taso_rules(library), "analytic", confirm=True, remember=False)
         assert outcome.kept == "input" and any("re-export" in note for note in outcome.notes)
         return
     with pytest.raises(taso.TasoError) as caught:
-        optimize_module.optimize_model(source, taso_rules(library), "analytic", confirm=True)
+        pipeline.optimize_model(source, taso_rules(library), "analytic", confirm=True)
     assert caught.value.exit_code == expected_code and "\n" not in str(caught.value)
     assert ("input model" if failing == 0 else "optimized model") in str(caught.value)
 
@@ -307,14 +307,14 @@ def test_an_optimized_graph_taso_cannot_export_leaves_the_input_unchanged(tmp_pa
 
     src, out = _save(tmp_path, matmul_relu_model(), "mr.onnx"), tmp_path / "o.onnx"
     original_nodes = len(taso.load_onnx(src))
-    real_export = optimize_module.export_clean
+    real_export = pipeline.export_clean
 
     def failing_export(graph, opset=None, check=True):
         if len(graph) != original_nodes:
             raise ExportError("the exported model fails onnx.checker: planted")
         return real_export(graph, opset, check)
 
-    monkeypatch.setattr(optimize_module, "export_clean", failing_export)
+    patch_pipeline(monkeypatch, "export_clean", failing_export)
     assert main(["optimize", src, "-o", str(out), "--library", library, "--cost", "analytic", "--quiet"]) == 0
     captured = capsys.readouterr()
     assert out.read_bytes() == open(src, "rb").read() and "byte for byte unchanged" in captured.out
@@ -369,7 +369,7 @@ def test_ctrl_c_while_saving_leaves_no_temporary_file(tmp_path, library, capsys,
             f.write(b"partial")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(optimize_module.onnx, "save_model", interrupted)
+    monkeypatch.setattr(onnx, "save_model", interrupted)
     assert main(["optimize", src, "-o", str(out), "--library", library, "--cost", "analytic", "--quiet"]) == 130
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["mr.onnx", "lib.json"])
 
@@ -401,7 +401,7 @@ def test_verify_rejects_nan_timeout_and_overwriting_its_input(tmp_path, library,
 
 
 def test_info_into_a_closed_pipe_is_quiet(tmp_path):
-    shipped = optimize_module.DEFAULT_LIBRARY
+    shipped = pipeline.DEFAULT_LIBRARY
     process = subprocess.Popen([sys.executable, "-m", "taso", "info", shipped], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     process.stdout.readline()
     process.stdout.close()  # what `| head -1` does
@@ -424,7 +424,7 @@ def test_taso_optimize_is_the_public_function(tmp_path, library):
 
 
 def taso_rules(path: str):
-    return optimize_module.load_rules(path)
+    return pipeline.load_rules(path)
 
 
 def test_the_api_refuses_a_wrong_optimized_graph(tmp_path):
@@ -456,9 +456,9 @@ def test_timing_takes_over_the_session_the_output_check_opened(tmp_path, library
             given.append(list(models))
             super().__init__(models, *args, **kwargs)
 
-    monkeypatch.setattr(optimize_module, "InterleavedTimer", Spy)
-    outcome = optimize_module.optimize_model(optimize_module.ModelSource.from_file(src), optimize_module.load_rules(library),
-                                             "analytic", confirm=True)
+    patch_pipeline(monkeypatch, "InterleavedTimer", Spy)
+    outcome = pipeline.optimize_model(pipeline.ModelSource.from_file(src), pipeline.load_rules(library),
+                                      "analytic", confirm=True)
     assert outcome.report.applied and given, "a rewrite was found, checked and timed"
     assert given[0][0] == src and isinstance(given[0][1], ort.InferenceSession)
 
@@ -466,12 +466,12 @@ def test_timing_takes_over_the_session_the_output_check_opened(tmp_path, library
 def test_a_faster_re_export_is_checked_before_it_is_kept(tmp_path, library, monkeypatch):
     """The optimized model does not pay, the re-export does: its output check runs (on the session timing opened)."""
     src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
-    monkeypatch.setattr(optimize_module, "InterleavedTimer",
-                        fake_timer(lambda labels: [1.0, 1.0] if labels[1] == "optimized" else [1.0, 0.5], by_label=True))
+    patch_pipeline(monkeypatch, "InterleavedTimer",
+                   fake_timer(lambda labels: [1.0, 1.0] if labels[1] == "optimized" else [1.0, 0.5], by_label=True))
     # remember=False: here the optimized model (the product and Relu fused, written back as MatMul + Relu) and the
     # re-export are one model but for names, which would share one verdict; each is timed as a different one would be.
-    outcome = optimize_module.optimize_model(optimize_module.ModelSource.from_file(src), optimize_module.load_rules(library),
-                                             "analytic", confirm=True, remember=False)
+    outcome = pipeline.optimize_model(pipeline.ModelSource.from_file(src), pipeline.load_rules(library),
+                                      "analytic", confirm=True, remember=False)
     assert outcome.kept == "re-export" and outcome.speedups == {"optimized": 1.0, "re-export": 2.0}
     assert outcome.comparison.ok and outcome.comparison.input_sets == 2
 

@@ -55,7 +55,7 @@ class _LayoutNoise(AnalyticCost):
 def test_the_search_cannot_buy_layout_noise_with_transposes():
     """The shipped library proves tanh(x) = transpose(tanh(transpose(x))); priced per layout, noise made the search
     wrap 64 Tanhs of an unrolled LSTM in 128 Transposes. One price per kernel leaves it nothing to buy."""
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
     from taso.search import SearchConfig
     from taso.search import search
 
@@ -182,7 +182,7 @@ def test_past_its_deadline_a_measured_model_estimates_new_nodes_and_neither_cach
 def test_a_search_on_a_cold_cache_keeps_to_its_time_limit(tmp_path, monkeypatch):
     import time
 
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
     from taso.search import SearchConfig
     from taso.search import search
 

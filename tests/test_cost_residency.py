@@ -194,7 +194,7 @@ def test_a_rewrites_price_is_the_child_graphs_cost_with_residency(priced, graph)
 
 def test_the_search_reports_its_best_graph_at_that_graphs_own_cost(priced):
     # Rewrites are priced in their parent's run order; what the search keeps and reports is priced in its own.
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
     from taso.search import SearchConfig
     from taso.search import search
 

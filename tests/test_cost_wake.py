@@ -77,7 +77,7 @@ def test_a_graph_pays_the_wake_once_per_run_if_any_kernel_splits_and_a_rewrite_i
 def test_the_search_prices_the_wake_on_its_plans_as_on_the_graphs_it_builds(tmp_path, monkeypatch):
     """The search prices a rewrite on its plan of the child (no graph yet): the wake is charged there as graph_cost
     charges it on the graph built (a plan has no constant_values of its own: every rewrite of the search once failed)."""
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
     from taso.search import SearchConfig
     from taso.search import search
 

@@ -15,7 +15,8 @@ from taso.cost.declared import declared_shape_seconds, state_chain
 from taso.cost.model import AnalyticCost
 from taso.cost.ort_cpu import OrtCpuCost
 from taso.onnx.sizing import _constant_values, declared_only
-from taso.optimize import ModelSource, optimize_model
+from taso.pipeline.source import ModelSource
+from taso.pipeline.run import optimize_model
 from taso.search import SearchConfig, SearchReport, StopReason
 
 EXPORTS = os.path.join(os.path.dirname(__file__), "data", "symbolic")

@@ -16,7 +16,7 @@ import taso
 from taso.cost import AnalyticCost
 from taso.ir.dims import symbol
 from taso.ir import Graph, TensorType
-from taso.optimize import load_rules
+from taso.pipeline.library import load_rules
 from taso.search import SearchConfig, StopReason
 from taso.search import search
 

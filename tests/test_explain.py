@@ -10,7 +10,7 @@ from taso import load_onnx
 from taso.cli import main
 from taso.errors import TasoError
 from taso.search.explain import explain_rule, find_rules
-from taso.optimize import load_rules
+from taso.pipeline.library import load_rules
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from helpers import fake_timer, run_ort
+from helpers import fake_timer, run_ort, patch_pipeline
 from onnx import TensorProto, helper, numpy_helper
 
 import taso
@@ -21,7 +21,7 @@ from taso.cli import main
 from taso.onnx import files
 from taso.onnx.files import Scratch, embedded_weight_bytes
 
-optimize_module = importlib.import_module("taso.optimize")  # the module: `taso.optimize` is the public function
+pipeline = importlib.import_module("taso.pipeline")
 
 
 def weighted_model(seed: int = 0) -> onnx.ModelProto:
@@ -87,8 +87,8 @@ def test_over_the_external_data_limit_the_weights_go_beside_the_file_under_its_f
 
 def test_weights_exported_straight_to_a_file_give_the_model_export_builds_in_memory(tmp_path):
     graph = taso.load_onnx(weighted_model())
-    in_memory = optimize_module.export_clean(graph)
-    spilled = Scratch().export("e", lambda weights: optimize_module.export_clean(graph, weights_file=weights))
+    in_memory = pipeline.export_clean(graph)
+    spilled = Scratch().export("e", lambda weights: pipeline.export_clean(graph, weights_file=weights))
     assert embedded_weight_bytes(spilled.model) < 1024
     assert onnx.load_from_string(spilled.to_bytes()) == in_memory
     np.testing.assert_array_equal(run_ort(spilled.path, FEEDS)[0], run_ort(in_memory, FEEDS)[0])
@@ -115,7 +115,7 @@ def test_the_scratch_directory_goes_with_its_last_model():
 @pytest.fixture
 def spill_everything(monkeypatch):
     """Every model counts as large: the input and every candidate are spilled."""
-    monkeypatch.setattr(optimize_module, "SPILL_BYTES", 0)
+    patch_pipeline(monkeypatch, "SPILL_BYTES", 0)
 
 
 def _lstm_like(steps: int = 4, hidden: int = 32) -> onnx.ModelProto:
@@ -133,12 +133,12 @@ def _lstm_like(steps: int = 4, hidden: int = 32) -> onnx.ModelProto:
 def test_optimize_with_spilled_weights_writes_what_it_writes_in_memory(tmp_path, spill_everything, monkeypatch, capsys):
     src = tmp_path / "steps.onnx"
     onnx.save(_lstm_like(hidden=96), str(src))  # 96 x 96 weights: past the inlining limit
-    source = optimize_module.ModelSource.from_file(str(src))
+    source = pipeline.ModelSource.from_file(str(src))
     assert source.spilled is not None and source.timing_source() == source.spilled.path
     assert embedded_weight_bytes(source.model) < 1024, "the input's proto dropped its weight bytes"
     spilled_out, memory_out = tmp_path / "spilled.onnx", tmp_path / "memory.onnx"
     assert main(["optimize", str(src), "-o", str(spilled_out), "--cost", "analytic", "--budget", "5", "--quiet"]) == 0
-    monkeypatch.setattr(optimize_module, "SPILL_BYTES", 1 << 40)
+    patch_pipeline(monkeypatch, "SPILL_BYTES", 1 << 40)
     assert main(["optimize", str(src), "-o", str(memory_out), "--cost", "analytic", "--budget", "5", "--quiet"]) == 0
     report = capsys.readouterr().out
     assert "wrote" in report and "the input model, byte for byte unchanged" not in report, "the rewrite was kept"
@@ -152,7 +152,7 @@ def test_an_unchanged_spilled_input_is_copied_byte_for_byte(tmp_path, spill_ever
     src, out = tmp_path / "steps.onnx", tmp_path / "out.onnx"
     onnx.save(_lstm_like(), str(src))
 
-    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(lambda models: [1.0] + [1.5] * (len(models) - 1)))
+    patch_pipeline(monkeypatch, "InterleavedTimer", fake_timer(lambda models: [1.0] + [1.5] * (len(models) - 1)))
     assert main(["optimize", str(src), "-o", str(out), "--quiet"]) == 0
     assert out.read_bytes() == src.read_bytes()
 
@@ -164,7 +164,7 @@ def _save_external(model: onnx.ModelProto, path) -> None:
 def test_external_weights_are_mapped_not_read_and_small_ones_inlined(tmp_path):
     src = tmp_path / "steps.onnx"
     _save_external(_lstm_like(hidden=96), src)  # 96 x 96 weights: past the inlining limit
-    source = optimize_module.ModelSource.from_file(str(src))
+    source = pipeline.ModelSource.from_file(str(src))
     assert source.uses_external_data() and source.timing_source() == str(src), "ONNX Runtime maps the user's own data file"
     weight = source.graph.weights["w0"]
     while getattr(weight, "base", None) is not None and not isinstance(weight, np.memmap):
@@ -178,7 +178,7 @@ def test_an_unchanged_external_data_input_is_written_whole_or_beside_its_own_dat
     src = tmp_path / "in" / "steps.onnx"
     _save_external(_lstm_like(hidden=96), src)
 
-    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(lambda models: [1.0] + [1.5] * (len(models) - 1)))
+    patch_pipeline(monkeypatch, "InterleavedTimer", fake_timer(lambda models: [1.0] + [1.5] * (len(models) - 1)))
     assert main(["optimize", str(src), "-o", str(tmp_path / "whole.onnx"), "--budget", "5", "--quiet"]) == 0
     assert same_model(onnx.load(str(tmp_path / "whole.onnx")), _lstm_like(hidden=96))
     monkeypatch.setattr(files, "EXTERNAL_DATA_BYTES", 1000)

@@ -61,7 +61,7 @@ def test_exported_files_run_on_the_device_path(path, strict_device):
 
 def test_every_op_of_the_shipped_rules_runs_on_the_device_path(strict_device):
     """The graphs a search writes are made of the rules' ops: each op, in some rule's side, runs on the device."""
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
 
     covered: set[str] = set()
     rng = np.random.default_rng(0)
@@ -115,7 +115,8 @@ def test_the_gpu_guard_keeps_a_result_only_when_two_series_find_it_faster(series
     """With GPU costs the deployment is the GPU: the optimized graph is timed beside the input on the device, and kept
     only when a first and then a second series find it 2% faster (the lower one is reported)."""
     from taso.measure.cupy_runtime import EndToEndTimer
-    from taso.optimize import ModelSource, optimize_model
+    from taso.pipeline.source import ModelSource
+    from taso.pipeline.run import optimize_model
     from taso.search import SearchConfig
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from taso.optimize import DEFAULT_LIBRARY, load_rules
+from taso.pipeline.library import DEFAULT_LIBRARY, load_rules
 from taso.search.rewrite import CompiledRule, rewrites
 from taso.rules import Library
 

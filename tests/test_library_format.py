@@ -9,11 +9,10 @@ import json
 import pytest
 from rule_examples import all_rules
 
-import taso
 import taso.search.core as search_module
 from taso.cost import make_cost_model
 from taso.errors import TasoError
-from taso.optimize import DEFAULT_LIBRARY, load_rules
+from taso.pipeline.library import DEFAULT_LIBRARY, load_rules
 from taso.rules import VERSION, Library, LibraryFile, Rule, RuleFormatError, usable_reverse
 from taso.search import SearchConfig
 from taso.search.core import RuleIndex
@@ -233,7 +232,7 @@ def test_the_directed_rules_as_a_list_hold_each_rule_and_its_usable_reverse():
 
 
 def test_the_number_of_directed_rules_comes_from_the_index_without_parsing():
-    from taso.optimize import _LOADED
+    from taso.pipeline.library import _LOADED
 
     _LOADED.clear()
     rules = load_rules()

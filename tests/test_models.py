@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import doctest
 import functools
-import importlib
 
 import numpy as np
 import onnx

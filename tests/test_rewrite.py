@@ -121,7 +121,7 @@ def test_narrowing_the_anchor_by_its_inputs_producers_finds_exactly_the_same_mat
     import os
 
     from taso.onnx import load_onnx
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
     from taso.search.core import RuleIndex
 
     for name in ("lstm_cell_loop.dynamo.onnx", "gru_cell_loop.torchscript.onnx"):
@@ -147,7 +147,7 @@ def test_dropping_partial_matches_outside_the_proof_keeps_exactly_the_matches_no
     import os
 
     from taso.onnx import load_onnx
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
     from taso.search.rewrite import decline_reason
     from taso.search.core import RuleIndex
 

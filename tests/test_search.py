@@ -112,7 +112,7 @@ def test_a_cold_cost_cache_does_not_overrun_the_time_limit():
 
 def test_the_report_has_statistics_per_expansion_on_a_zoo_model():
     from taso.models import build
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
 
     graph = taso.load_onnx(build("nasrnn", steps=2, hidden=64))
     _, report = search(graph, load_rules(), AnalyticCost(), SearchConfig(budget=8))
@@ -175,7 +175,8 @@ def test_random_graphs_optimized_with_the_analytic_cost_stay_equal_on_ort(graph)
 
 
 def test_end_to_end_check_sees_a_slower_graph():
-    from taso.optimize import MIN_CONFIRMED_SPEEDUP, end_to_end_speedup
+    from taso.pipeline.guard import MIN_CONFIRMED_SPEEDUP
+    from taso.pipeline.checks import end_to_end_speedup
 
     graph = _rnn_like(steps=2, hidden=256)
     # The same values through a needless identity matmul on every step: strictly more work.
@@ -199,7 +200,7 @@ def test_a_source_whose_parts_share_nothing_is_not_matched_on_every_pair_of_node
     # The shipped library proves [sigmoid(x1), sigmoid(x2)] => split(sigmoid(concat(x1, x2))):
     # true, but it matches every ordered pair of sigmoids. On an RNN export's 120 sigmoids the
     # first expansion drowned in such pairs and the search never reached a second graph.
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
 
     rules = load_rules()
 

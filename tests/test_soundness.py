@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 import taso.search.rewrite as rewrite
 from taso import load_onnx
 from taso.onnx import export_onnx
-from taso.optimize import load_rules
+from taso.pipeline.library import load_rules
 from taso.search.rewrite import CompiledRule, plans, rewrites
 from taso.rules import Library, Rule
 from taso.measure.outputs import compare_models
@@ -173,7 +173,7 @@ def test_a_library_without_a_digest_is_not_trusted(tmp_path):
 
 
 def test_the_shipped_library_carries_a_matching_digest():
-    from taso.optimize import DEFAULT_LIBRARY
+    from taso.pipeline.library import DEFAULT_LIBRARY
 
     library = Library.load(DEFAULT_LIBRARY)
     assert library.header["digest"] == library.digest()
@@ -183,7 +183,7 @@ def test_the_shipped_library_carries_a_matching_digest():
 
 
 def test_sample_of_shipped_rules_has_consistent_facts():
-    from taso.optimize import DEFAULT_LIBRARY
+    from taso.pipeline.library import DEFAULT_LIBRARY
     from taso.verifier.vacuity import contradiction
 
     rules = Library.load(DEFAULT_LIBRARY).rules

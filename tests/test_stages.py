@@ -1,4 +1,4 @@
-"""Per-stage seconds and peak memory (taso.stages): what `taso optimize` reports beside its search."""
+"""Per-stage seconds and peak memory (taso.pipeline.stages): what `taso optimize` reports beside its search."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from taso.stages import StageClock
+from taso.pipeline.stages import StageClock
 
 
 def test_each_stage_gets_its_own_seconds_and_peak_memory():
@@ -83,7 +83,7 @@ def test_memory_freed_in_a_stage_goes_back_to_the_system_after_it():
     import numpy as np
     import pytest
 
-    from taso.stages import _malloc_trim
+    from taso.pipeline.stages import _malloc_trim
 
     if _malloc_trim() is None:
         pytest.skip("not glibc on Linux")

@@ -125,7 +125,7 @@ def _two_products(rows2) -> Graph:
 
 
 def _merge_rule():
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
     from taso.search.rewrite import CompiledRule
 
     from taso.search.explain import find_rules
@@ -311,7 +311,9 @@ def test_a_rewrite_wrong_at_other_sizes_only_is_rejected_and_the_search_runs_aga
     """A planted "proved" rule, mean over rows = the first row, holds at batch 1 (the measurement size) only: the
     check at batch 2 catches it, the search runs again without it, and the report says why."""
     from taso.cost import AnalyticCost
-    from taso.optimize import ModelSource, load_rules, optimize_model
+    from taso.pipeline.source import ModelSource
+    from taso.pipeline.library import load_rules
+    from taso.pipeline.run import optimize_model
     from taso.rules import Library, Rule, RuleInput, RuleNode
     from taso.search import SearchConfig
 

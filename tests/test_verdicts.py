@@ -8,14 +8,14 @@ import json
 
 import numpy as np
 import onnx
-from helpers import fake_timer
+from helpers import fake_timer, patch_pipeline
 from onnx import TensorProto, helper, numpy_helper
 from test_cli_robustness import _save, matmul_relu_model
 
 from taso.cli import main
-from taso.verdicts import GuardVerdict, VerdictCache, layout_digest
+from taso.pipeline.verdicts import GuardVerdict, VerdictCache, layout_digest
 
-optimize_module = importlib.import_module("taso.optimize")
+pipeline = importlib.import_module("taso.pipeline")
 
 SHORT = 0.001  # an input's seconds per run, under the guard's short-run bound
 
@@ -29,12 +29,12 @@ def _counting_timer(monkeypatch, speedups):
         timed.append(list(models))
         return [SHORT, SHORT / next(series)]
 
-    monkeypatch.setattr(optimize_module, "InterleavedTimer", fake_timer(times))
+    patch_pipeline(monkeypatch, "InterleavedTimer", fake_timer(times))
     return timed
 
 
 def _optimize(src, library_path, **options):
-    return optimize_module.optimize_model(optimize_module.ModelSource.from_file(src), optimize_module.load_rules(library_path), "analytic",
+    return pipeline.optimize_model(pipeline.ModelSource.from_file(src), pipeline.load_rules(library_path), "analytic",
                                           confirm=True, **options)
 
 
@@ -133,7 +133,7 @@ def test_the_cli_says_a_verdict_was_remembered(tmp_path, library, monkeypatch, c
 def test_a_predicted_gain_rejected_by_the_guard_is_timed_again_next_run_not_replayed(tmp_path, library, monkeypatch):
     """A GRU h128x16 merge at 2 threads, predicted 1.19x, measured 1.017x in one guard and 1.21-1.23x in every guard
     after: a rejection that contradicts a clear prediction is not remembered; the next run times it again."""
-    monkeypatch.setattr(optimize_module, "_FRESH_LOOK_PREDICTED", 0.0)  # every prediction counts as a clear gain here
+    patch_pipeline(monkeypatch, "FRESH_LOOK_PREDICTED", 0.0)  # every prediction counts as a clear gain here
     src = _save(tmp_path, _two_products(), "two.onnx")  # optimized, its layout is not the re-export's
     timed = _counting_timer(monkeypatch, [0.9, 0.95])  # optimized: two pairs below the margin
     first = _optimize(src, library)

@@ -107,7 +107,7 @@ def fuzz_rules(rules: Sequence[Rule], shapes: int = 5, seed: int = 0, jobs: int 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Prints totals and every wrong application; exit 1 when there is one."""
-    from taso.optimize import load_rules
+    from taso.pipeline.library import load_rules
 
     parser = argparse.ArgumentParser(prog="python -m taso.verifier.apply_fuzz", description=__doc__.splitlines()[0])
     parser.add_argument("--library", help="rule file (default: the shipped library)")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import z3
 
-from taso.specs import AXIOMS, Axiom
+from taso.specs import Axiom
 from taso.specs.z3model import axiom_symbols, closure_laws, render_axiom
 
 from .encode import Encoding

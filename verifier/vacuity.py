@@ -52,7 +52,7 @@ def _job(job: tuple[dict, float]) -> tuple[str, list[str] | None]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Checks every proved rule of a library; prints the contradictory ones; exit 1 if there is one."""
     from taso.errors import TasoError
-    from taso.optimize import DEFAULT_LIBRARY
+    from taso.pipeline.library import DEFAULT_LIBRARY
     from taso.rules import Library
 
     parser = argparse.ArgumentParser(prog="python -m taso.verifier.vacuity", description=__doc__.splitlines()[0])

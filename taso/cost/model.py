@@ -12,7 +12,6 @@ from __future__ import annotations
 import statistics
 from abc import ABC, abstractmethod
 
-import numpy as np
 
 from ..errors import TasoError
 from ..ir import Graph, Node, TensorType, folds_when_constant

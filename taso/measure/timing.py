@@ -1,6 +1,6 @@
 """Timing whole models on ONNX Runtime: one place for every wall-clock measurement taso takes.
 
-``taso optimize``'s end-to-end guard (:mod:`taso.optimize`), ``taso bench`` and the ort-cpu
+``taso optimize``'s end-to-end guard (:mod:`taso.pipeline.guard`), ``taso bench`` and the ort-cpu
 cost model's calibration (:mod:`taso.cost.ort_cpu`) all time models here, the same way:
 
 * a session with the deployment's options (:func:`session_options`: intra-op threads,

@@ -16,7 +16,6 @@ and ``taso optimize`` writes such a model unchanged.
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any

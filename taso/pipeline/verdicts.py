@@ -1,7 +1,7 @@
 """End-to-end verdicts remembered: what a candidate model measured beside its input on this machine.
 
 ``taso optimize`` keeps an optimized model only when it beats the input by a margin in two timed
-series (``taso.optimize``). Near the margin that decision is the timing's noise: a sub-millisecond
+series (:mod:`taso.pipeline.guard`). Near the margin that decision is the timing's noise: a sub-millisecond
 LSTMCell export whose merge runs 1.04-1.18x faster, pair of sessions by pair of sessions, was kept
 in one run and not in the next, so the same command on the same file wrote different files. Like an
 autotuner's cache (Triton's, TVM's tuning logs), taso remembers each verdict under the pair of models
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import onnx
 
-from .cost.cache import cache_directory
-from .onnx.files import write_text_atomically
-from .errors import warn
+from ..cost.cache import cache_directory
+from ..onnx.files import write_text_atomically
+from ..errors import warn
 
 __all__ = ["GuardVerdict", "VerdictCache", "layout_digest"]
 
