@@ -15,8 +15,7 @@ import os
 import sys
 import tarfile
 
-from taso.bench import BenchRow, _atomic_write
-from taso.bench_gpu import gpu_chart, gpu_markdown
+from taso.bench import BenchRow, write_results
 
 
 def _rows_of(run_dir: str) -> tuple[str, list[dict]]:
@@ -49,11 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     fields = set(BenchRow.__dataclass_fields__)
     bench_rows = [BenchRow(**{k: v for k, v in row.items() if k in fields}) for row in rows]
     os.makedirs(args.out, exist_ok=True)
-    _atomic_write(os.path.join(args.out, "bench.json"), json.dumps({"hardware": device, "rows": rows}, indent=2))
-    markdown = gpu_markdown(bench_rows, device)
-    _atomic_write(os.path.join(args.out, "bench.md"), markdown)
-    gpu_chart(bench_rows, device, os.path.join(args.out, "bench.png"))
-    print(markdown)
+    print(write_results(bench_rows, device, args.out))
     return 0
 
 

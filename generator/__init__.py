@@ -12,7 +12,7 @@ TASO's first half (Jia et al., SOSP 2019, section 3). The stages, one module eac
 * :mod:`~taso.generator.prune` — input renaming, common subgraphs, instances;
 * :mod:`~taso.generator.generalize` — shape expressions and constraints;
 * :mod:`~taso.generator.emit` — candidates to :class:`taso.rules.Rule`;
-* :mod:`~taso.generator.pipeline` — all of it, with counts; :mod:`~taso.generator.cli` — ``taso generate``.
+* :mod:`~taso.generator.pipeline` — all of it, with counts; :mod:`~taso.cli.generate` — ``taso generate``.
 
 Example::
 

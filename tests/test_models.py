@@ -21,7 +21,7 @@ import pytest
 import taso
 import taso.models as zoo
 from taso.models import _stats as zoo_stats
-from taso.models import cli as zoo_cli
+from taso.cli import models as zoo_cli
 
 
 def _numpy_reference(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -296,7 +296,7 @@ def test_cli_generate_joins_a_running_cluster_by_its_address(ray_cluster, tmp_pa
 
     address = ray_cluster.get_runtime_context().gcs_address
     out = tmp_path / "joined.json"
-    argv = [sys.executable, "-m", "taso.cli", "generate", "--max-ops", "3", "--ops", "matmul,add,transpose", "--quiet",
+    argv = [sys.executable, "-m", "taso", "generate", "--max-ops", "3", "--ops", "matmul,add,transpose", "--quiet",
             "-o", str(out), "--ray", address, "--shards", "40"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr

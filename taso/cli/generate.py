@@ -26,11 +26,11 @@ from tqdm import tqdm
 
 from taso.errors import TasoError
 
-from .opset import GENERATOR_OPS, PRESETS, parse_ops
-from .parallel import Workers
-from .pipeline import STAGES, Progress, Result, generate
-from .settings import Settings
-from .shards import DEFAULT_SHARDS
+from ..generator.opset import GENERATOR_OPS, PRESETS, parse_ops
+from ..generator.parallel import Workers
+from ..generator.pipeline import STAGES, Progress, Result, generate
+from ..generator.settings import Settings
+from ..generator.shards import DEFAULT_SHARDS
 
 __all__ = ["add_parser", "run", "format_summary"]
 
@@ -120,7 +120,7 @@ def _ray_backend(args: argparse.Namespace, run_dir: str | None):
     """
     if args.ray is None:
         return None
-    from .cluster import RayBackend, ray_available
+    from ..generator.cluster import RayBackend, ray_available
 
     if reason := ray_available():
         raise TasoError(f"--ray: {reason}")

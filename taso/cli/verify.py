@@ -17,7 +17,7 @@ import time
 
 from taso.errors import TasoError
 
-from . import DEFAULT_TIMEOUT_S
+from ..verifier import DEFAULT_TIMEOUT_S
 
 __all__ = ["add_parser", "run"]
 
@@ -69,9 +69,9 @@ def run(args: argparse.Namespace) -> int:
     """
     from taso.rules import Library
 
-    from .journal import Journal
-    from .report import explain, library_header, progress_bar, summary
-    from .verify import Settings, verify_rule, verify_rules
+    from ..verifier.journal import Journal
+    from ..verifier.report import explain, library_header, progress_bar, summary
+    from ..verifier.verify import Settings, verify_rule, verify_rules
 
     if args.jobs < 1:
         raise TasoError(f"-j/--jobs must be at least 1, got {args.jobs}")

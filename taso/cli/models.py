@@ -17,7 +17,7 @@ import onnx
 
 from taso.onnx.files import write_atomically
 
-from . import _zoo
+from ..models import _zoo
 
 _USAGE_ERROR = 2
 

@@ -7,18 +7,18 @@ import json
 import os
 import sys
 
-from .errors import TasoError, Unsupported, first_line
+from ..errors import TasoError, Unsupported, first_line
 
 __all__ = ["add_parser", "run", "EXIT_MISMATCH"]
 
-from .pipeline.checks import OutputMismatchError
+from ..pipeline.checks import OutputMismatchError
 
 EXIT_MISMATCH = OutputMismatchError.exit_code
 
 
 def add_parser(sub) -> None:
-    from .cost import COST_MODELS
-    from .search import ENGINES, SearchConfig
+    from ..cost import COST_MODELS
+    from ..search import ENGINES, SearchConfig
 
     p = sub.add_parser("optimize", help="optimize an ONNX model with the verified rule library",
                        description="Rewrites a model with proved substitutions chosen by measured cost and checks the result "
@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
 
 def _check_paths(args) -> None:
     """Everything the user can get wrong is refused before the search, not after it."""
-    from .pipeline.run import validate_search_settings
+    from ..pipeline.run import validate_search_settings
 
     if not os.path.exists(args.input):
         raise TasoError(f"{args.input}: no such file")
@@ -84,16 +84,16 @@ def _check_writable(path: str, option: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli import parse_input_shapes
-    from .cost import make_cost_model
-    from .onnx import folding_plan
-    from .pipeline.source import ModelSource, copy_model_file, write_model
-    from .pipeline.library import load_rules
-    from .pipeline.run import optimize_model
-    from .search import SearchConfig
-    from .pipeline.stages import StageClock
-    from .measure.timing import use_custom_ops
-    from .measure.inputs import load_inputs
+    from .main import parse_input_shapes
+    from ..cost import make_cost_model
+    from ..onnx import folding_plan
+    from ..pipeline.source import ModelSource, copy_model_file, write_model
+    from ..pipeline.library import load_rules
+    from ..pipeline.run import optimize_model
+    from ..search import SearchConfig
+    from ..pipeline.stages import StageClock
+    from ..measure.timing import use_custom_ops
+    from ..measure.inputs import load_inputs
 
     if args.explain is not None:
         return _explain(args)
@@ -145,9 +145,9 @@ def _write_unchanged(args: argparse.Namespace, why: str) -> int:
     Raises:
         TasoError: ONNX Runtime cannot load the model either: it is not a valid model.
     """
-    from .pipeline.source import copy_model_file
-    from .pipeline.checks import custom_kernels_missing
-    from .measure.timing import open_session
+    from ..pipeline.source import copy_model_file
+    from ..pipeline.checks import custom_kernels_missing
+    from ..measure.timing import open_session
 
     try:
         open_session(args.input, threads=1, optimize=False)
@@ -160,7 +160,7 @@ def _write_unchanged(args: argparse.Namespace, why: str) -> int:
     print(f"taso: note: written unchanged: {why}", file=sys.stderr)
     print(f"wrote {args.output}: {_KEPT['input']} (taso could not check or optimize it; the note on stderr says why)")
     if args.report:
-        from .pipeline.source import write_model
+        from ..pipeline.source import write_model
 
         write_model(json.dumps({"kept": "input", "unchanged_because": why}, indent=2).encode(), args.report)
     return 0
@@ -168,10 +168,10 @@ def _write_unchanged(args: argparse.Namespace, why: str) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     """``--explain RULE``: why each directed rule the query names does or does not apply to the model."""
-    from .cli import parse_input_shapes
-    from .search.explain import explain_rule, find_rules
-    from .onnx import load_onnx
-    from .pipeline.library import load_rules
+    from .main import parse_input_shapes
+    from ..search.explain import explain_rule, find_rules
+    from ..onnx import load_onnx
+    from ..pipeline.library import load_rules
 
     graph = load_onnx(args.input, parse_input_shapes(args.input_shape), static=args.static)
     for rule in find_rules(load_rules(args.library), args.explain)[:20]:
@@ -228,7 +228,7 @@ class _Progress:
 
 
 def _write_report(path: str, before, outcome, plan, cost_fingerprint: str) -> None:
-    from .pipeline.source import write_model
+    from ..pipeline.source import write_model
 
     data = {**outcome.report.to_json(), "nodes_before": len(before), "nodes_after": len(outcome.graph), "kept": outcome.kept,
             "cleanup": outcome.cleanup.to_json() if outcome.cleanup else None,
@@ -273,8 +273,8 @@ def _search_line(report) -> str:
 
 
 def _format_report(args, before, outcome, folding) -> str:
-    from .search import StopReason
-    from .measure.inputs import describe_sizes
+    from ..search import StopReason
+    from ..measure.inputs import describe_sizes
 
     report, after = outcome.report, outcome.graph
     lines = [

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import argparse
+
 import json
 from collections import Counter
 from typing import Any
 
-from .ir.dims import Dim
-from .ir import Graph
+from ..ir.dims import Dim
+from ..ir import Graph
+from ..errors import TasoError
+from .main import add_input_shape_option, parse_input_shapes
 
 
 def describe_graph(graph: Graph) -> dict[str, Any]:
@@ -36,7 +40,7 @@ def _dims(shape) -> list:
 
 def is_rule_file(path: str) -> bool:
     """Whether ``taso info`` reads ``path`` as a rule file (version 1 ``.json``, version 2 ``.jsonl.gz`` or ``.jsonl``)."""
-    from .rules import is_lines_path
+    from ..rules import is_lines_path
 
     return path.endswith(".json") or is_lines_path(path)
 
@@ -45,8 +49,8 @@ def describe_library(library) -> dict[str, Any]:
     """A JSON-ready summary of a rule library: header and one line per rule, in text form beside its id; the
     clean-ups ``taso optimize`` applies with every library (:mod:`taso.search.cleanup`), each with what proves it; and the
     group merges it offers with every library (:mod:`taso.search.groups`), each arity with its proof."""
-    from .search.cleanup import CLEANUPS
-    from .rules import format_rule
+    from ..search.cleanup import CLEANUPS
+    from ..rules import format_rule
 
     return {
         "header": library.header,
@@ -58,7 +62,7 @@ def describe_library(library) -> dict[str, Any]:
 
 def describe_groups() -> list[dict[str, Any]]:
     """Each group family with its proved arities: the rule id, the axioms its proof used and Z3's time."""
-    from .search.groups import FAMILIES, MAX_GROUP, MIN_GROUP, GroupLibrary
+    from ..search.groups import FAMILIES, MAX_GROUP, MIN_GROUP, GroupLibrary
 
     shipped = GroupLibrary.shipped()
     families = []
@@ -113,3 +117,68 @@ def format_description(summary: dict[str, Any], title: str) -> str:
 
 def to_json(summary: dict[str, Any]) -> str:
     return json.dumps(summary, indent=2)
+
+
+def add_parser(sub) -> None:
+    info = sub.add_parser("info", help="describe an ONNX model or a rule file")
+    info.add_argument("file", nargs="?", help="an .onnx model, or a .json or .jsonl.gz rule file (candidates or library)")
+    info.add_argument("--costs", action="store_true",
+                      help="show the measured-cost cache: entries per hardware fingerprint, how many were spot-checked, are suspect or stale, "
+                           "and the worst disagreements")
+    info.add_argument("--check", type=int, metavar="N",
+                      help="with --costs: re-measure N entries of this machine's cost table now and report them (before quoting figures)")
+    info.add_argument("--json", action="store_true", help="print JSON instead of text")
+    add_input_shape_option(info)
+    info.set_defaults(func=run)
+
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..onnx import load_onnx
+
+    if args.costs or args.check is not None:
+        _print_costs(args.check, args.json, to_json)
+        if args.file is None:
+            return 0
+    if args.file is None:
+        raise TasoError("taso info needs a FILE (an .onnx model or a .json / .jsonl.gz rule file), or --costs")
+    if is_rule_file(args.file):
+        from ..rules import Library
+
+        summary = describe_library(Library.load(args.file))
+        print(to_json(summary) if args.json else format_library(summary, args.file))
+        return 0
+    from ..onnx import read_model
+
+    model, shapes = read_model(args.file), parse_input_shapes(args.input_shape)
+    graph = load_onnx(model, shapes)
+    summary = describe_graph(graph)
+    print(to_json(summary) if args.json else format_description(summary, args.file))
+    return 0
+
+
+def _print_costs(check: int | None, as_json: bool, to_json) -> None:
+    """`taso info --costs [--check N]`: the cost cache's tables and their health, after spot-checking N entries of this machine's now."""
+    from ..cost import CostCache, format_cost_report
+
+    cache = CostCache()
+    checks = None
+    if check is not None:
+        if check < 1:
+            raise TasoError(f"--check {check}: the number of entries to re-measure must be at least 1")
+        from ..cost.ort_cpu import check_cached_costs, fingerprint
+
+        checks = check_cached_costs(cache, check)
+        cache.save()
+    report = cache.report()
+    if checks is not None:
+        report["checked_now"] = {c.fingerprint: {"entries": [v.to_json() for v in c.verdicts], "marked_stale": c.marked_stale} for c in checks}
+    if as_json:
+        print(to_json(report))
+        return
+    print(format_cost_report(report))
+    if checks is not None and not checks:
+        print(f"no cost table of this machine to check ({fingerprint(1).replace('threads=1', 'threads=N')})")
+    for c in checks or ():
+        print(f"checked now, {c.fingerprint}:")
+        print("\n".join(f"  {line}" for line in c.describe()) or "  (no entry whose key can be re-measured)")

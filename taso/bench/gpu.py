@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from .pipeline.checks import OutputMismatchError
+from ..pipeline.checks import OutputMismatchError
 
 __all__ = ["TASO_V100", "bench_model_gpu", "gpu_markdown", "gpu_chart"]
 
@@ -26,14 +26,14 @@ TASO_V100 = {"resnet50": 1.0, "nasnet_a": 1.3, "resnext50": 2.8, "nasrnn": 1.4, 
 
 def bench_model_gpu(name: str, model: onnx.ModelProto, args, path: str | None = None):
     """Original against what taso keeps, on the CuPy executor; the row records the GPU outputs' largest difference."""
-    from .bench import BenchRow, _optimize
-    from .measure.cupy_runtime import DeviceGraph, interleaved_device_times, require_cupy
-    from .pipeline.source import model_bytes
-    from .measure.timing import interleaved_times
-    from .measure.inputs import random_inputs
+    from .rows import BenchRow, optimize_for_bench
+    from ..measure.cupy_runtime import DeviceGraph, interleaved_device_times, require_cupy
+    from ..pipeline.source import model_bytes
+    from ..measure.timing import interleaved_times
+    from ..measure.inputs import random_inputs
 
     cp = require_cupy()
-    source, outcome = _optimize(model, path, "cupy" if args.cost.startswith("ort-cpu") else args.cost, 1, args)
+    source, outcome = optimize_for_bench(model, path, "cupy" if args.cost.startswith("ort-cpu") else args.cost, 1, args)
     original, kept, report = source.graph, outcome.graph, outcome.report
     host_feeds = random_inputs(original)
     feeds = {k: cp.asarray(v) for k, v in host_feeds.items()}
@@ -62,8 +62,8 @@ def _largest_difference(runners: dict, feeds: dict, name: str) -> float:
     Raises:
         OutputMismatchError: they differ beyond the output check's tolerance (:mod:`taso.measure.inputs`).
     """
-    from .ir.execute import to_host
-    from .measure.outputs import compare_outputs
+    from ..ir.execute import to_host
+    from ..measure.outputs import compare_outputs
 
     if len(runners) == 1:
         return 0.0
@@ -95,7 +95,7 @@ def gpu_markdown(rows, hardware: str) -> str:
 def gpu_chart(rows, hardware: str, path: str) -> None:
     import matplotlib
 
-    from .bench import finish_chart
+    from .rows import finish_chart
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
