@@ -29,7 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import corpus  # noqa: E402 - a sibling script, not a package
 
 from taso.cost.copies import WallReference  # noqa: E402
-from taso.cost.declared import STATE_CHAIN_VALUES, declared_shape_seconds, state_chain  # noqa: E402
+from taso.cost.declared import STATE_CHAIN_VALUES, declared_shape_seconds
+from taso.onnx.probes import state_chain
 from taso.onnx import read_model  # noqa: E402
 from taso.onnx.sizing import declared_only  # noqa: E402
 from taso.measure.timing import fresh_session_series  # noqa: E402

@@ -21,7 +21,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from taso.cost.copies import COPIES, WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, WallReference, copies_session, with_copies
+from taso.cost.copies import COPIES, WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, WallReference, copies_session
+from taso.onnx.probes import with_copies
 from taso.measure.timing import fastest_run, interleaved_samples
 
 OUTLIER = 1.3

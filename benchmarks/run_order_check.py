@@ -27,7 +27,7 @@ import onnxruntime as ort
 
 import taso
 from taso.measure.timing import interleaved_times
-from taso.cost.ort_cpu import fusion_pass
+from taso.cost.ort_fusions import fusion_pass
 from taso.cost.residency import graph_run_order, main_weight
 from taso.ir import Graph
 

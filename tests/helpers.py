@@ -92,16 +92,20 @@ def library_rewrites(graph):
                 yield rule, plan, child
 
 
-def patch_pipeline(monkeypatch, name: str, value) -> None:
-    """Replaces ``name`` in every module of taso.pipeline that looks it up: a test's stand-in for the timer, the export
-    or a threshold, wherever the pipeline's parts call it."""
+def patch_room(monkeypatch, room: str, name: str, value) -> None:
+    """Replaces ``name`` in every module of the package ``room`` (``"taso.pipeline"``, ``"taso.cost"``) that looks it up: a
+    test's stand-in for a timer, an export or a threshold, wherever the room's parts call it."""
     import importlib
     import pkgutil
 
-    import taso.pipeline
-
-    modules = [taso.pipeline] + [importlib.import_module(f"taso.pipeline.{info.name}") for info in pkgutil.iter_modules(taso.pipeline.__path__)]
+    package = importlib.import_module(room)
+    modules = [package] + [importlib.import_module(f"{room}.{info.name}") for info in pkgutil.iter_modules(package.__path__)]
     patched = [m for m in modules if hasattr(m, name)]
-    assert patched, f"no module of taso.pipeline has {name!r}"
+    assert patched, f"no module of {room} has {name!r}"
     for module in patched:
         monkeypatch.setattr(module, name, value)
+
+
+def patch_pipeline(monkeypatch, name: str, value) -> None:
+    """:func:`patch_room` for the pipeline (:mod:`taso.pipeline`)."""
+    patch_room(monkeypatch, "taso.pipeline", name, value)

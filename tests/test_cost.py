@@ -12,6 +12,8 @@ from taso.cli import main
 from taso.cost import AnalyticCost, CostCache, node_key
 from taso.cost.ort_cpu import OrtCpuCost
 from taso.ir import Graph, Node, TensorType
+import taso.cost.profiling as profiling
+from helpers import patch_room
 
 
 def _graph(n: int = 64) -> Graph:
@@ -103,7 +105,8 @@ def test_a_damaged_cache_is_ignored(tmp_path):
 
 
 def test_profiled_kernel_times_are_split_per_run_and_skip_warm_up():
-    from taso.cost.ort_cpu import FLOOR, REFERENCE, _kernel_times
+    from taso.onnx.probes import FLOOR, REFERENCE
+    from taso.cost.profiling import _kernel_times
 
     def run(ts):
         return {"cat": "Session", "name": "model_run", "ts": ts, "dur": 50}
@@ -128,12 +131,12 @@ def test_the_profiler_floor_is_taken_from_each_run_of_the_node_own_session(tmp_p
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     floors = iter([2e-6, 6e-6])
 
-    def profile(model, feeds, threads, min_total=ort_cpu.FULL_SECONDS, **_):
+    def profile(model, feeds, threads, min_total=profiling.FULL_SECONDS, **_):
         floor = next(floors, 2e-6)
-        return ort_cpu.KernelProfile([floor + 40e-6] * 8, [100e-6] * 8, [floor] * 8)  # a 40 us kernel, under either floor
+        return profiling.KernelProfile([floor + 40e-6] * 8, [100e-6] * 8, [floor] * 8)  # a 40 us kernel, under either floor
 
-    monkeypatch.setattr(ort_cpu, "profile_kernels", profile)
-    monkeypatch.setattr(ort_cpu, "median_run", lambda session, feeds, min_seconds=0.0: 1e-6)
+    patch_room(monkeypatch, "taso.cost", "profile_kernels", profile)
+    patch_room(monkeypatch, "taso.cost", "median_run", lambda session, feeds, min_seconds=0.0: 1e-6)
     model = ort_cpu.OrtCpuCost(threads=1)
     tanh = ops.get("tanh")
     node = Node(tanh, tanh.make_params(), ("x",), ("y",), "tanh")
@@ -157,7 +160,7 @@ def test_measured_costs_order_tiny_and_large_operators_sensibly(tmp_path, monkey
 def test_a_profile_without_runs_is_a_clear_error():
     import pytest
 
-    from taso.cost.ort_cpu import _kernel_times
+    from taso.cost.profiling import _kernel_times
     from taso.errors import TasoError
 
     with pytest.raises(TasoError, match="--cost analytic"):

@@ -281,7 +281,7 @@ def test_a_damaged_cache_is_ignored_with_a_clear_message(tmp_path, monkeypatch, 
 
 
 def test_check_rebuilds_a_node_from_its_key_unless_a_constant_value_may_pick_the_kernel():
-    from taso.cost.ort_cpu import _single_node
+    from taso.cost.spot_checks import _single_node
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])
     weights = helper.make_tensor("w", TensorProto.FLOAT, [4, 3, 3, 3], np.ones(108, np.float32))

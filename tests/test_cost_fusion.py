@@ -11,7 +11,8 @@ from helpers import library_rewrites
 import taso
 from taso import ops
 from taso.cost import AnalyticCost, Neighbourhood
-from taso.cost.ort_cpu import OrtCpuCost, gather_siblings, split_gathers
+from taso.cost.ort_cpu import OrtCpuCost
+from taso.cost.ort_fusions import gather_siblings, split_gathers
 from taso.ir import Graph, Node, TensorType
 from taso.search.rewrite import CompiledRule, plans
 

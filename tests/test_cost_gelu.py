@@ -16,7 +16,7 @@ from test_cost_residency import _n, _Priced
 
 import taso
 from taso.cost.model import CostModel, Neighbourhood
-from taso.cost.ort_cpu import gelu_parts
+from taso.cost.ort_fusions import gelu_parts
 from taso.ir import Graph, TensorType
 
 DATA = Path(__file__).parent / "data" / "symbolic"

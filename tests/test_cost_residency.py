@@ -10,18 +10,24 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from helpers import library_rewrites
+from helpers import library_rewrites, patch_room
 
 import taso
 from taso import ops
 from taso.cost.model import CostModel, _roofline_seconds
-from taso.cost.ort_cpu import COLD, EVICT, WARM, OrtCpuCost, _cold_then_warm, _profiled_runs
+from taso.onnx.probes import COLD, EVICT, WARM, cold_then_warm
+from taso.cost.ort_cpu import OrtCpuCost
+from taso.cost.profiling import _profiled_runs
 from taso.cost.residency import CacheSizes, WeightReads
 from taso.ir import Graph, Node, TensorType
 from taso.search.rewrite import CompiledRule, plans
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 from run_order_check import first_seen, onnx_runtime_order, taso_order  # noqa: E402 - after the path insert
+import taso.cost.cold_reads as cold_reads
+import taso.cost.copies as copies_module
+import taso.onnx.probes as probes
+import taso.cost.profiling as profiling
 
 
 def _n(op, inputs, outputs, **params):
@@ -229,7 +235,7 @@ def _product(hidden: int) -> onnx.ModelProto:
 def test_the_cold_and_warm_copies_run_after_the_eviction_and_in_that_order():
     import onnxruntime as ort
 
-    pair = _cold_then_warm(_product(64))
+    pair = cold_then_warm(_product(64))
     x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
     feeds = {"x": x, f"{EVICT}_x": np.ones(1 << 16, np.float32)}
     session = ort.InferenceSession(pair.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -250,22 +256,21 @@ def test_a_read_penalty_is_each_evicting_runs_time_against_the_median_of_resting
     """Every run of the evicting session runs products over that many bytes of weights of their own before the node,
     as a graph runs its other products between two reads of a weight. A copy run right after an evicting read of a
     buffer, or runs that each read a buffer, measured a fraction of what a graph pays (docs/measured.md, session 22)."""
-    from taso.cost import ort_cpu
 
     seen = []
 
     def runs(proto, feeds, threads, min_total, min_runs, max_runs, in_place=None):
         seen.append(proto)
         timed, events, ts = [[10, 12, 11], [30, 31]][len(seen) - 1], [], 0
-        for us in [50] * ort_cpu._WARM_UP_RUNS + timed:
+        for us in [50] * profiling._WARM_UP_RUNS + timed:
             events += [{"cat": "Session", "name": "model_run", "ts": ts, "dur": 100},
                        {"cat": "Node", "name": f"{COLD}0_kernel_time", "ts": ts + 1, "dur": us, "args": {"op_name": "MatMul"}}]
             ts += 200
         return events
 
-    monkeypatch.setattr(ort_cpu, "_profiled_runs", runs)
+    patch_room(monkeypatch, "taso.cost", "_profiled_runs", runs)
     x = np.ones((1, 64), np.float32)
-    assert ort_cpu.profile_cold_penalty(_product(64).SerializeToString(), {"x": x}, 1, 8 << 20) == pytest.approx([19e-6, 20e-6])
+    assert cold_reads.profile_cold_penalty(_product(64).SerializeToString(), {"x": x}, 1, 8 << 20) == pytest.approx([19e-6, 20e-6])
     resting, evicting = ({t.name: t for t in m.graph.initializer} for m in seen)
     evicted = sum(numpy_helper.to_array(t).nbytes for name, t in evicting.items() if name.startswith(EVICT) and name not in resting)
     assert evicted == 8 << 20, "the evicting model reads 8 MB of weights of its own; the resting one none"
@@ -275,7 +280,6 @@ def test_a_read_penalty_is_each_evicting_runs_time_against_the_median_of_resting
 def test_a_read_penalty_is_the_median_over_pairs_of_sessions(monkeypatch, tmp_path):
     """One pair of sessions can differ by more than the penalty (BERT's [1, 64, 1024] x [1024, 4096] product: 0, 492, 0
     and 2004 us in four pairs): the penalty kept is the median over several pairs, an outlier pair outvoted."""
-    from taso.cost import ort_cpu
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     pairs = iter([[0.0, 0.0, 0.0], [2004e-6] * 3, [150e-6, 160e-6, 170e-6]])
@@ -285,31 +289,29 @@ def test_a_read_penalty_is_the_median_over_pairs_of_sessions(monkeypatch, tmp_pa
         calls.append(evicted)
         return next(pairs)
 
-    monkeypatch.setattr(ort_cpu, "profile_cold_penalty", one_pair)
+    patch_room(monkeypatch, "taso.cost", "profile_cold_penalty", one_pair)
     graph = Graph({"x": TensorType((1, 16))}, {"W": np.ones((16, 16), np.float32)}, [_n("matmul", ["x", "W"], ["y"])], ["y"])
     seconds, _ = OrtCpuCost(threads=1).cold_penalty(graph.nodes[0], graph, graph.constant_values(), 8 << 20)
-    assert len(calls) == ort_cpu._PENALTY_PAIRS == 3
+    assert len(calls) == cold_reads._PENALTY_PAIRS == 3
     assert seconds == pytest.approx(160e-6)
 
 
 def test_a_read_penalty_is_measured_on_onnx_runtime_once_per_evicting_run():
-    from taso.cost import ort_cpu
 
     x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
-    deltas = ort_cpu.profile_cold_penalty(_product(64).SerializeToString(), {"x": x}, 1, 1 << 16, min_total=0.0)
+    deltas = cold_reads.profile_cold_penalty(_product(64).SerializeToString(), {"x": x}, 1, 1 << 16, min_total=0.0)
     assert len(deltas) == 15 and all(isinstance(d, float) for d in deltas)
 
 
 def test_a_model_without_a_computed_input_has_no_cold_copy():
     graph = helper.make_graph([helper.make_node("Relu", ["c"], ["y"])], "k", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
                               [numpy_helper.from_array(np.ones(2, np.float32), "c")])
-    assert _cold_then_warm(helper.make_model(graph)) is None
+    assert cold_then_warm(helper.make_model(graph)) is None
 
 
 def test_a_node_is_priced_on_its_second_run_after_the_reference_with_the_floor_after_it(monkeypatch):
     """A weight the node has just read stays in the caches for its second copy; the floor kernel runs after both,
     where the profiler's overhead is what it is in the copy timed (a floor run first took 6-7 us, a Sigmoid after it 5)."""
-    from taso.cost import ort_cpu
 
     seen = {}
 
@@ -317,14 +319,14 @@ def test_a_node_is_priced_on_its_second_run_after_the_reference_with_the_floor_a
         seen["events"] = events = _profiled_runs(proto, *args, **kwargs)
         return events
 
-    monkeypatch.setattr(ort_cpu, "_profiled_runs", profiled)
+    patch_room(monkeypatch, "taso.cost", "_profiled_runs", profiled)
     x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
-    profile = ort_cpu.profile_kernels(_product(64).SerializeToString(), {"x": x}, threads=1, min_total=0.0, min_runs=3, warm=True)
+    profile = profiling.profile_kernels(_product(64).SerializeToString(), {"x": x}, threads=1, min_total=0.0, min_runs=3, warm=True)
     events = seen["events"]
     runs = [e["ts"] for e in events if e.get("name") == "model_run"]
     kernels = sorted((e["ts"], e["dur"], e["name"]) for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"))
     last_run = [k for k in kernels if k[0] >= runs[-1]]
-    order = [ort_cpu.REFERENCE, COLD, WARM, ort_cpu.FLOOR]
+    order = [probes.REFERENCE, COLD, WARM, probes.FLOOR]
     spans = [(min(ts for ts, _, name in last_run if name.startswith(p)), max(ts + dur for ts, dur, name in last_run if name.startswith(p)))
              for p in order]
     assert all(spans[i][1] <= spans[i + 1][0] for i in range(len(spans) - 1)), dict(zip(order, spans))
@@ -333,12 +335,11 @@ def test_a_node_is_priced_on_its_second_run_after_the_reference_with_the_floor_a
 
 
 def test_a_node_whose_copies_cannot_be_ordered_is_timed_once():
-    from taso.cost import ort_cpu
 
     graph = helper.make_graph([helper.make_node("Not", ["b"], ["y"])], "n", [helper.make_tensor_value_info("b", TensorProto.BOOL, [4])],
                               [helper.make_tensor_value_info("y", TensorProto.BOOL, [4])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    profile = ort_cpu.profile_kernels(model.SerializeToString(), {"b": np.ones(4, bool)}, threads=1, min_total=0.0, min_runs=3, warm=True)
+    profile = profiling.profile_kernels(model.SerializeToString(), {"b": np.ones(4, bool)}, threads=1, min_total=0.0, min_runs=3, warm=True)
     assert len(profile.kernels) == 3 and all(k > 0 for k in profile.kernels)
 
 
@@ -347,7 +348,8 @@ def test_copies_of_a_node_all_run_where_a_node_is_timed_by_the_wall_clock(tmp_pa
     elimination, on by default, would fold identical nodes into one and price the node at zero)."""
     import json
 
-    from taso.cost.copies import copies_session, with_copies
+    from taso.cost.copies import copies_session
+    from taso.onnx.probes import with_copies
 
     many = with_copies(_product(64), 5)
     session = copies_session(many, threads=1, enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))
@@ -364,17 +366,16 @@ def test_copies_of_a_node_all_run_where_a_node_is_timed_by_the_wall_clock(tmp_pa
 
 
 def test_a_node_under_the_profilers_resolution_is_priced_by_the_wall_clock(monkeypatch, tmp_path):
-    from taso.cost import ort_cpu
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(ort_cpu, "profile_kernels", lambda *a, **k: ort_cpu.KernelProfile([3e-6] * 8, [100e-6] * 8, [2e-6] * 8))
-    monkeypatch.setattr(ort_cpu, "median_run", lambda session, feeds, min_seconds=0.0: 1e-6)
-    monkeypatch.setattr(ort_cpu, "wall_clock_marginal", lambda model, feeds, threads, in_place=None, reference=None, copies=33: (0.7e-6, 0.1))
+    patch_room(monkeypatch, "taso.cost", "profile_kernels", lambda *a, **k: profiling.KernelProfile([3e-6] * 8, [100e-6] * 8, [2e-6] * 8))
+    patch_room(monkeypatch, "taso.cost", "median_run", lambda session, feeds, min_seconds=0.0: 1e-6)
+    patch_room(monkeypatch, "taso.cost", "wall_clock_marginal", lambda model, feeds, threads, in_place=None, reference=None, copies=33: (0.7e-6, 0.1))
     model = OrtCpuCost(threads=1)
     node = _n("tanh", ["x"], ["y"])
     graph = Graph({"x": TensorType((1, 64))}, {}, [node], ["y"])
     assert model.fresh(node, graph, set()) == (0.7e-6, 0.1)
-    monkeypatch.setattr(ort_cpu, "profile_kernels", lambda *a, **k: ort_cpu.KernelProfile([400e-6] * 8, [100e-6] * 8, [2e-6] * 8))
+    patch_room(monkeypatch, "taso.cost", "profile_kernels", lambda *a, **k: profiling.KernelProfile([400e-6] * 8, [100e-6] * 8, [2e-6] * 8))
     seconds, _ = model.fresh(node, graph, set())
     assert seconds > 100e-6  # a node the profiler resolves keeps its profiled price
 
@@ -384,26 +385,25 @@ def test_with_threads_a_node_up_to_1ms_is_priced_by_the_wall_clock_a_long_one_wi
     h512's per-step product at 70-77 us against 58; with the workers spinning within a run, [64,256] x [256,1024] at
     310 us against 180, [64,512] x [512,2048] at 1.1 ms against 0.73. At 1 thread the two agreed within 10%, and 30 us
     stays the bound there. The table says which; a node over 100 us is timed with fewer copies, never fewer than 8."""
-    from taso.cost import ort_cpu
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     copies_asked = []
 
-    def copies(model, feeds, threads, in_place=None, reference=None, copies=ort_cpu.COPIES):
+    def copies(model, feeds, threads, in_place=None, reference=None, copies=copies_module.COPIES):
         copies_asked.append(copies)
         return 58e-6, 0.1
 
-    monkeypatch.setattr(ort_cpu, "median_run", lambda session, feeds, min_seconds=0.0: 1e-6)
-    monkeypatch.setattr(ort_cpu, "wall_clock_marginal", copies)
+    patch_room(monkeypatch, "taso.cost", "median_run", lambda session, feeds, min_seconds=0.0: 1e-6)
+    patch_room(monkeypatch, "taso.cost", "wall_clock_marginal", copies)
     node = _n("tanh", ["x"], ["y"])
     graph = Graph({"x": TensorType((1, 64))}, {}, [node], ["y"])
     threaded, single = OrtCpuCost(threads=2), OrtCpuCost(threads=1)
     for profiled in (72e-6, 150e-6, 900e-6):
-        monkeypatch.setattr(ort_cpu, "profile_kernels", lambda *a, **k: ort_cpu.KernelProfile([profiled] * 8, [100e-6] * 8, [2e-6] * 8))
+        patch_room(monkeypatch, "taso.cost", "profile_kernels", lambda *a, **k: profiling.KernelProfile([profiled] * 8, [100e-6] * 8, [2e-6] * 8))
         assert threaded.fresh(node, graph, set()) == (58e-6, 0.1)
         assert single.fresh(node, graph, set())[0] > 60e-6
-    assert copies_asked == [ort_cpu.COPIES, 22, 8]
-    monkeypatch.setattr(ort_cpu, "profile_kernels", lambda *a, **k: ort_cpu.KernelProfile([2e-3] * 8, [100e-6] * 8, [2e-6] * 8))
+    assert copies_asked == [copies_module.COPIES, 22, 8]
+    patch_room(monkeypatch, "taso.cost", "profile_kernels", lambda *a, **k: profiling.KernelProfile([2e-3] * 8, [100e-6] * 8, [2e-6] * 8))
     assert threaded.fresh(node, graph, set())[0] > 1e-3, "a node of milliseconds keeps its profiled price"
     assert "under-1000us-by-wall-clock" in threaded.fingerprint and "under-30us-by-wall-clock" in single.fingerprint
 
@@ -411,7 +411,7 @@ def test_with_threads_a_node_up_to_1ms_is_priced_by_the_wall_clock_a_long_one_wi
 def test_a_noisy_wall_clock_measurement_is_taken_again_and_the_steadier_kept():
     """Copies of a merged product once came out at 1,384 us with their rounds spread over 27%, where before and after
     they took 725-743 us spread over 10%."""
-    from taso.cost.ort_cpu import steadier
+    from taso.cost.profiling import steadier
 
     runs = iter([(1384e-6, 0.27), (730e-6, 0.10)])
     assert steadier(lambda: next(runs)) == (730e-6, 0.10)
@@ -425,13 +425,12 @@ def test_the_layout_conversions_around_a_lone_convolution_are_not_part_of_its_pr
     """Alone, a convolution runs between a ReorderInput and a ReorderOutput (ONNX Runtime's blocked layout); in a graph
     of convolutions it pays neither. Counted, two sibling convolutions measured alone paid the input's conversion twice
     and merged once: a saving no graph has (Inception-v3's merges, predicted 1.05x, measured 0.94x)."""
-    from taso.cost import ort_cpu
 
     def kernel(name, op, ts, dur):
         return {"cat": "Node", "name": f"{name}_kernel_time", "ts": ts, "dur": dur, "args": {"op_name": op}}
 
     events = [{"cat": "Session", "name": "model_run", "ts": 0, "dur": 1000},
               kernel("ReorderInput", "ReorderInput", 10, 90), kernel("y_nchwc", "Conv", 110, 231),
-              kernel("ReorderOutput", "ReorderOutput", 350, 35), kernel(ort_cpu.REFERENCE, "MatMul", 400, 100)]
-    times = ort_cpu._role_times(events, 0, (ort_cpu.REFERENCE,))
-    assert times[ort_cpu._WORK] == [pytest.approx(231e-6)] and times[ort_cpu.REFERENCE] == [pytest.approx(100e-6)]
+              kernel("ReorderOutput", "ReorderOutput", 350, 35), kernel(probes.REFERENCE, "MatMul", 400, 100)]
+    times = profiling._role_times(events, 0, (probes.REFERENCE,))
+    assert times[profiling._WORK] == [pytest.approx(231e-6)] and times[probes.REFERENCE] == [pytest.approx(100e-6)]

@@ -11,7 +11,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from taso.cost import ort_cpu
-from taso.cost.declared import declared_shape_seconds, state_chain
+from taso.cost.declared import declared_shape_seconds
+from taso.onnx.probes import state_chain
 from taso.cost.model import AnalyticCost
 from taso.cost.ort_cpu import OrtCpuCost
 from taso.onnx.sizing import _constant_values, declared_only

@@ -17,6 +17,7 @@ import pytest
 
 from taso.cli import main as taso_main
 from taso.rules import Library
+from taso.verifier import taso_export as te
 from taso.verifier import taso_import as ti
 from taso.verifier.verify import Settings, verify_rule
 
@@ -181,7 +182,7 @@ def test_generic_shapes_give_each_free_dimension_its_own_size(sample_rules):
 
 
 def test_export_then_import_gives_the_same_rules(imported):
-    data, skipped = ti.export_rules(imported.library.rules)
+    data, skipped = te.export_rules(imported.library.rules)
     assert skipped == []
     again = ti.import_rules(ti.decode(data))
     assert [r.id for r in again.library] == [r.id for r in imported.library]
@@ -192,7 +193,7 @@ def test_shipped_library_round_trips_through_tasos_format():
     library = Library.load(os.path.join(os.path.dirname(ti.__file__), "..", "taso", "data", "library.jsonl.gz"))
     generated = [r for r in library.rules if not r.extra.get("lifted_from")]  # rank-lifted rules have no TASO form (test_lift.py)
     rules = random.Random(0).sample(generated, 300)
-    data, skipped = ti.export_rules(rules)
+    data, skipped = te.export_rules(rules)
     # skipped: rules over inputs TASO's pool lacks (bias and channel vectors, 1x1 kernels, batch norm statistics)
     assert skipped and all(reason.startswith("input ") and reason.endswith(" is not in TASO's input pool") for _, reason in skipped)
     exported = [r for r in rules if r.id not in {rule_id for rule_id, _ in skipped}]
@@ -208,11 +209,11 @@ def test_encoder_refuses_what_taso_cannot_express(imported):
 
     library = Library.load(os.path.join(os.path.dirname(ti.__file__), "..", "taso", "data", "library.jsonl.gz"))
     with pytest.raises(ti.Unconvertible, match="input b1 is not in TASO's input pool"):
-        ti.from_rule(next(r for r in library if any(i.name == "b1" for i in r.inputs)))
+        te.from_rule(next(r for r in library if any(i.name == "b1" for i in r.inputs)))
     conv = _by_name(imported.library, "taso#4")
     dilated = replace(conv, target=(replace(conv.target[0], params={**conv.target[0].params, "pads": (0, 0, 0, 0), "dilations": (2, 2)}),))
     with pytest.raises(ti.Unconvertible, match="dilations"):
-        ti.from_rule(dilated)
+        te.from_rule(dilated)
 
 
 # ---- the command line -----------------------------------------------------------------------------------------------

@@ -166,7 +166,8 @@ def _print_costs(check: int | None, as_json: bool, to_json) -> None:
     if check is not None:
         if check < 1:
             raise TasoError(f"--check {check}: the number of entries to re-measure must be at least 1")
-        from ..cost.ort_cpu import check_cached_costs, fingerprint
+        from ..cost.spot_checks import check_cached_costs
+        from ..cost.ort_cpu import fingerprint
 
         checks = check_cached_costs(cache, check)
         cache.save()

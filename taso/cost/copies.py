@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx
 import onnxruntime as ort
-from onnx import TensorProto, helper, numpy_helper
 
 from ..measure.timing import fastest_run, interleaved_samples, open_session, session_options
 from .cache import noise_band
 from .in_place import InPlaceWeights, in_place_session
+from ..onnx.probes import SPIN_UP, SPIN_UP_SHAPE, cycled_copies, negations, spun_up, with_copies
 
 __all__ = ["COPIES", "WALL_CLOCK_ROUNDS", "WALL_CLOCK_RUN_SECONDS", "WallReference", "negations", "append_copy", "with_copies",
            "copies_session", "spun_up", "split_product", "spin_up_feeds", "per_round_differences", "wall_clock_marginal", "cycled_copies", "cold_read_penalty", "interquartile_range"]
@@ -46,15 +46,6 @@ REFERENCE_NEGATIONS = 65  # the reference model's nodes: a run is mostly running
 _REFERENCE_FEEDS = {"x": np.ones(1, np.float32)}
 
 
-def negations(n: int) -> bytes:
-    """A chain of ``n`` Neg nodes on one float: nodes that cost nothing but being run."""
-    names = ["x"] + [f"r{i}" for i in range(n)]
-    nodes = [helper.make_node("Neg", [names[i]], [names[i + 1]]) for i in range(n)]
-    graph = helper.make_graph(nodes, "negations", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-                              [helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, [1])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model.SerializeToString()
 
 
 @dataclass
@@ -124,29 +115,8 @@ def undisturbed(sample, samples: int = CALIBRATION_SAMPLES) -> float:
     return float(np.percentile(taken, 25))
 
 
-def append_copy(into: onnx.GraphProto, nodes, prefix: str, renamed: dict[str, str], suffix: str) -> None:
-    """Appends a copy of ``nodes`` to ``into``: named ``prefix`` and their index, reading the values ``renamed`` maps
-    instead of the originals (the copy's own outputs included), writing their outputs with ``suffix`` appended."""
-    for i, node in enumerate(nodes):
-        twin = into.node.add()
-        twin.CopyFrom(node)
-        twin.name = f"{prefix}{i}"
-        twin.input[:] = [renamed.get(v, v) for v in node.input]
-        twin.output[:] = [f"{v}{suffix}" if v else v for v in node.output]
-        renamed.update({v: f"{v}{suffix}" for v in node.output if v})
 
 
-def with_copies(proto: onnx.ModelProto, copies: int, weights: list[str] | None = None) -> onnx.ModelProto:
-    """The model with its nodes ``copies`` times over, each copy reading the same inputs; the graph outputs are the first's.
-
-    With ``weights`` (the main weight's name, then other initializers of its shape), copy ``i`` reads
-    ``weights[i % len(weights)]`` in place of the first."""
-    many = onnx.ModelProto()
-    many.CopyFrom(proto)
-    for i in range(1, copies):
-        renamed = {weights[0]: weights[i % len(weights)]} if weights else {}
-        append_copy(many.graph, proto.graph.node, f"__taso_copy{i}/", renamed, f"~copy{i}")
-    return many
 
 
 def copies_session(proto: onnx.ModelProto, threads: int, in_place: InPlaceWeights | None = None, **options) -> ort.InferenceSession:
@@ -176,20 +146,6 @@ def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPla
                                                   reference))
 
 
-def cycled_copies(proto: onnx.ModelProto, weight: str, cycle: int, copies: int) -> onnx.ModelProto | None:
-    """``copies`` copies of the model whose copy ``i`` reads the ``i % cycle``-th of ``cycle`` weights shaped as
-    ``weight`` (its own values shifted by the weight's number: ONNX Runtime reads equal weights once); None when
-    ``weight`` is not one of the model's initializers."""
-    found = [t for t in proto.graph.initializer if t.name == weight]
-    if not found:
-        return None
-    values = numpy_helper.to_array(found[0])
-    cycled = onnx.ModelProto()
-    cycled.CopyFrom(proto)
-    names = [weight] + [f"{weight}~cycle{j}" for j in range(1, cycle)]
-    cycled.graph.initializer.extend(numpy_helper.from_array(values + values.dtype.type(j), name)
-                                    for j, name in enumerate(names[1:], start=1))
-    return with_copies(cycled, copies, names)
 
 
 def cold_read_penalty(model: bytes, feeds: dict, threads: int, weight: str, cycle: int,
@@ -209,59 +165,15 @@ def cold_read_penalty(model: bytes, feeds: dict, threads: int, weight: str, cycl
     return _median_and_band(per_round_differences(with_copies(proto, copies), cycled, copies, feeds, threads, in_place, reference))
 
 
-SPIN_UP = "__taso_spin_up"
-_SPIN_UP_SHAPE = (256, 1024)  # a per-step product of an LSTM h256: ONNX Runtime splits it over 2 threads
 
 
-def spun_up(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """The model run after a product that ONNX Runtime splits over the threads, on an input of its own
-    (:data:`SPIN_UP`, fed by :func:`spin_up_feeds`): the model's first float input is read through an Add of a zero
-    computed from the product, so that every node reading it runs after the product.
-
-    After a run's first split kernel the workers spin until the run ends (``taso.measure.timing.session_options``), and
-    the nodes after it run beside them: at 2 threads a Tanh of 256 floats took 0.50-0.54 us after a product and
-    0.42 us in a run with none. Nearly every node of a graph runs after one, so a node is timed so too. (Without the
-    Add, ONNX Runtime ran the independent product after the copies.) The Add runs once in every model timed, and
-    the differences taken between them cancel it.
-    """
-    spinning = onnx.ModelProto()
-    spinning.CopyFrom(proto)
-    graph = spinning.graph
-    gated = next((x for x in graph.input if x.type.tensor_type.elem_type == TensorProto.FLOAT), None)
-    split = split_product().graph
-    product, weight = split.node[0], split.initializer[0]
-    zero = numpy_helper.from_array(np.zeros((), np.float32), f"{SPIN_UP}_zero")
-    added = [product]
-    if gated is not None:
-        through = f"{gated.name}{SPIN_UP}_gated"
-        for node in graph.node:
-            node.input[:] = [through if v == gated.name else v for v in node.input]
-        added += [helper.make_node("ReduceMax", [product.output[0]], [f"{SPIN_UP}_max"], keepdims=0, name=f"{SPIN_UP}_max"),
-                  helper.make_node("Mul", [f"{SPIN_UP}_max", zero.name], [f"{SPIN_UP}_nothing"], name=f"{SPIN_UP}_nothing"),
-                  helper.make_node("Add", [gated.name, f"{SPIN_UP}_nothing"], [through], name=f"{SPIN_UP}_gate")]
-    for i, node in enumerate(added):
-        graph.node.insert(i, node)
-    graph.initializer.extend([weight, zero])
-    graph.input.extend(split.input)
-    graph.output.extend(split.output)
-    return spinning
 
 
-def split_product(name: str = SPIN_UP) -> onnx.ModelProto:
-    """A product that ONNX Runtime splits over 2 threads, ``[1, 256] x [256, 1024]`` on the input ``name``."""
-    rows, columns = _SPIN_UP_SHAPE
-    weight = numpy_helper.from_array(np.full(_SPIN_UP_SHAPE, 1.0 / rows, np.float32), f"{name}_weight")
-    product = helper.make_node("MatMul", [name, weight.name], [f"{name}_out"], name=name)
-    graph = helper.make_graph([product], "split_product", [helper.make_tensor_value_info(name, TensorProto.FLOAT, [1, rows])],
-                              [helper.make_tensor_value_info(product.output[0], TensorProto.FLOAT, [1, columns])], [weight])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
 
 
 def spin_up_feeds(feeds: dict, name: str = SPIN_UP) -> dict:
     """``feeds`` and the input ``name`` of a :func:`split_product` (the spin-up's: :func:`spun_up`)."""
-    return {**feeds, name: np.ones((1, _SPIN_UP_SHAPE[0]), np.float32)}
+    return {**feeds, name: np.ones((1, SPIN_UP_SHAPE[0]), np.float32)}
 
 
 def per_round_differences(base: onnx.ModelProto, more: onnx.ModelProto, per: int, feeds: dict, threads: int,

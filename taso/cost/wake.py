@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-import onnx
-from onnx import helper
 
-from .copies import WallReference, per_round_differences, split_product, spin_up_feeds, wall_clock_marginal
+from .copies import WallReference, per_round_differences, spin_up_feeds, wall_clock_marginal
+from ..onnx.probes import split_product
+from ..onnx.probes import negation_after
 
 __all__ = ["SPLITS", "splits_over_threads", "wake_seconds"]
 
@@ -40,20 +40,10 @@ def wake_seconds(threads: int, reference: WallReference | None = None) -> float:
     """What a run's first split kernel costs beyond its price inside a running graph: a run of a split product less a
     run of one Neg on the same input (what that kernel adds to a run), less what one more copy of it adds after it."""
     product = split_product(_INPUT)
-    nothing = _negation(product)
+    nothing = negation_after(product)
     feeds = spin_up_feeds({}, _INPUT)
     first = float(np.median(per_round_differences(nothing, product, 1, feeds, threads, None, reference, spin_up=False)))
     in_flight, _ = wall_clock_marginal(product.SerializeToString(), feeds, threads, None, reference)
     return max(first - in_flight, 0.0)
 
 
-def _negation(product: onnx.ModelProto) -> onnx.ModelProto:
-    """A Neg of ``product``'s input: a run that splits nothing."""
-    given = product.graph.input[0]
-    taken = onnx.ValueInfoProto()
-    taken.CopyFrom(given)
-    taken.name = "nothing"
-    graph = helper.make_graph([helper.make_node("Neg", [given.name], [taken.name])], "nothing", [given], [taken])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model

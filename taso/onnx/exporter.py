@@ -437,7 +437,7 @@ def _declared_interface(graph: Graph, folded_ids: set[int]) -> tuple[dict, dict,
     computed from those inputs by verbatim (opaque) nodes alone.
 
     An If whose condition comes from the inputs and one of whose branches cannot run at the fixed
-    shapes (recorded at import, see ``taso.onnx.importer._types_by_branch_probe``) makes ONNX
+    shapes (recorded at import, see ``taso.onnx.opaque_types._types_by_branch_probe``) makes ONNX
     Runtime refuse the model if the inputs it reads are declared static: it infers shapes inside
     both branches at load. Those inputs are declared as the original declared them, which is sound
     while only verbatim ONNX reads them, directly or through other verbatim nodes: that computes

@@ -1,0 +1,253 @@
+"""ONNX Runtime's CPU fusions at ENABLE_ALL, as the ort-cpu cost model knows them: which node runs inside another's kernel
+(Conv + BatchNormalization, Conv + activation, MatMul + bias as a Gemm, the five nodes of an exact GELU), and which
+Gathers ONNX Runtime runs as one Split, so that a rewrite does not pay for a fusion the runtime would make anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ..ir import Graph, Node
+from ..ops import ACTIVATION_OPS
+from ..onnx.exporter import gemm_pairs
+from .model import Neighbourhood
+from .residency import graph_run_order
+
+__all__ = ["ort_absorbs", "split_gathers", "gather_siblings", "fusion_pass", "gelu_parts"]
+
+
+def ort_absorbs(node: Node, around: Neighbourhood) -> bool:
+    """ONNX Runtime's CPU fusions at ENABLE_ALL that a per-node price would miss.
+
+    * a BatchNormalization of constant parameters after a Conv of constant weights without an
+      activation: ConvBNFusion folds it into the Conv's weights;
+    * an activation (Relu, Sigmoid, Tanh) after a Conv without one, or after a BatchNormalization
+      folded so: FusedConv;
+    * a bias Add after a MatMul of 2-D operands, the bias a constant row (shape ``[N]`` or
+      ``[1, N]``): MatMulAddFusion makes them one Gemm;
+    * the Div, Add and two Muls of an exact GELU around its Erf: GeluFusion makes them one
+      Gelu kernel, priced as the Erf (:func:`gelu_parts`).
+
+    Each only when the producer's output has no other reader and is not a graph output.
+    A rewrite that gives the producer a second reader, or puts a Split between the two,
+    pays for the absorbed node again: the +2.7 us per merged step that kept unrolled
+    LSTM exports' merges from paying, priced as zero before.
+    """
+    name = node.op.name
+    if name == "batch_norm":
+        return _folded_into_conv(node, around)
+    if name in _GELU_OPS and name != "erf" and _in_gelu(node, around):
+        return True
+    if name in ACTIVATION_OPS:
+        data = node.inputs[0]
+        producer = around.producer(data)
+        if producer is None or not _sole_reader(node, data, around):
+            return False
+        if producer.op.name == "batch_norm":
+            return _folded_into_conv(producer, around)
+        return producer.op.name == "conv2d" and producer.params["activation"] == "none"
+    if name == "add" and len(node.inputs) == 2:
+        for data, bias in (node.inputs, node.inputs[::-1]):
+            producer = around.producer(data)
+            if (producer is not None and producer.op.name == "matmul" and producer.params["activation"] == "none"
+                    and bias in around.consts and _bias_row(around.type(bias).shape, around.type(data).shape)
+                    and all(around.type(v).rank == 2 for v in producer.inputs) and _sole_reader(node, data, around)):
+                return True
+    return False
+
+
+def split_gathers(gather: Node, around: Neighbourhood) -> list[Node] | None:
+    """The Gathers ONNX Runtime's GatherToSplitFusion runs as one Split with ``gather`` (then a Squeeze of each part where
+    the indices are scalars), or None: Gathers of one value along one axis, each at a constant single index, one per
+    position of that axis (which must be static), whatever else reads the value. Checked on ONNX Runtime 1.32: 3
+    Gathers of a 4-long axis stay Gathers; 4 fuse, with another reader of the value or without, from a graph input or a
+    node's output; an exporter's unrolled ``x[:, t]`` over all steps fuses so."""
+    data = gather.inputs[0]
+    rank = around.type(data).rank
+    axis = gather.params["axis"] % rank if rank else 0
+    size = around.type(data).shape[axis] if rank else None
+    if type(size) is not int or size < 2:  # a symbolic size (a Dim) is not static: the fusion needs a fixed count
+        return None
+    group, seen = [], set()
+    for reader in around.readers(data):
+        if reader.op.name != "gather" or reader.inputs[0] != data or reader.params["axis"] % rank != axis:
+            continue
+        index = _single_index(reader, around)
+        if index is None:
+            return None
+        seen.add(index % size)
+        group.append(reader)
+    return group if len(group) == size and len(seen) == size else None
+
+
+def gather_siblings(parent: Graph, removed, added) -> dict[int, Node]:
+    """The parent's Gathers, not removed, that read what a Gather a rewrite removes or adds reads: whether they run as
+    one Split (:func:`split_gathers`) may change with it."""
+    gone = {id(n) for n in removed}
+    return {id(sibling): sibling for node in (*removed, *added) if node.op.name == "gather"
+            for sibling, _ in parent.uses(node.inputs[0]) if sibling.op.name == "gather" and id(sibling) not in gone}
+
+
+def _single_index(gather: Node, around: Neighbourhood) -> int | None:
+    """A Gather's index where it is one constant int64 (a scalar or a one-element vector), else None."""
+    index = gather.inputs[1]
+    value = around.graph.weights.get(index) if index in around.consts else None
+    if value is None or value.size != 1 or value.ndim > 1 or value.dtype != np.int64:  # the fusion takes int64 indices only
+        return None
+    return int(value.reshape(()))
+
+
+def fusion_pass(graph: Graph) -> Callable[[Node], tuple[int, int]]:
+    """For each node of ``graph``, which of ONNX Runtime's fusion passes replaces it by a new node (0: none), and the
+    new node's place among those that pass makes (:func:`taso.cost.residency.run_order`).
+
+    A product and its bias export writes as one Gemm stay where the file has them
+    (:func:`taso.onnx.exporter.gemm_pairs`). Pass 1, MatMulAddFusion: another MatMul of 2-D operands and the Add
+    that alone reads it become a Gemm (the addend any row or matrix of the product's shape); of two products an
+    Add sums, the one ONNX Runtime's order reaches first. Pass 2: a Gemm, or a Conv (a BatchNormalization after it
+    folded into its weights), and the activation that alone reads it become a FusedGemm or FusedConv. Each pass
+    visits the nodes in the run order of the graph the pass before left. A new node is numbered after every node
+    of the file and every node an earlier pass made, which changes the run order: in a recurrent cell, a step's
+    recurrent product added to its input product runs before the input product that the file lists first."""
+    around = Neighbourhood.of(graph)
+    passes: dict[int, tuple[int, int]] = {}
+    products: dict[int, Node] = gemm_pairs(graph, graph.meta.opset)  # an Add -> the MatMul it is one Gemm with
+    for place, node in enumerate(graph_run_order(graph)):
+        if node.op.name != "matmul" or node.params["activation"] != "none" or any(around.type(v).rank != 2 for v in node.inputs):
+            continue
+        readers = around.readers(node.outputs[0])
+        add = readers[0] if len(readers) == 1 else None
+        if add is None or add.op.name != "add" or len(add.inputs) != 2 or id(add) in products or not _sole_reader(add, node.outputs[0], around):
+            continue
+        addend = add.inputs[1] if add.inputs[0] == node.outputs[0] else add.inputs[0]
+        if _broadcasts_to(around.type(addend).shape, around.type(node.outputs[0]).shape):
+            passes[id(node)] = passes[id(add)] = (1, place)
+            products[id(add)] = node
+    after_first = graph_run_order(graph, lambda n: passes.get(id(n), (0, 0)))
+    place_of = {id(n): i for i, n in enumerate(after_first)}
+    for node in after_first:
+        if node.op.name not in ACTIVATION_OPS:
+            continue
+        producer = around.producer(node.inputs[0])
+        if producer is None or not _sole_reader(node, node.inputs[0], around):
+            continue
+        fused = [producer]
+        if producer.op.name == "batch_norm" and _folded_into_conv(producer, around):
+            fused.append(around.producer(producer.inputs[0]))
+        if id(producer) in products:
+            fused.append(products[id(producer)])
+        elif fused[-1].op.name != "conv2d" or fused[-1].params["activation"] != "none":
+            continue
+        for n in (node, *fused):
+            passes[id(n)] = (2, place_of[id(producer)])
+    return lambda node: passes.get(id(node), (0, 0))
+
+
+def _broadcasts_to(addend: tuple, shape: tuple) -> bool:
+    """Whether a Gemm's C input of shape ``addend`` broadcasts to its output's ``shape`` (rank 2)."""
+    return len(addend) <= 2 and all(a in (1, b) for a, b in zip(reversed(addend), reversed(shape)))
+
+
+_GELU_OPS = frozenset(("div", "erf", "add", "mul", "scalar_mul"))
+
+
+def gelu_parts(erf: Node, around: Neighbourhood) -> tuple[Node, ...] | None:
+    """The five nodes of an exact GELU, ``x * 0.5 * (1 + erf(x / sqrt(2)))``, that ONNX Runtime's GeluFusion makes one
+    Gelu kernel of, found from its Erf; None when they are not all there as the fusion needs them.
+
+    Exporters write it x / sqrt(2) -> Erf -> + 1 -> * x -> * 0.5, or with x * 0.5 first; each intermediate value has
+    one reader and is not a graph output. (Where the bias Add before it is not part of a Gemm, BiasGeluFusion takes it
+    in too; that Add is still priced.) Priced node by node, the scale by 0.5 was a kernel
+    a rule could save by moving it into the next product's weight: on BERT that broke all twelve fusions and the
+    file measured 0.98x where 1.004x was predicted.
+    """
+    scale = around.producer(erf.inputs[0])
+    if scale is None or not _sole_reader(erf, erf.inputs[0], around):
+        return None
+    if scale.op.name != "div" or not _constant_near(around, scale.inputs[1], math.sqrt(2.0)):
+        return None  # x * (1 / sqrt(2)) is not fused (ONNX Runtime 1.2x's optimized graph keeps its five nodes)
+    x = scale.inputs[0]
+    add = _sole_reader_of(erf.outputs[0], around)
+    if add is None or add.op.name != "add" or _other_than_constant(around, add, 1.0) != erf.outputs[0]:
+        return None
+    product = _sole_reader_of(add.outputs[0], around)
+    if product is None or product.op.name != "mul" or add.outputs[0] not in product.inputs:
+        return None
+    other = product.inputs[1] if product.inputs[0] == add.outputs[0] else product.inputs[0]
+    if other == x:  # x * (1 + erf) * 0.5
+        half = _sole_reader_of(product.outputs[0], around)
+        if half is not None and half.op.name in ("mul", "scalar_mul") and _other_than_constant(around, half, 0.5) == product.outputs[0]:
+            return scale, erf, add, product, half
+        return None
+    half = around.producer(other)  # (x * 0.5) * (1 + erf)
+    if (half is not None and half.op.name in ("mul", "scalar_mul") and _other_than_constant(around, half, 0.5) == x
+            and _sole_reader(product, other, around)):
+        return scale, erf, add, half, product
+    return None
+
+
+def _in_gelu(node: Node, around: Neighbourhood) -> bool:
+    """Whether ``node`` is one of the GELU parts around an Erf near it (:func:`gelu_parts`)."""
+    return any(node in parts for erf in _erfs_near(node, around) if (parts := gelu_parts(erf, around)) is not None)
+
+
+def _erfs_near(node: Node, around: Neighbourhood) -> list[Node]:
+    """The Erf nodes within the three steps a GELU part can be from its Erf, up or down the graph."""
+    found, frontier, seen = [], [node], {id(node)}
+    for _ in range(3):
+        step = []
+        for n in frontier:
+            near = [around.producer(v) for v in n.inputs] + [r for v in n.outputs for r in around.readers(v)]
+            for m in near:
+                if m is not None and id(m) not in seen and m.op.name in _GELU_OPS:
+                    seen.add(id(m))
+                    step.append(m)
+        found += [m for m in step if m.op.name == "erf"]
+        frontier = step
+    return found + ([node] if node.op.name == "erf" else [])
+
+
+def _sole_reader_of(value: str, around: Neighbourhood) -> Node | None:
+    readers = around.readers(value)
+    return readers[0] if len(readers) == 1 and not around.is_output(value) else None
+
+
+def _other_than_constant(around: Neighbourhood, node: Node, value: float) -> str | None:
+    """The input of a binary node other than a one-element constant close to ``value``; None when neither is that."""
+    if len(node.inputs) != 2:
+        return None
+    for constant, other in (node.inputs[::-1], node.inputs):
+        if _constant_near(around, constant, value):
+            return other
+    return None
+
+
+def _constant_near(around: Neighbourhood, value: str, target: float) -> bool:
+    """Whether ``value`` is a one-element weight within 1e-4 of ``target`` (GeluFusion's own tolerance)."""
+    for source in (around.graph, around.pricing):
+        array = getattr(source, "weights", {}).get(value)
+        if array is not None:
+            return array.size == 1 and abs(float(np.asarray(array).ravel()[0]) - target) <= 1e-4
+    return False
+
+
+def _folded_into_conv(batch_norm: Node, around: Neighbourhood) -> bool:
+    """ONNX Runtime's ConvBNFusion: a BatchNormalization of constant parameters, the sole reader of a Conv without an
+    activation whose weights are constant, is folded into the Conv's weights."""
+    data = batch_norm.inputs[0]
+    conv = around.producer(data)
+    return (conv is not None and conv.op.name == "conv2d" and conv.params["activation"] == "none"
+            and all(v in around.consts for v in (*batch_norm.inputs[1:], *conv.inputs[1:])) and _sole_reader(batch_norm, data, around))
+
+
+def _sole_reader(node: Node, value: str, around: Neighbourhood) -> bool:
+    readers = around.readers(value)
+    return len(readers) == 1 and readers[0] is node and not around.is_output(value)
+
+
+def _bias_row(bias: tuple[int, ...], data: tuple[int, ...]) -> bool:
+    """A bias Gemm takes as C: one value per output column, broadcast over the rows."""
+    return bias in ((data[-1],), (1, data[-1]))
