@@ -11,8 +11,7 @@ Public API::
 from .errors import TasoError, Unsupported
 from .ir import Graph, Node, Params, TensorType, check
 from .onnx import load_onnx
-from .pipeline import OutputMismatchError, optimize, save_onnx
-from .pipeline import export_clean as export_onnx  # an IR-3 model's weights stay constants
+from .pipeline import OutputMismatchError, export_onnx, optimize, save_onnx
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,4 @@
-"""What benchmarks/bench_cell_ceiling.py relies on: its hand-merged cells compute the unrolled cells' function and
+"""The cell-ceiling models (taso.models.cells, which benchmarks/end_to_end/bench_cell_ceiling.py times): the hand-merged cells compute the unrolled cells' function and
 really merge the input projections of all steps into one product.
 
 Tiny configurations (hidden 8, steps 3), TorchScript exporter (a fraction of a second per export).
@@ -6,7 +6,6 @@ Tiny configurations (hidden 8, steps 3), TorchScript exporter (a fraction of a s
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,8 +15,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import bench_cell_ceiling as bench  # noqa: E402 - after the path insert and the importorskips
+from taso.models import cells  # noqa: E402 - after the importorskips
+from taso.models.symbolic_exports import op_histogram  # noqa: E402
 
 HIDDEN, STEPS = 8, 3
 
@@ -27,10 +26,10 @@ def out_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("ceiling")
 
 
-@pytest.mark.parametrize("cell", bench.CELLS)
+@pytest.mark.parametrize("cell", cells.CELLS)
 def test_merged_module_equals_unrolled_in_pytorch(cell: str) -> None:
-    original = bench.original_spec(cell, HIDDEN, STEPS)
-    ceiling = bench.ceiling_spec(original)
+    original = cells.original_spec(cell, HIDDEN, STEPS)
+    ceiling = cells.ceiling_spec(original)
     assert ceiling.module is not original.module
     for name, value in original.module.cell.state_dict().items():  # the same weights, copied
         assert torch.equal(ceiling.module.cell.state_dict()[name], value)
@@ -43,21 +42,21 @@ def test_merged_module_equals_unrolled_in_pytorch(cell: str) -> None:
             assert torch.allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("cell", bench.CELLS)
+@pytest.mark.parametrize("cell", cells.CELLS)
 def test_merged_export_equals_original_on_onnx_runtime(cell: str, out_dir: Path) -> None:
-    path_original, path_ceiling = bench.prepare(cell, HIDDEN, STEPS, "torchscript", out_dir)  # asserts the match itself
-    assert bench.max_relative_difference(path_original, path_ceiling, HIDDEN, STEPS, batches=(1, 2, 5), seed=7) <= bench.RTOL
+    path_original, path_ceiling = cells.prepare(cell, HIDDEN, STEPS, "torchscript", out_dir)  # asserts the match itself
+    assert cells.max_relative_difference(path_original, path_ceiling, HIDDEN, STEPS, batches=(1, 2, 5), seed=7) <= cells.RTOL
     # the batch stays symbolic in the ceiling's export, as in the original's
     x = onnx.load(str(path_ceiling)).graph.input[0]
     assert x.type.tensor_type.shape.dim[0].dim_param
 
 
-@pytest.mark.parametrize("cell", bench.CELLS)
+@pytest.mark.parametrize("cell", cells.CELLS)
 def test_merged_export_has_one_input_projection(cell: str, out_dir: Path) -> None:
-    path_original, path_ceiling = bench.prepare(cell, HIDDEN, STEPS, "torchscript", out_dir)
-    weight = bench.original_spec(cell, HIDDEN, STEPS).module.cell.weight_ih.detach().numpy()
-    assert bench.input_projections(onnx.load(str(path_original)), weight) == STEPS
-    assert bench.input_projections(onnx.load(str(path_ceiling)), weight) == 1
+    path_original, path_ceiling = cells.prepare(cell, HIDDEN, STEPS, "torchscript", out_dir)
+    weight = cells.original_spec(cell, HIDDEN, STEPS).module.cell.weight_ih.detach().numpy()
+    assert cells.input_projections(onnx.load(str(path_original)), weight) == STEPS
+    assert cells.input_projections(onnx.load(str(path_ceiling)), weight) == 1
 
 
 def test_input_projections_follows_a_transposed_weight() -> None:
@@ -75,36 +74,15 @@ def test_input_projections_follows_a_transposed_weight() -> None:
         "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 3])], [],
         [numpy_helper.from_array(weight.T.copy(), "wT"), numpy_helper.from_array(weight, "w"),
          numpy_helper.from_array(np.ones((3, 4), np.float32), "other")])
-    assert bench.input_projections(helper.make_model(graph), weight) == 3
+    assert cells.input_projections(helper.make_model(graph), weight) == 3
 
 
-def test_summary_counts_rows_whose_series_spread_past_what_a_10_percent_bar_can_hold() -> None:
-    """A row measured 1.9x and 2.6x in two series has no figure within 10% of both; the summary says so."""
-    steady = bench.Row("lstm h512x32 dynamo", 1, 1.75, 1.74, "optimized", 12.0, False, predicted=1.74, taso_series=(1.70, 1.75, 1.80))
-    jumpy = bench.Row("gru h256x32 dynamo", 1, 2.5, 2.3, "optimized", 9.0, False, predicted=2.15, taso_series=(1.9, 2.5, 2.6))
-    reverted = bench.Row("gru h128x32 dynamo", 1, 1.0, 1.1, "input", 8.0, False, predicted=1.2, taso_series=(0.99, 1.0, 1.01))
-    assert steady.spread == pytest.approx(1.80 / 1.70) and steady.predicted_in_series
-    assert jumpy.spread == pytest.approx(2.6 / 1.9) and jumpy.predicted_in_series  # 2.15 lies between 1.9 and 2.6
-    lines = bench.summary([steady, jumpy, reverted]).splitlines()
-    assert lines[1].endswith("within 10%: 1/2")  # 2.15 / 2.5 = 0.86; the reverted row has no prediction to judge
-    assert "median 1.21, largest 1.37" in lines[2] and "on 1/2" in lines[2] and lines[2].endswith("series: 2/2")
-    table = bench.table([steady, jumpy])
-    assert "| 1.90-2.60x |" in table and "| 1.70-1.80x |" in table
-
-
-def test_geomean() -> None:
-    assert bench.geomean([0.5, 2.0]) == pytest.approx(1.0)
-    assert np.isnan(bench.geomean([]))
-
-
-@pytest.mark.parametrize("cell", bench.CELLS)
+@pytest.mark.parametrize("cell", cells.CELLS)
 def test_merged_export_adds_nothing_but_the_merge(cell: str, out_dir: Path) -> None:
     """The ceiling's graph is the original's with the input projections merged: the same gate arithmetic (no
     Shape/Div/Slice chains from a traced chunk, which would slow the ceiling down), steps - 1 fewer Gemms, and only
     the Reshapes of the merge as new operators."""
-    from symbolic_exports import op_histogram
-
-    path_original, path_ceiling = bench.prepare(cell, HIDDEN, STEPS, "torchscript", out_dir)
+    path_original, path_ceiling = cells.prepare(cell, HIDDEN, STEPS, "torchscript", out_dir)
     before, after = op_histogram(onnx.load(str(path_original))), op_histogram(onnx.load(str(path_ceiling)))
     assert set(after) <= set(before) | {"Reshape"}
     assert after.get("Reshape") == 2

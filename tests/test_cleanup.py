@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 from taso.search.cleanup import CLEANUPS, clean_up
 from taso.ir import TensorType
 from taso.onnx import folding_plan, load_onnx
-from taso.pipeline.source import export_clean
+from taso.pipeline.source import export_onnx
 from taso.rules import Rule, RuleInput, RuleNode
 from taso.specs import AXIOMS
 
@@ -19,7 +19,7 @@ from taso.specs import AXIOMS
 def _cleaned(model: onnx.ModelProto, **load):
     graph = load_onnx(model, **load)
     cleaned, report = clean_up(graph)
-    return graph, cleaned, report, export_clean(cleaned)
+    return graph, cleaned, report, export_onnx(cleaned)
 
 
 def _weights_model(w1: np.ndarray, w2: np.ndarray) -> onnx.ModelProto:
@@ -277,7 +277,7 @@ def test_folded_weights_have_onnx_runtimes_bits_in_their_own_dtype(dtype):
         numpy_helper.from_array(np.asarray([1], np.int64), "axis1"), numpy_helper.from_array(np.asarray([0], np.int64), "zero"),
         numpy_helper.from_array(np.asarray([3], np.int64), "three"), numpy_helper.from_array(np.asarray(0.7, np_dtype), "c")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    out = export_clean(load_onnx(model))
+    out = export_onnx(load_onnx(model))
     assert [n.op_type for n in out.graph.node] == ["MatMul"]
     folded = numpy_helper.to_array(next(t for t in out.graph.initializer if t.name in out.graph.node[0].input))
     reference = onnx.ModelProto()

@@ -113,7 +113,7 @@ def test_an_optimized_ir3_model_keeps_its_weights_constant(tmp_path, capsys):
     written = onnx.load(str(out))
     if written.ir_version >= 4:
         assert [i.name for i in written.graph.input] == ["data"]
-    assert [i.name for i in pipeline.export_clean(taso.load_onnx(src)).graph.input] == ["data"]
+    assert [i.name for i in pipeline.export_onnx(taso.load_onnx(src)).graph.input] == ["data"]
 
 
 def test_a_model_zoo_file_from_the_onnx_wheel_keeps_its_weights_constant(tmp_path, capsys):
@@ -265,14 +265,14 @@ def _unrunnable(model: onnx.ModelProto) -> onnx.ModelProto:
 def test_onnx_runtime_failing_on_the_optimized_model_is_exit_3(tmp_path, library, capsys, monkeypatch):
     src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
     original_graph_names = set()
-    real_export = pipeline.export_clean
+    real_export = pipeline.export_onnx
 
     def export_broken(graph, opset=None, check=True):
         model = real_export(graph, opset, check)
         return model if len(graph) in original_graph_names else _unrunnable(model)
 
     original_graph_names.add(len(taso.load_onnx(src)))
-    patch_pipeline(monkeypatch, "export_clean", export_broken)
+    patch_pipeline(monkeypatch, "export_onnx", export_broken)
     code = main(["optimize", src, "-o", str(tmp_path / "o.onnx"), "--library", library, "--cost", "analytic", "--quiet"])
     assert "ONNX Runtime cannot run the optimized model" in _one_line_error(capsys, code, 3)
     assert not (tmp_path / "o.onnx").exists()
@@ -307,14 +307,14 @@ def test_an_optimized_graph_taso_cannot_export_leaves_the_input_unchanged(tmp_pa
 
     src, out = _save(tmp_path, matmul_relu_model(), "mr.onnx"), tmp_path / "o.onnx"
     original_nodes = len(taso.load_onnx(src))
-    real_export = pipeline.export_clean
+    real_export = pipeline.export_onnx
 
     def failing_export(graph, opset=None, check=True):
         if len(graph) != original_nodes:
             raise ExportError("the exported model fails onnx.checker: planted")
         return real_export(graph, opset, check)
 
-    patch_pipeline(monkeypatch, "export_clean", failing_export)
+    patch_pipeline(monkeypatch, "export_onnx", failing_export)
     assert main(["optimize", src, "-o", str(out), "--library", library, "--cost", "analytic", "--quiet"]) == 0
     captured = capsys.readouterr()
     assert out.read_bytes() == open(src, "rb").read() and "byte for byte unchanged" in captured.out

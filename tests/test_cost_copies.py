@@ -111,23 +111,6 @@ def test_a_penalty_from_own_weights_is_named_apart_from_the_profiled_ones(tmp_pa
     assert keys == ["after-own-weights-2", "after-products-pairs-256K"]
 
 
-def test_the_cycle_benchmarks_chains_alternate_two_weights_and_run():
-    """bench_cycle_probe.py's ground truth: a chain whose steps read W0, W1, W0, ... (or W0 only), runnable end to end."""
-    import sys
-    from pathlib import Path
-
-    ort = pytest.importorskip("onnxruntime")
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import bench_cycle_probe as bench
-
-    two, one = (onnx.load_model_from_string(bench._model(8, 12, m, steps=4)) for m in (2, 1))
-    assert [n.input[1] for n in two.graph.node if n.op_type == "Gemm"] == ["W0", "W1", "W0", "W1"]
-    assert {n.input[1] for n in one.graph.node if n.op_type == "Gemm"} == {"W0"}
-    session = ort.InferenceSession(two.SerializeToString(), providers=["CPUExecutionProvider"])
-    (y,) = session.run(None, {"x": np.ones((1, 8), np.float32)})
-    assert y.shape == (1, 8) and np.all(np.abs(y) <= 1)
-
-
 def test_a_round_in_which_the_reference_ran_slow_is_dropped_and_more_rounds_taken(monkeypatch):
     """A slow stretch slowed a 0.39 us Add to 0.80 and the reference timed in the same rounds 1.6-2.5x, but in another it
     slowed the reference 1.75x and left a product reading a 3 MB weight at its speed: rescaled, that product came out

@@ -65,7 +65,7 @@ def test_an_exact_gelu_is_priced_as_its_erf_where_onnx_runtime_fuses_it(priced, 
     assert [n.op.name for n in graph.nodes if priced.absorbed(n, around)] == [n.op.name for n in graph.nodes if n in parts and n is not erf]
     assert _onnx_runtime_gelus(taso.export_onnx(graph), tmp_path) == 1, "ONNX Runtime makes one Gelu of it"
     assert priced.graph_cost(graph) == pytest.approx(sum(priced.cost_in(n, around) for n in graph.nodes if n.op.name in ("matmul", "erf"))
-                                                     + priced._parent_reads(graph)[1])
+                                                     + priced.parent_reads(graph)[1])
 
 
 @pytest.mark.parametrize("form", ["a quarter, not a half", "times 1 / sqrt(2)"])

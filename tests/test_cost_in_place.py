@@ -8,7 +8,7 @@ import onnxruntime as ort
 from taso.cost import make_cost_model
 from taso.cost.in_place import InPlaceWeights, in_place_session
 from taso.ir import Graph, TensorType
-from taso.onnx import export_onnx
+from taso.onnx import to_onnx_model
 from test_search import _n
 
 
@@ -19,7 +19,7 @@ def _gather_from(table: np.ndarray) -> Graph:
 def test_a_large_weight_is_named_not_copied_and_the_session_reads_the_array_itself():
     table = np.random.default_rng(0).standard_normal((8192, 1024)).astype(np.float32)  # 32 MB
     in_place = InPlaceWeights()
-    model = export_onnx(_gather_from(table), check=False, weights_file=in_place).SerializeToString()
+    model = to_onnx_model(_gather_from(table), check=False, weights_file=in_place).SerializeToString()
     assert len(model) < 4096, "the model names the table; its bytes are not in it"
     assert set(in_place.arrays) == {"table"} and in_place.arrays["table"] is table
     session = in_place_session(model, ort.SessionOptions(), in_place)
@@ -31,7 +31,7 @@ def test_a_large_weight_is_named_not_copied_and_the_session_reads_the_array_itse
 def test_small_weights_stay_in_the_model():
     table = np.ones((16, 4), np.float32)
     in_place = InPlaceWeights()
-    model = export_onnx(_gather_from(table), check=False, weights_file=in_place)
+    model = to_onnx_model(_gather_from(table), check=False, weights_file=in_place)
     assert not in_place.arrays and model.graph.initializer[0].raw_data
 
 

@@ -1,6 +1,6 @@
 """Fusion-aware region costs: what a region holds, that both sides compute the same thing, and the bookkeeping.
 
-Timings belong in benchmarks (benchmarks/bench_cost_models.py compares predictions with
+Timings belong in benchmarks (benchmarks/costs/bench_cost_models.py compares predictions with
 measured speedups); here the timing is replaced where the test is about caching and budgets.
 """
 
@@ -47,9 +47,9 @@ def _plans(graph: Graph):
 def _run(region: Graph, feeds: dict) -> list[np.ndarray]:
     import onnxruntime as ort
 
-    from taso.onnx import export_onnx
+    from taso.onnx import to_onnx_model
 
-    session = ort.InferenceSession(export_onnx(region).SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(to_onnx_model(region).SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, {k: feeds[k] for k in region.inputs})
 
 

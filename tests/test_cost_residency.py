@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -17,13 +15,12 @@ from taso import ops
 from taso.cost.model import CostModel, _roofline_seconds
 from taso.onnx.probes import COLD, EVICT, WARM, cold_then_warm
 from taso.cost.ort_cpu import OrtCpuCost
-from taso.cost.profiling import _profiled_runs
+from taso.cost.profiling import profiled_runs
 from taso.cost.residency import CacheSizes, WeightReads
+from taso.cost.ort_fusions import first_seen, onnx_runtime_weight_order, weight_order
 from taso.ir import Graph, Node, TensorType
 from taso.search.rewrite import CompiledRule, plans
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-from run_order_check import first_seen, onnx_runtime_order, taso_order  # noqa: E402 - after the path insert
 import taso.cost.cold_reads as cold_reads
 import taso.cost.copies as copies_module
 import taso.onnx.probes as probes
@@ -70,13 +67,13 @@ def test_the_run_order_is_the_order_onnx_runtime_reads_the_weights_of_real_expor
     # the order residency prices by must be the one ONNX Runtime runs, or an LSTM is priced as a GRU.
     model = onnx.load(f"{__import__('os').path.dirname(__file__)}/data/symbolic/{name}.{exporter}.onnx")
     graph = taso.load_onnx(model)
-    theirs = onnx_runtime_order(model, 1024)
-    assert len(theirs) >= 6 and first_seen(taso_order(graph, 1024)) == first_seen(theirs)
+    theirs = onnx_runtime_weight_order(model, 1024)
+    assert len(theirs) >= 6 and first_seen(weight_order(graph, 1024)) == first_seen(theirs)
     if name != "bert_tiny":
         merged = taso.optimize(graph, cost="analytic", time_limit=5.0)
         assert len(merged.nodes) < len(graph.nodes)
         written = taso.export_onnx(merged)
-        assert first_seen(taso_order(taso.load_onnx(written), 1024)) == first_seen(onnx_runtime_order(written, 1024))
+        assert first_seen(weight_order(taso.load_onnx(written), 1024)) == first_seen(onnx_runtime_weight_order(written, 1024))
 
 
 @pytest.mark.parametrize("name", ["lstm_cell_loop", "gru_cell_loop", "bert_tiny"])
@@ -85,7 +82,7 @@ def test_taso_writes_a_file_back_in_the_order_onnx_runtime_ran_it(name, exporter
     # PyTorch writes nn.Linear as Gemm; written back as MatMul + Add, ONNX Runtime's fused Gemms took new places in its
     # order and an LSTMCell loop that read all input weights, then all recurrent ones, read them in turn.
     model = onnx.load(f"{__import__('os').path.dirname(__file__)}/data/symbolic/{name}.{exporter}.onnx")
-    assert first_seen(onnx_runtime_order(taso.export_onnx(taso.load_onnx(model)), 1024)) == first_seen(onnx_runtime_order(model, 1024))
+    assert first_seen(onnx_runtime_weight_order(taso.export_onnx(taso.load_onnx(model)), 1024)) == first_seen(onnx_runtime_weight_order(model, 1024))
 
 
 def test_the_run_order_gives_nodes_onnx_runtime_fuses_the_fused_nodes_place():
@@ -97,7 +94,7 @@ def test_the_run_order_gives_nodes_onnx_runtime_fuses_the_fused_nodes_place():
     plan = next(p for p in plans(graph, CompiledRule(shared_weight_merge_rule())) if {"W"} <= {v for n in p.removed for v in n.inputs})
     for g in (graph, plan.materialize()):
         written = taso.export_onnx(g)
-        assert first_seen(taso_order(g, 512)) == first_seen(onnx_runtime_order(written, 512)), [n.op_type for n in written.graph.node]
+        assert first_seen(weight_order(g, 512)) == first_seen(onnx_runtime_weight_order(written, 512)), [n.op_type for n in written.graph.node]
 
 
 def test_eviction_sizes():
@@ -188,13 +185,13 @@ def test_a_rewrites_price_is_the_child_graphs_cost_with_residency(priced, graph)
     for rule, plan, child in library_rewrites(graph):
         priced_child = priced.rewrite_cost(graph, parent_cost, plan.removed, plan.added, plan)
         assumed = priced.child_reads(graph, plan.removed, plan.added, Neighbourhood.after(graph, plan.removed, plan.added, plan))
-        assumed = assumed or priced._parent_reads(graph)[0]
-        if [id(n) for n in assumed.nodes] != [id(n) for n in priced._parent_reads(child)[0].nodes]:
+        assumed = assumed or priced.parent_reads(graph)[0]
+        if [id(n) for n in assumed.nodes] != [id(n) for n in priced.parent_reads(child)[0].nodes]:
             reordered += 1  # priced in an order ONNX Runtime will not run: the search re-prices what it builds
             continue
         assert priced_child == pytest.approx(priced.graph_cost(child), rel=1e-12, abs=1e-15), rule
         checked += 1
-        moved += priced._parent_reads(child)[1] != priced._parent_reads(graph)[1]
+        moved += priced.parent_reads(child)[1] != priced.parent_reads(graph)[1]
     assert checked > 10 and moved > 0
 
 
@@ -216,7 +213,7 @@ def test_merging_the_input_products_prices_the_recurrent_reads_warm(priced):
     graph = _cell(4)
     plan = next(p for p in plans(graph, CompiledRule(shared_weight_merge_rule())) if {"W"} <= {v for n in p.removed for v in n.inputs})
     child = plan.materialize()
-    before, after = priced._parent_reads(graph)[1], priced._parent_reads(child)[1]
+    before, after = priced.parent_reads(graph)[1], priced.parent_reads(child)[1]
     assert 0 < after < before, "U's four reads now have a quarter of W between them"
     delta = priced.rewrite_cost(graph, 0.0, plan.removed, plan.added, plan)
     plain = CostModel.rewrite_cost(priced, graph, 0.0, plan.removed, plan.added, plan)
@@ -243,7 +240,7 @@ def test_the_cold_and_warm_copies_run_after_the_eviction_and_in_that_order():
     expected = ort.InferenceSession(_product(64).SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(y, expected)
     np.testing.assert_array_equal(y_warm, expected)
-    events = _profiled_runs(pair, feeds, threads=1, min_total=0.0, min_runs=3, max_runs=3)
+    events = profiled_runs(pair, feeds, threads=1, min_total=0.0, min_runs=3, max_runs=3)
     kernels = sorted((e["ts"], e["dur"], e["name"]) for e in events if e.get("cat") == "Node" and e["name"].endswith("_kernel_time"))
     run = [k for k in kernels if k[0] >= [e["ts"] for e in events if e.get("name") == "model_run"][-1]]
     first = {prefix: min(ts for ts, _, name in run if name.startswith(prefix)) for prefix in (f"{EVICT}_read", COLD, WARM)}
@@ -262,13 +259,13 @@ def test_a_read_penalty_is_each_evicting_runs_time_against_the_median_of_resting
     def runs(proto, feeds, threads, min_total, min_runs, max_runs, in_place=None):
         seen.append(proto)
         timed, events, ts = [[10, 12, 11], [30, 31]][len(seen) - 1], [], 0
-        for us in [50] * profiling._WARM_UP_RUNS + timed:
+        for us in [50] * profiling.WARM_UP_RUNS + timed:
             events += [{"cat": "Session", "name": "model_run", "ts": ts, "dur": 100},
                        {"cat": "Node", "name": f"{COLD}0_kernel_time", "ts": ts + 1, "dur": us, "args": {"op_name": "MatMul"}}]
             ts += 200
         return events
 
-    patch_room(monkeypatch, "taso.cost", "_profiled_runs", runs)
+    patch_room(monkeypatch, "taso.cost", "profiled_runs", runs)
     x = np.ones((1, 64), np.float32)
     assert cold_reads.profile_cold_penalty(_product(64).SerializeToString(), {"x": x}, 1, 8 << 20) == pytest.approx([19e-6, 20e-6])
     resting, evicting = ({t.name: t for t in m.graph.initializer} for m in seen)
@@ -316,10 +313,10 @@ def test_a_node_is_priced_on_its_second_run_after_the_reference_with_the_floor_a
     seen = {}
 
     def profiled(proto, *args, **kwargs):
-        seen["events"] = events = _profiled_runs(proto, *args, **kwargs)
+        seen["events"] = events = profiled_runs(proto, *args, **kwargs)
         return events
 
-    patch_room(monkeypatch, "taso.cost", "_profiled_runs", profiled)
+    patch_room(monkeypatch, "taso.cost", "profiled_runs", profiled)
     x = np.random.default_rng(1).standard_normal((1, 64)).astype(np.float32)
     profile = profiling.profile_kernels(_product(64).SerializeToString(), {"x": x}, threads=1, min_total=0.0, min_runs=3, warm=True)
     events = seen["events"]
@@ -432,5 +429,5 @@ def test_the_layout_conversions_around_a_lone_convolution_are_not_part_of_its_pr
     events = [{"cat": "Session", "name": "model_run", "ts": 0, "dur": 1000},
               kernel("ReorderInput", "ReorderInput", 10, 90), kernel("y_nchwc", "Conv", 110, 231),
               kernel("ReorderOutput", "ReorderOutput", 350, 35), kernel(probes.REFERENCE, "MatMul", 400, 100)]
-    times = profiling._role_times(events, 0, (probes.REFERENCE,))
+    times = profiling.role_times(events, 0, (probes.REFERENCE,))
     assert times[profiling._WORK] == [pytest.approx(231e-6)] and times[probes.REFERENCE] == [pytest.approx(100e-6)]

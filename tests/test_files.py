@@ -87,8 +87,8 @@ def test_over_the_external_data_limit_the_weights_go_beside_the_file_under_its_f
 
 def test_weights_exported_straight_to_a_file_give_the_model_export_builds_in_memory(tmp_path):
     graph = taso.load_onnx(weighted_model())
-    in_memory = pipeline.export_clean(graph)
-    spilled = Scratch().export("e", lambda weights: pipeline.export_clean(graph, weights_file=weights))
+    in_memory = pipeline.export_onnx(graph)
+    spilled = Scratch().export("e", lambda weights: pipeline.export_onnx(graph, weights_file=weights))
     assert embedded_weight_bytes(spilled.model) < 1024
     assert onnx.load_from_string(spilled.to_bytes()) == in_memory
     np.testing.assert_array_equal(run_ort(spilled.path, FEEDS)[0], run_ort(in_memory, FEEDS)[0])

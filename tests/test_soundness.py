@@ -15,7 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import taso.search.rewrite as rewrite
 from taso import load_onnx
-from taso.onnx import export_onnx
+from taso.onnx import to_onnx_model
 from taso.pipeline.library import load_rules
 from taso.search.rewrite import CompiledRule, plans, rewrites
 from taso.rules import Library, Rule
@@ -49,7 +49,7 @@ def test_the_output_check_catches_that_wrong_rewrite_where_zeros_did_not(directe
     graph = load_onnx(model)
     monkeypatch.setattr(rewrite, "_within_proof", lambda *args: True)  # the engine as it was: no check of the
     monkeypatch.setattr(rewrite, "_kinds_fit", lambda *args: True)     # proof's ranks and kinds, complete or partial
-    wrong = export_onnx(next(rewrites(graph, CompiledRule(directed_rules["r-bc3f90ab56"]))))
+    wrong = to_onnx_model(next(rewrites(graph, CompiledRule(directed_rules["r-bc3f90ab56"]))))
     zeros = {"ids": np.zeros((4, 4), np.int64)}
     assert compare_models(model, wrong, [zeros]).ok  # what the old check saw
     result = compare_models(model, wrong, [random_inputs(model, seed) for seed in (0, 1)])

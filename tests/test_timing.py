@@ -135,7 +135,7 @@ def test_a_candidate_that_may_pay_gets_every_round():
 
 def test_sessions_with_several_threads_spin_within_a_run_only_and_their_costs_are_cached_apart():
     """Workers spinning after a run land in the next interleaved measurement; workers that never spin are woken for
-    every split kernel (benchmarks/bench_spinning.py)."""
+    every split kernel (benchmarks/costs/bench_spinning.py)."""
     from taso.cost.ort_cpu import fingerprint
     from taso.measure.timing import session_options
 

@@ -146,7 +146,7 @@ class SpotCheckPolicy:
     ``taso info --costs --check N``, which has no time bound). A count alone would let a few big
     kernels take seconds; a time alone would spend it all on the first microsecond kernels of
     the graph. 4 entries cost a warm SqueezeNet search about 40 ms: its pricing 1.2-1.4x, the
-    whole search within this shared machine's noise (0.94-1.03x; benchmarks/bench_cost_cache.py).
+    whole search within this shared machine's noise (0.94-1.03x; benchmarks/costs/bench_cost_cache.py).
 
     Each entry the search takes is drawn with probability ``rate``, so that the sample spreads
     past the graph's first nodes (an entry without a noise band, from an older version, is always

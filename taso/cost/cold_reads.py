@@ -9,10 +9,10 @@ import numpy as np
 import onnx
 
 from .in_place import InPlaceWeights
-from .profiling import FULL_SECONDS, _WARM_UP_RUNS, _profiled_runs, _role_times
+from .profiling import FULL_SECONDS, WARM_UP_RUNS, profiled_runs, role_times
 from ..onnx.probes import COLD, EVICT, EVICT_ROWS, after_eviction
 
-__all__ = ["COLD", "WARM", "EVICT", "profile_cold_penalty"]
+__all__ = ["profile_cold_penalty"]
 
 
 
@@ -52,8 +52,8 @@ def profile_cold_penalty(model: bytes, feeds: dict, threads: int, evict_bytes: i
     if evicting is None or resting is None:
         return []
     feeds = {**feeds, f"{EVICT}_x": np.ones((1, EVICT_ROWS), np.float32)}
-    rested, evicted = (_role_times(_profiled_runs(m, feeds, threads, min_total / 2, min_runs=15, max_runs=40, in_place=in_place),
-                                   _WARM_UP_RUNS, roles=(COLD,))[COLD] for m in (resting, evicting))
+    rested, evicted = (role_times(profiled_runs(m, feeds, threads, min_total / 2, min_runs=15, max_runs=40, in_place=in_place),
+                                   WARM_UP_RUNS, roles=(COLD,))[COLD] for m in (resting, evicting))
     if not rested or not evicted:
         return []
     baseline = float(np.median(rested))

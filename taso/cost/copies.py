@@ -10,7 +10,7 @@ outputs' allocation. Two measurements are made here from copies of a one-node mo
   all reading one: what each read costs when ``m - 1`` other weights of its size were read since its
   last (an unrolled GRU alternates its input and recurrent weights: ``m = 2``). It measured 0.77-1.05 of
   what a chain of such products pays a read, where the profiled pairs measured 0.13-0.58 of it
-  (``benchmarks/bench_cycle_probe.py``; docs/measured.md, session 26).
+  (``benchmarks/costs/bench_cycle_probe.py``; docs/measured.md, session 26).
 
 Both time a fixed model beside each round (:class:`WallReference`) and rescale the round to the reference's speed
 when the cost table was started, as the profiled prices are rescaled to a reference kernel: the cloud host this
@@ -34,8 +34,8 @@ from .cache import noise_band
 from .in_place import InPlaceWeights, in_place_session
 from ..onnx.probes import SPIN_UP, SPIN_UP_SHAPE, cycled_copies, negations, spun_up, with_copies
 
-__all__ = ["COPIES", "WALL_CLOCK_ROUNDS", "WALL_CLOCK_RUN_SECONDS", "WallReference", "negations", "append_copy", "with_copies",
-           "copies_session", "spun_up", "split_product", "spin_up_feeds", "per_round_differences", "wall_clock_marginal", "cycled_copies", "cold_read_penalty", "interquartile_range"]
+__all__ = ["COPIES", "WALL_CLOCK_ROUNDS", "WALL_CLOCK_RUN_SECONDS", "WallReference",
+           "copies_session", "spin_up_feeds", "per_round_differences", "wall_clock_marginal", "cold_read_penalty", "interquartile_range"]
 
 COPIES = 33
 WALL_CLOCK_ROUNDS = 7
@@ -137,7 +137,7 @@ def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPla
     microseconds the profiler cannot tell: it times kernels in whole microseconds over an
     overhead of its own of ~5 us that moves with where the kernel runs, and a 3-way Split with
     its Concat was priced at 1.5-2.4x what a step of a chain of them takes
-    (``benchmarks/bench_small_nodes.py``: 0.86-1.01x timed so). The difference is the node's
+    (``benchmarks/costs/bench_small_nodes.py``: 0.86-1.01x timed so). The difference is the node's
     kernel, its dispatch and its outputs' allocation, on warm inputs: what it adds inside a graph. With ``reference``,
     each round is rescaled to the reference's calibrated speed.
     """

@@ -28,7 +28,7 @@ IN_PLACE_BYTES = 16 << 20  # weights at least this large are handed over in plac
 
 
 class InPlaceWeights:
-    """The weights file :func:`taso.onnx.export_onnx` writes a measured node's large weights to: it writes nothing,
+    """The weights file :func:`taso.onnx.to_onnx_model` writes a measured node's large weights to: it writes nothing,
     remembers each array and returns the initializer's header, pointing at an empty stretch of ``LOCATION``."""
 
     LOCATION = "in-place.bin"

@@ -127,7 +127,7 @@ class OrtCpuCost(CostModel):
     def fingerprint(self) -> str:
         return self._fingerprint
 
-    def _calibrate(self) -> None:
+    def calibrate(self) -> None:
         """The table's unit (the reference kernel's speed) and the in-graph cost of a trivial node."""
         if self._unit is not None:
             return
@@ -229,7 +229,7 @@ class OrtCpuCost(CostModel):
 
     def fresh(self, node: Node, graph: Graph, consts, quick: bool = False) -> tuple[float, float]:
         """Measures a node now, whatever the cache holds: (seconds, relative noise band); ``quick``: runs for 5 ms, not 20 (a spot-check's screen)."""
-        self._calibrate()
+        self.calibrate()
         self._last_splits = False
         try:
             model, feeds, in_place = self._single_model(node, graph, consts)
@@ -264,10 +264,10 @@ class OrtCpuCost(CostModel):
         arrays = {v: graph.weights[v] if v in graph.weights else random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
         single = Graph(inputs, {v: arrays[v] for v in weights}, [node], list(node.outputs),
                        meta=GraphMeta(opset=max(graph.meta.opset, 13), output_names=tuple(node.outputs)))
-        from ..onnx import export_onnx
+        from ..onnx import to_onnx_model
 
         in_place = InPlaceWeights()
-        return export_onnx(single, check=False, weights_file=in_place).SerializeToString(), {v: arrays[v] for v in inputs}, in_place
+        return to_onnx_model(single, check=False, weights_file=in_place).SerializeToString(), {v: arrays[v] for v in inputs}, in_place
 
     def _with_activation(self, node: Node, graph: Graph, consts) -> float:
         """A Conv or MatMul with a fused activation costs the plain op, plus the activation where ONNX Runtime runs it apart.
@@ -338,7 +338,7 @@ class OrtCpuCost(CostModel):
     def graph_cost(self, graph: Graph) -> float:
         """The nodes' warm prices, plus what reading each weight costs after the other weights read since its last read,
         plus, with more than one thread, the run's wake-up where a kernel splits over the threads (:mod:`taso.cost.wake`)."""
-        return super().graph_cost(graph) + self._parent_reads(graph)[1] + self._wake_if(self._splitting_nodes(graph))
+        return super().graph_cost(graph) + self.parent_reads(graph)[1] + self._wake_if(self._splitting_nodes(graph))
 
     def rewrite_cost(self, parent: Graph, parent_cost: float, removed, added, child) -> float:
         """As the per-node delta; a rewrite that changes which weights are read, or how often, also re-prices every
@@ -363,7 +363,7 @@ class OrtCpuCost(CostModel):
         reads = self.child_reads(parent, removed, added, after)
         if reads is None:
             return cost
-        return cost + self._read_penalties(reads, after.pricing, after.consts) - self._parent_reads(parent)[1]
+        return cost + self._read_penalties(reads, after.pricing, after.consts) - self.parent_reads(parent)[1]
 
     # -- the run's wake-up (taso.cost.wake) --
 
@@ -415,7 +415,7 @@ class OrtCpuCost(CostModel):
                if self._runs(n, after.consts) and (w := self._weight_of(n, after, after.consts))]
         if not gone and not new:
             return None
-        reads, _, position = self._parent_reads(parent)
+        reads, _, position = self.parent_reads(parent)
         at = min((position[id(n)] for n in removed if id(n) in position), default=len(position))
         return reads.changed(gone, new, at)
 
@@ -430,7 +430,7 @@ class OrtCpuCost(CostModel):
     def _weight_of(self, node: Node, graph, consts) -> str | None:
         return main_weight(node, consts.__contains__, lambda v: self._nbytes(v, graph), self.caches.l1)
 
-    def _parent_reads(self, graph: Graph) -> tuple[WeightReads, float, dict[int, int]]:
+    def parent_reads(self, graph: Graph) -> tuple[WeightReads, float, dict[int, int]]:
         """A graph's weight reads in ONNX Runtime's order, their penalties, and each running node's place in that order;
         kept for the graphs the search expands (each is a parent many times)."""
         hit = self._reads.get(id(graph))
@@ -460,7 +460,7 @@ class OrtCpuCost(CostModel):
     def surcharges(self, graph: Graph) -> dict[int, float]:
         """Each node's weight-read penalties in ``graph`` (what :meth:`graph_cost` adds to the nodes' warm prices)."""
         found: dict[int, float] = {}
-        for node, penalty in self._penalised_reads(self._parent_reads(graph)[0], graph, graph.constant_values()):
+        for node, penalty in self._penalised_reads(self.parent_reads(graph)[0], graph, graph.constant_values()):
             found[id(node)] = found.get(id(node), 0.0) + penalty
         return found
 
@@ -501,7 +501,7 @@ class OrtCpuCost(CostModel):
 
         Each pair compares one session's evicting runs with another's resting runs, and two sessions of a millisecond
         product differ by more than its penalty: one pair's figure for BERT's [1, 64, 1024] x [1024, 4096] product was
-        0, 492, 0 and 2004 us in four tries (``benchmarks/bench_penalty_noise.py``)."""
+        0, 492, 0 and 2004 us in four tries (``benchmarks/costs/bench_penalty_noise.py``)."""
         try:
             model, feeds, in_place = self._single_model(node, graph, consts)
             if cycle:

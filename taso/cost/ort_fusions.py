@@ -6,15 +6,18 @@ Gathers ONNX Runtime runs as one Split, so that a rewrite does not pay for a fus
 from __future__ import annotations
 
 import math
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
+import onnx
 
 from ..ir import Graph, Node
 from ..ops import ACTIVATION_OPS
 from ..onnx.exporter import gemm_pairs
 from .model import Neighbourhood
-from .residency import graph_run_order
+from .residency import graph_run_order, main_weight
 
 __all__ = ["ort_absorbs", "split_gathers", "gather_siblings", "fusion_pass", "gelu_parts"]
 
@@ -251,3 +254,42 @@ def _sole_reader(node: Node, value: str, around: Neighbourhood) -> bool:
 def _bias_row(bias: tuple[int, ...], data: tuple[int, ...]) -> bool:
     """A bias Gemm takes as C: one value per output column, broadcast over the rows."""
     return bias in ((data[-1],), (1, data[-1]))
+
+
+# The run order, checked against ONNX Runtime's (tests/test_cost_residency.py, benchmarks/costs/run_order_check.py).
+
+
+def onnx_runtime_weight_order(model: onnx.ModelProto, smallest: int) -> list[str]:
+    """The weights ONNX Runtime's nodes read, in the order it runs them: its optimized model is written in that order."""
+    import onnxruntime as ort  # noqa: PLC0415 - only this check opens a session here
+
+    with tempfile.TemporaryDirectory() as tmp:
+        options = ort.SessionOptions()
+        options.optimized_model_filepath = str(Path(tmp) / "optimized.onnx")
+        options.log_severity_level = 3
+        ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        ran = onnx.load(options.optimized_model_filepath)
+    sizes = {t.name: int(np.prod(t.dims)) * 4 for t in ran.graph.initializer if len(t.dims) >= 2}
+    order = []
+    for node in ran.graph.node:
+        weights = [v for v in node.input if sizes.get(v, 0) >= smallest]
+        if weights:
+            order.append(max(weights, key=sizes.get))
+    return order
+
+
+def weight_order(graph: Graph, smallest: int) -> list[str]:
+    """The weights taso's model of ONNX Runtime's run order (:func:`graph_run_order` after the fusions) reads, by the same rule (rank 2 or more, at least ``smallest`` bytes, the largest per node)."""
+    consts = graph.constant_values()
+    order = []
+    for node in graph_run_order(graph, fusion_pass(graph)):
+        weight = main_weight(node, lambda v: v in consts and graph.type(v).rank >= 2, lambda v: graph.type(v).concrete().nbytes, smallest)
+        if weight:
+            order.append(weight)
+    return order
+
+
+def first_seen(names: list[str]) -> list[int]:
+    """The sequence with each name replaced by the order it first appears in (ONNX Runtime renames what it rewrites)."""
+    seen: dict[str, int] = {}
+    return [seen.setdefault(name, len(seen)) for name in names]

@@ -122,7 +122,7 @@ def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 
     With ``warm``, each run runs the model twice, after the reference: the kernels timed are the
     second copy's, on the inputs and weights the first has just read. Timed alone after the
     reference, a 384x384 product on one row took 20 us; the same product took 10 us at each step
-    of a chain that reads its weight again and again (``benchmarks/bench_small_nodes.py``). A
+    of a chain that reads its weight again and again (``benchmarks/costs/bench_small_nodes.py``). A
     weight's reads after other bytes passed through the caches are priced apart
     (``taso.cost.residency``). A model the copies cannot be ordered in (no computed input), or
     one whose copies ONNX Runtime fuses into a kernel of another name, is timed once.
@@ -134,11 +134,11 @@ def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 
     add_floor(timed.graph, after=f"{proto.graph.output[0].name}~warm" if twice else None)
     rng = np.random.default_rng(0)
     beside = {f"{REFERENCE}_x": rng.standard_normal((128, 256)).astype(np.float32), f"{FLOOR}_x": np.ones(1, np.float32)}
-    events = _profiled_runs(timed, {**feeds, **beside}, threads, min_total, min_runs, max_runs, in_place=in_place)
+    events = profiled_runs(timed, {**feeds, **beside}, threads, min_total, min_runs, max_runs, in_place=in_place)
     if twice is None:
-        return _kernel_times(events, skip=_WARM_UP_RUNS)
+        return _kernel_times(events, skip=WARM_UP_RUNS)
     roles = (REFERENCE, FLOOR, WARM, COLD, EVICT)
-    times = _role_times(events, _WARM_UP_RUNS, roles=roles)
+    times = role_times(events, WARM_UP_RUNS, roles=roles)
     if any(times[_WORK]) or not any(times[WARM]):
         return profile_kernels(model, feeds, threads, min_total, min_runs, max_runs, in_place=in_place)
     return KernelProfile(times[WARM], times[REFERENCE], times[FLOOR], splits_over_threads(events, lambda name: _kernel_role(name, roles) == WARM))
@@ -146,7 +146,7 @@ def profile_kernels(model: bytes, feeds: dict, threads: int, min_total: float = 
 
 def _kernel_times(events: list[dict], skip: int) -> KernelProfile:
     """The profiled kernel seconds of each session run (after ``skip`` warm-up runs): the model's, the reference's, the floor's."""
-    times = _role_times(events, skip, roles=(REFERENCE, FLOOR))
+    times = role_times(events, skip, roles=(REFERENCE, FLOOR))
     if not times[REFERENCE]:
         raise TasoError(f"the ort-cpu cost model found no timed runs in ONNX Runtime {ort.__version__}'s profile "
                         "(its profile format may have changed); use --cost analytic")
@@ -154,21 +154,21 @@ def _kernel_times(events: list[dict], skip: int) -> KernelProfile:
                          splits_over_threads(events, lambda name: _kernel_role(name, (REFERENCE, FLOOR)) == _WORK))
 
 
-_WARM_UP_RUNS = 3
+WARM_UP_RUNS = 3
 
 
 _WORK = "work"  # a profiled kernel of the model itself, not one added beside it
 
 
-def _profiled_runs(proto: onnx.ModelProto, feeds: dict, threads: int, min_total: float, min_runs: int, max_runs: int,
+def profiled_runs(proto: onnx.ModelProto, feeds: dict, threads: int, min_total: float, min_runs: int, max_runs: int,
                    in_place: InPlaceWeights | None = None) -> list[dict]:
-    """ONNX Runtime's profile events of ``_WARM_UP_RUNS`` runs, then runs until ``min_total`` seconds and ``min_runs`` runs."""
+    """ONNX Runtime's profile events of ``WARM_UP_RUNS`` runs, then runs until ``min_total`` seconds and ``min_runs`` runs."""
     options = session_options(threads)
     with tempfile.TemporaryDirectory() as tmp:
         options.enable_profiling = True
         options.profile_file_prefix = os.path.join(tmp, "profile")
         session = in_place_session(proto, options, in_place)
-        for _ in range(_WARM_UP_RUNS):
+        for _ in range(WARM_UP_RUNS):
             session.run(None, feeds)
         total, runs = 0.0, 0
         while (total < min_total or runs < min_runs) and runs < max_runs:
@@ -180,7 +180,7 @@ def _profiled_runs(proto: onnx.ModelProto, feeds: dict, threads: int, min_total:
             return json.load(f)
 
 
-def _role_times(events: list[dict], skip: int, roles: tuple[str, ...]) -> dict[str, list[float]]:
+def role_times(events: list[dict], skip: int, roles: tuple[str, ...]) -> dict[str, list[float]]:
     """Per session run (after ``skip`` warm-up runs), the seconds of the kernels whose node name starts with each
     of ``roles``, and of the rest (``_WORK``); runs in which the first role's kernel did not run are left out."""
     windows = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "Session" and e.get("name") == "model_run"][skip:]

@@ -118,14 +118,14 @@ class RegionCost(CostModel):
 
     def _time_delta(self, before: Graph, after: Graph) -> float | None:
         """Seconds ``after`` takes more than ``before`` (negative: the rewrite pays), timed interleaved."""
-        from ..onnx import export_onnx
+        from ..onnx import to_onnx_model
         from ..measure.timing import interleaved_samples, mean_run, warm_session
 
         measures = []
         try:
             for position, region in enumerate((before, after)):
                 feeds = {v: random_array(t, self._rng) for v, t in region.inputs.items()}
-                measures.append(warm_session(position, "a region", export_onnx(region, check=False).SerializeToString(), feeds, self.threads))
+                measures.append(warm_session(position, "a region", to_onnx_model(region, check=False).SerializeToString(), feeds, self.threads))
         except Exception:  # noqa: BLE001 - a region taso cannot export or ORT cannot take is priced per node instead
             return None
         once = sum(mean_run(session, feeds, 1) for session, feeds in measures)

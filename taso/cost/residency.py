@@ -5,7 +5,7 @@ allows. In a graph, other weights pass through the cache between two reads of th
 an unrolled GRU (hidden 256) reads two 0.8 MB weights per step, 1.6 MB between two reads of
 either, more than this machine's 1 MB L2; merging its 32 input products into one leaves the
 recurrent weight read alone between its uses, and its 32 products run from L2. Priced warm,
-that merge's saving was priced at 0.57 of what it measured (``benchmarks/bench_pricing.py``).
+that merge's saving was priced at 0.57 of what it measured (``benchmarks/costs/bench_pricing.py``).
 
 Each read's reuse distance is taken in the order ONNX Runtime runs the nodes (:func:`run_order`):
 its sequential executor walks the graph depth first from the nodes nothing reads, back through
@@ -81,7 +81,7 @@ class CacheSizes:
         past half the L3 they took more (docs/measured.md, session 16). Within the L2, a weight read once a run is warm
         from the run before; one read in turn with another within a run is not quite: an unrolled GRU h128's two 192 KB
         weights, 384 KB in a 512 KB L2, cost its graph 0.32-0.375 us a read, and copies of the product cycled over two
-        weights measure 0.14-0.20 of it (``benchmarks/bench_alternating_reads.py``; docs/measured.md, session 28)."""
+        weights measure 0.14-0.20 of it (``benchmarks/costs/bench_alternating_reads.py``; docs/measured.md, session 28)."""
         if between < self.l2 / 8 or (own + between <= self.l2 * max(threads, 1) and not again):
             return None
         return min(1 << round(math.log2(between)), 2 * self.l3)

@@ -223,9 +223,9 @@ class InputDrawer:
             if isinstance(source, onnx.ModelProto):
                 self.types, model = _model_input_types(source), source
             else:
-                from ..onnx import export_onnx
+                from ..onnx import to_onnx_model
 
-                self.types, model = source.inputs, model if model is not None else export_onnx(source)
+                self.types, model = source.inputs, model if model is not None else to_onnx_model(source)
             from ..onnx import weightless
 
             model = weightless(model)  # the ranges need shapes and small constants, never the weights' bytes

@@ -87,7 +87,7 @@ def session_options(threads: int, optimize: bool = True) -> ort.SessionOptions:
     be woken for every kernel split over them: a chain of 16 ``[1, 256] x [256, 768]`` products took 1.6x as long as
     with spinning, and a fifth more or less from one sample to the next. Spinning within runs only, it takes a
     run's one wake-up longer than with spinning throughout, and one model timed against itself ranged 0.97-1.01
-    (10th-90th percentile; ``benchmarks/bench_spinning.py``).
+    (10th-90th percentile; ``benchmarks/costs/bench_spinning.py``).
     """
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads

@@ -17,7 +17,6 @@ measurement size.
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from typing import Any, NamedTuple
 
@@ -29,10 +28,9 @@ from ..ir.dims import Dim, bare_symbol, floor_definition, is_static_shape, poly_
 from ..errors import ExportError
 from ..ir import Graph, Node, TensorType
 from ..ops.onnx_versions import understood, version_in_force
-from .files import EXTERNAL_DATA_BYTES, write_atomically
 from .values import value_info
 
-__all__ = ["export_onnx", "save_onnx", "folding_plan", "folded_weights", "FoldingPlan", "gemm_pairs"]
+__all__ = ["to_onnx_model", "folding_plan", "folded_weights", "FoldingPlan", "gemm_pairs"]
 
 # Constants that stay lazy: materialising ConstantOfShape would bloat "light" models.
 _KEEP_LAZY = {"fill", "opaque", "dims"}
@@ -331,7 +329,7 @@ def _bare_symbols(shape) -> list[str]:
     return [s for s in map(bare_symbol, shape) if s is not None]
 
 
-def export_onnx(graph: Graph, opset: int | None = None, check: bool = True, weights_file=None) -> onnx.ModelProto:
+def to_onnx_model(graph: Graph, opset: int | None = None, check: bool = True, weights_file=None) -> onnx.ModelProto:
     """Writes a graph as an ONNX model.
 
     Args:
@@ -509,28 +507,3 @@ def weightless(model: onnx.ModelProto) -> onnx.ModelProto:
     g.input.extend(graph.input)
     g.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in large if t.name not in declared)
     return skeleton
-
-
-def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None) -> None:
-    """Exports a graph and writes it atomically (external data beside it when over 1.8 GB).
-
-    Raises:
-        ExportError: as :func:`export_onnx`, or the path cannot be written.
-    """
-    model = export_onnx(graph, opset)
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise ExportError(f"{path}: directory {directory} does not exist")
-    external = sum(t.ByteSize() for t in model.graph.initializer) > EXTERNAL_DATA_BYTES  # taso.onnx.files: protobuf's hard limit is 2 GiB
-
-    def write(tmp: str) -> None:
-        if external:
-            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True, location=os.path.basename(path) + ".data")
-        else:
-            onnx.save_model(model, tmp)
-
-    try:
-        write_atomically(path, write)
-    except OSError as e:
-        raise ExportError(f"{path}: cannot write ({e.strerror or e})") from None

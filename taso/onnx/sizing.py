@@ -4,7 +4,7 @@ ONNX Runtime's memory planner reuses a dead buffer for a new value, or writes a 
 knows both shapes before the run. A value it cannot size is allocated afresh, and from the second run on every such
 value sits in one block laid out by the first run (the memory pattern): a pointer bump. On this machine the planned
 reuse is the slower of the two, by about 0.06 us a value: a chain of 400 small Add and Tanh nodes runs 0.43 us a node
-with its shapes known and 0.36 without (``benchmarks/bench_declared_shapes.py``; docs/measured.md, session 28).
+with its shapes known and 0.36 without (``benchmarks/costs/bench_declared_shapes.py``; docs/measured.md, session 28).
 
 Exporters differ here. The dynamo exporter declares every intermediate shape in ``value_info``, TorchScript's
 declares none, and a recurrent cell's state starts from ``ConstantOfShape(Shape(x))`` whose output (and everything

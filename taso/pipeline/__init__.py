@@ -18,8 +18,8 @@ from .guard import MIN_CONFIRMED_SPEEDUP
 from .library import DEFAULT_LIBRARY, both_directions, load_rules
 from .outcome import Outcome
 from .run import optimize_model, validate_search_settings
-from .source import ModelSource, copy_model_file, export_clean, model_bytes, write_model
+from .source import ModelSource, copy_model_file, export_onnx, model_bytes, write_model
 
 __all__ = ["optimize_model", "optimize", "optimize_with_report", "save_onnx", "ModelSource", "Outcome", "OutputMismatchError", "load_rules",
-           "both_directions", "DEFAULT_LIBRARY", "MIN_CONFIRMED_SPEEDUP", "validate_search_settings", "export_clean", "model_bytes",
+           "both_directions", "DEFAULT_LIBRARY", "MIN_CONFIRMED_SPEEDUP", "validate_search_settings", "export_onnx", "model_bytes",
            "write_model", "copy_model_file"]

@@ -14,7 +14,7 @@ from ..errors import TasoError
 from ..ir import Graph
 from ..rules import Rule
 from ..search import ENGINES, SearchConfig, SearchReport
-from .source import ModelSource, model_bytes, export_clean, write_model
+from .source import ModelSource, model_bytes, export_onnx, write_model
 from .checks import require_match
 from .run import optimize_model, validate_search_settings
 
@@ -92,7 +92,7 @@ def save_onnx(graph: Graph, path: str | os.PathLike, opset: int | None = None, c
             (nothing is written); ``check=False`` skips the comparison.
         TasoError: the model cannot be exported or the path cannot be written.
     """
-    model = export_clean(graph, opset)
+    model = export_onnx(graph, opset)
     provenance = _PROVENANCE.get(graph)
     if check and provenance is not None and provenance.checked != model.SerializeToString():
         from ..measure.inputs import random_input_sets

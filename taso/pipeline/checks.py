@@ -15,7 +15,7 @@ from ..errors import TasoError, Unsupported, first_line
 from ..ir import Graph
 from ..measure.timing import interleaved_times, open_session
 from .outcome import Outcome
-from .source import ModelSource, CandidateModel, runnable, export_clean
+from .source import ModelSource, CandidateModel, runnable, export_onnx
 
 __all__ = ["OutputMismatchError", "Checks", "custom_kernels_missing", "check_candidate", "check_into", "require_match", "end_to_end_speedup"]
 
@@ -77,7 +77,7 @@ def end_to_end_speedup(original: Graph, optimized: Graph, threads: int = 1, roun
     from ..measure.inputs import random_inputs
 
     feeds = random_inputs(original)
-    before, after = interleaved_times([export_clean(g).SerializeToString() for g in (original, optimized)], feeds, threads, rounds)
+    before, after = interleaved_times([export_onnx(g).SerializeToString() for g in (original, optimized)], feeds, threads, rounds)
     return before / after
 
 

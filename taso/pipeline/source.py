@@ -15,7 +15,7 @@ from ..ir import Graph
 from ..onnx.files import EXTERNAL_DATA_BYTES, SPILL_BYTES, Scratch, SpilledModel, embedded_weight_bytes, write_atomically
 from .outcome import Outcome
 
-__all__ = ["ModelSource", "CandidateModel", "runnable", "model_bytes", "export_clean", "add_candidate", "write_model", "copy_model_file"]
+__all__ = ["ModelSource", "CandidateModel", "runnable", "model_bytes", "export_onnx", "add_candidate", "write_model", "copy_model_file"]
 
 
 @dataclass
@@ -60,7 +60,7 @@ class ModelSource:
 
     @classmethod
     def from_graph(cls, graph: Graph) -> ModelSource:
-        return cls(graph, export_clean(graph))
+        return cls(graph, export_onnx(graph))
 
     def scratch(self) -> Scratch:
         """The private directory this model's spilled files go to (made on first use)."""
@@ -96,17 +96,17 @@ def model_bytes(model: CandidateModel) -> bytes:
     return model.to_bytes() if isinstance(model, SpilledModel) else model.SerializeToString()
 
 
-def export_clean(graph: Graph, opset: int | None = None, check: bool = True, weights_file=None) -> onnx.ModelProto:
-    """``export_onnx(graph)``, without turning an IR-3 model's weights into overridable inputs.
+def export_onnx(graph: Graph, opset: int | None = None, check: bool = True, weights_file=None) -> onnx.ModelProto:
+    """``to_onnx_model(graph)``, without turning an IR-3 model's weights into overridable inputs.
 
     IR 3 requires every initializer to be listed as a graph input, and ONNX Runtime treats
     them as constants there; from IR 4 on, an initializer that is also an input can be
     overridden at run time, so ONNX Runtime neither folds nor pre-packs it (SqueezeNet ran
     0.80x). The export raises the IR version with the opset, so those inputs are dropped.
     """
-    from ..onnx import export_onnx
+    from ..onnx import to_onnx_model
 
-    model = export_onnx(graph, opset, check, weights_file)
+    model = to_onnx_model(graph, opset, check, weights_file)
     if graph.meta.ir_version < 4 <= model.ir_version:
         initializers = {t.name for t in model.graph.initializer}
         kept = [i for i in model.graph.input if i.name not in initializers]
@@ -160,9 +160,9 @@ def add_candidate(outcome: Outcome, source: ModelSource, candidates: dict, name:
     dropped with a note (the input, written unchanged, is always valid)."""
     try:
         if sum(array.nbytes for array in graph.weights.values()) >= SPILL_BYTES:
-            candidates[name] = (graph, source.scratch().export(name, lambda weights: export_clean(graph, weights_file=weights)))
+            candidates[name] = (graph, source.scratch().export(name, lambda weights: export_onnx(graph, weights_file=weights)))
         else:
-            candidates[name] = (graph, export_clean(graph))
+            candidates[name] = (graph, export_onnx(graph))
     except TasoError as e:
         what = "the optimized graph" if name == "optimized" else "taso's re-export of the unchanged graph"
         outcome.notes.append(f"{what} cannot be written as ONNX ({e}); not kept")

@@ -36,7 +36,7 @@ class SearchConfig:
         budget: the most graphs to expand (pop and rewrite).
         time_limit: wall-clock seconds (default 9: with the library ready in well under a second,
             a model's search stays within 10 s; every zoo model's best graph was found within
-            10 s on a loaded 2-core machine, benchmarks/bench_search_time.py).
+            10 s on a loaded 2-core machine, benchmarks/search/bench_search_time.py).
         max_queue: the most graphs waiting in the queue (the costliest are dropped).
         clean_up: clean up a graph a rewrite built when there is something to clean up at its new
             nodes (:mod:`taso.search.cleanup`: a free move, so merges that share a concatenation are priced

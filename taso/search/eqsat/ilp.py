@@ -36,7 +36,7 @@ def exact_choice(enodes: list[ENode], costs: list[float], roots: list[int], star
     closes is cut the same way and the program solved again, until the choice has no cycle.
     Order variables on every class of the e-graph's cycles (t_c >= t_d + 1 - big * (1 - x_n))
     made the relaxation weak: Inception-v3's and BERT's programs ran out of time with them
-    (``benchmarks/bench_extract.py``). The greedy choice is the starting solution whenever it is
+    (``benchmarks/search/bench_extract.py``). The greedy choice is the starting solution whenever it is
     acyclic.
     """
     deadline = time.perf_counter() + seconds
