@@ -118,7 +118,7 @@ class Enumerator:
 
     def __init__(self, settings: Settings, cache_limit: int = 200_000, prefilter_shapes: bool = True):
         self.settings = settings
-        self.prefilter_shapes = prefilter_shapes  # False: bind every shape tuple, as before (benchmarks/bench_enumerate.py)
+        self.prefilter_shapes = prefilter_shapes  # False: bind every shape tuple, as before (benchmarks/generator/bench_enumerate.py)
         self.pool = InputPool(settings.classes)
         self.variants: tuple[Variant, ...] = build_variants(settings.ops, self.pool)
         self.evaluator = ExactEvaluator(cache_limit)
