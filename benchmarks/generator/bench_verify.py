@@ -121,12 +121,12 @@ def compare_before(args) -> int:
     print("| side | median round (s) | rules/s | proved, refuted, unknown | rounds (s) |")
     print("|---|---:|---:|---|---|")
     medians = {}
-    for side in runs:
-        seconds = [s for run in runs[side] for s in run["seconds"]]
+    for side, side_runs in runs.items():
+        seconds = [s for run in side_runs for s in run["seconds"]]
         medians[side] = statistics.median(seconds)
-        c = runs[side][0]["counts"]
+        c = side_runs[0]["counts"]
         print(f"| {side} ({args.commit[:7] if side == 'before' else 'this checkout'}) | {medians[side]:.2f} | "
-              f"{len(runs[side][0]['ids']) / medians[side]:.1f} | {c['proved']}, {c['refuted']}, {c['unknown']} | "
+              f"{len(side_runs[0]['ids']) / medians[side]:.1f} | {c['proved']}, {c['refuted']}, {c['unknown']} | "
               f"{', '.join(f'{s:.2f}' for s in seconds)} |")
     print(f"ratio before / now (median wall time): {medians['before'] / medians['now']:.2f}x")
     print(f"same rules both sides: {'yes' if same_rules else 'NO'}; verdicts and proofs identical in every process: "

@@ -31,6 +31,7 @@ from ..generator.parallel import Workers
 from ..generator.pipeline import STAGES, Progress, Result, generate
 from ..generator.settings import Settings
 from ..generator.shards import DEFAULT_SHARDS
+from ..onnx.files import check_writable
 
 __all__ = ["add_parser", "run", "format_summary"]
 
@@ -74,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings(max_ops=args.max_ops, ops=parse_ops(args.ops), seed=args.seed)
     if args.jobs is not None and args.jobs < 1:
         raise TasoError(f"-j must be at least 1, got {args.jobs}")
-    _check_writable(args.output)
+    check_writable(args.output)
     run_dir = _check_run_dir(args)
     backend = _ray_backend(args, run_dir)
     make_workers = backend.workers if backend else (lambda s: Workers(s, args.jobs or 1, run_dir, bool(args.resume), args.shards or DEFAULT_SHARDS))
@@ -128,15 +129,6 @@ def _ray_backend(args: argparse.Namespace, run_dir: str | None):
                       resume=bool(args.resume), shards=args.shards or DEFAULT_SHARDS, progress=not args.quiet)
 
 
-def _check_writable(path: str) -> None:
-    """Fails early, before a long run, when the output cannot be written."""
-    if os.path.isdir(path):
-        raise TasoError(f"{path}: is a directory, not a file")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise TasoError(f"{path}: no such directory {folder}")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise TasoError(f"{path}: not writable")
 
 
 class _ProgressBar:

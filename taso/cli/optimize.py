@@ -12,6 +12,7 @@ from ..errors import TasoError, Unsupported, first_line
 __all__ = ["add_parser", "run", "EXIT_MISMATCH"]
 
 from ..pipeline.checks import OutputMismatchError
+from ..onnx.files import check_writable
 
 EXIT_MISMATCH = OutputMismatchError.exit_code
 
@@ -65,22 +66,14 @@ def _check_paths(args) -> None:
         raise TasoError(f"{args.input}: no such file")
     if os.path.exists(args.output) and os.path.samefile(args.input, args.output):
         raise TasoError(f"refusing to overwrite the input model {args.input}; choose another -o")
-    _check_writable(args.output, "-o")
+    check_writable(args.output, "-o")
     if args.report:
         if os.path.abspath(args.report) in (os.path.abspath(args.output), os.path.abspath(args.input)):
             raise TasoError(f"--report {args.report}: is the model file; choose another name for the report")
-        _check_writable(args.report, "--report")
+        check_writable(args.report, "--report")
     validate_search_settings(args.alpha, args.budget, args.time_limit, args.threads)
 
 
-def _check_writable(path: str, option: str) -> None:
-    if os.path.isdir(path):
-        raise TasoError(f"{option} {path}: is a directory; give a file name")
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise TasoError(f"{option} {path}: directory {directory} does not exist")
-    if not os.access(directory, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise TasoError(f"{option} {path}: not writable")
 
 
 def run(args: argparse.Namespace) -> int:

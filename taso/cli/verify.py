@@ -18,6 +18,7 @@ import time
 from taso.errors import TasoError
 
 from ..verifier import DEFAULT_TIMEOUT_S
+from ..onnx.files import check_writable
 
 __all__ = ["add_parser", "run"]
 
@@ -42,14 +43,6 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(func=run)
 
 
-def _check_writable(path: str) -> None:
-    folder = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise TasoError(f"{path}: is a directory; give a file name for the library")
-    if not os.path.isdir(folder):
-        raise TasoError(f"{path}: cannot write (no such directory {folder})")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
-        raise TasoError(f"{path}: cannot write (permission denied)")
 
 
 def _refuse_overwriting_input(candidates: str, output: str) -> None:
@@ -85,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
         return 0 if rule.status == "proved" else 1
     if not args.output:
         raise TasoError("verify: -o/--output is required (the library of proved rules)")
-    _check_writable(args.output)
+    check_writable(args.output)
     _refuse_overwriting_input(args.candidates, args.output)
     journal = Journal(f"{args.output}.journal", settings, args.resume)
     todo = [r for r in candidates.rules if r.id not in journal.done]

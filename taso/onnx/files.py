@@ -25,7 +25,7 @@ from onnx.external_data_helper import ExternalDataInfo
 
 from ..errors import TasoError
 
-__all__ = ["SPILL_BYTES", "EXTERNAL_DATA_BYTES", "SpilledModel", "Scratch", "WeightsFile", "embedded_weight_bytes", "external_region",
+__all__ = ["check_writable", "SPILL_BYTES", "EXTERNAL_DATA_BYTES", "SpilledModel", "Scratch", "WeightsFile", "embedded_weight_bytes", "external_region",
            "write_atomically", "write_bytes_atomically", "write_text_atomically"]
 
 # A model with at least this many bytes of weights embedded is spilled before ONNX Runtime sees it.
@@ -76,6 +76,18 @@ def write_text_atomically(path: str | os.PathLike, text: str) -> None:
     """:func:`write_atomically` of UTF-8 text, making the directory first (a cache's first save)."""
     os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
     write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def check_writable(path: str, option: str = "") -> None:
+    """Fails early, before a long run, when ``path`` (given as ``option``, if named) cannot be written."""
+    label = f"{option} {path}" if option else path
+    if os.path.isdir(path):
+        raise TasoError(f"{label}: is a directory; give a file name")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise TasoError(f"{label}: cannot write (no such directory {folder})")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise TasoError(f"{label}: cannot write (permission denied)")
 
 
 def embedded_weight_bytes(model: onnx.ModelProto) -> int:

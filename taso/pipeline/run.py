@@ -19,6 +19,7 @@ end-to-end guard:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -95,7 +96,8 @@ def optimize_model(
     start = run_passes(source.graph, [input_clean_up], clock)
     cleanup = input_clean_up.report
     try:
-        best, report = _searched(start, cleanup, rules, model, config, progress, model.input_overhead(source.model), clock)
+        searcher = ConfiguredSearch(rules, model, config, progress, model.input_overhead(source.model))
+        best, report = searcher.run(start, cleanup, clock)
         confirm = (model.name.startswith("ort-cpu") or model.name == "cupy") if confirm is None else confirm
         outcome = Outcome(source.graph, None, "input", report, checked_sizes=checks.valuations, cleanup=cleanup, clock=clock)
         if model.estimated:
@@ -108,7 +110,7 @@ def optimize_model(
                 add_candidate(outcome, source, candidates, "optimized", best)
             if check and candidates:
                 with clock.stage("check"):
-                    best = _checked_or_searched_again(outcome, source, start, candidates, rules, model, config, checks, threads, progress)
+                    best = _checked_or_searched_again(outcome, source, start, candidates, searcher, checks, threads)
     finally:
         model.close()
     if not confirm:
@@ -125,17 +127,28 @@ def optimize_model(
     return outcome
 
 
-def _searched(start: Graph, cleanup: CleanupReport, rules, model: CostModel, config: SearchConfig, progress, input_overhead: float,
-              clock: StageClock | None = None) -> tuple[Graph, SearchReport]:
-    """The search's passes from the cleaned-up graph (:func:`taso.pipeline.passes.search_passes`): its best graph, cleaned
-    up, and its report."""
-    passes = search_passes(rules, model, config, cleanup, progress, input_overhead)
-    best = run_passes(start, passes, clock)
-    return best, passes[0].report
+@dataclass(frozen=True)
+class ConfiguredSearch:
+    """The search as one run configures it: the rules, the cost model, the settings, the progress callback and what
+    the input costs to start; run from a cleaned-up graph, it gives the search passes' best graph and its report."""
+
+    rules: Sequence[Rule]
+    model: CostModel
+    config: SearchConfig
+    progress: Callable[[int, float], None] | None
+    input_overhead: float
+
+    def run(self, start: Graph, cleanup: CleanupReport, clock: StageClock | None = None,
+            excluded: frozenset[str] = frozenset()) -> tuple[Graph, SearchReport]:
+        """The passes (:func:`taso.pipeline.passes.search_passes`) from ``start``, without the rules in ``excluded``."""
+        config = replace(self.config, excluded=self.config.excluded | excluded) if excluded else self.config
+        passes = search_passes(self.rules, self.model, config, cleanup, self.progress, self.input_overhead)
+        best = run_passes(start, passes, clock)
+        return best, passes[0].report
 
 
-def _checked_or_searched_again(outcome: Outcome, source: ModelSource, start: Graph, candidates: dict, rules, model: CostModel,
-                               config: SearchConfig, checks: Checks, threads: int, progress) -> Graph:
+def _checked_or_searched_again(outcome: Outcome, source: ModelSource, start: Graph, candidates: dict, searcher: ConfiguredSearch,
+                               checks: Checks, threads: int) -> Graph:
     """The optimized graph once its output check passes.
 
     A mismatch at the measurement sizes raises, as always (a wrong rule: nothing is written). One
@@ -154,13 +167,10 @@ def _checked_or_searched_again(outcome: Outcome, source: ModelSource, start: Gra
         applied = frozenset(outcome.report.applied)
         if not applied or not checks.other_sizes or not check_candidate(candidate, checks.at_measurement_sizes(), threads).ok:
             raise
-        from dataclasses import replace
-
         from ..measure.inputs import describe_sizes
 
         elsewhere = check_candidate(candidate, checks.at_other_sizes(), threads)
-        best, report = _searched(start, outcome.cleanup, rules, model, replace(config, excluded=config.excluded | applied), progress,
-                                 outcome.report.input_overhead)
+        best, report = searcher.run(start, outcome.cleanup, excluded=applied)
         checked = [dict(source.graph.meta.sizes), *outcome.checked_sizes]
         outcome.notes.append(f"the optimized model matched at the measurement sizes but not at {describe_sizes(checked)} "
                              f"({elsewhere.describe()}); the search ran again without the rules it applied ({', '.join(sorted(applied))})")
