@@ -124,9 +124,12 @@ def test_the_gpu_guard_keeps_a_result_only_when_two_series_find_it_faster(series
     calls = []
     monkeypatch.setattr(EndToEndTimer, "speedup", lambda self, rounds=7: calls.append(rounds) or next(measured))
     from taso.cost import AnalyticCost
+    from taso.cost.cupy_gpu import CupyCost
 
     class AnalyticAsGpu(AnalyticCost):  # deterministic prices; the pipeline treats it as the GPU's
         name = "cupy"
+        deployed_elsewhere = True
+        end_to_end_timer = CupyCost.end_to_end_timer
 
     model = taso.models.build("nasrnn", steps=2, hidden=32)
     outcome = optimize_model(ModelSource(taso.load_onnx(model), model, None), cost=AnalyticAsGpu(), config=SearchConfig(budget=20))

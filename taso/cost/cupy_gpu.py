@@ -18,6 +18,7 @@ class CupyCost(CostModel):
     full model); its cost is the median of CUDA-event timings after warm-up."""
 
     name = "cupy"
+    deployed_elsewhere = True
 
     def __init__(self, cache: CostCache | None = None):
         super().__init__()
@@ -48,6 +49,12 @@ class CupyCost(CostModel):
         self.cache.record(self._fingerprint, key, seconds)
         self.measured += 1
         return seconds
+
+    def end_to_end_timer(self, original: Graph, optimized: Graph):
+        """The guard's timer: both graphs on the CuPy executor."""
+        from ..measure.cupy_runtime import EndToEndTimer
+
+        return EndToEndTimer(original, optimized)
 
     def close(self) -> None:
         self.cache.save()

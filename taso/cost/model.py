@@ -72,6 +72,9 @@ class CostModel(ABC):
     # True when a graph's cost depends on the order its nodes run in, which a rewrite's price estimates from
     # the parent's order: the search then prices each graph it builds by graph_cost (see OrtCpuCost's residency).
     order_sensitive = False
+    # True when the deployment this model prices is another runtime than ONNX Runtime on this CPU (a GPU runtime):
+    # the guard then times there, with :meth:`end_to_end_timer`.
+    deployed_elsewhere = False
 
     def __init__(self):
         self._memo: dict[str, float] = {}
@@ -150,6 +153,11 @@ class CostModel(ABC):
         """Sum of the costs of the nodes that run at inference time."""
         around = Neighbourhood.of(graph)
         return sum(self.cost_in(n, around) for n in graph.nodes)
+
+    def end_to_end_timer(self, original: Graph, optimized: Graph):
+        """The guard's timer where this model's deployment is not ONNX Runtime on this CPU (a GPU runtime): an object
+        whose ``speedup()`` times the two graphs side by side on it. None: the guard times on ONNX Runtime."""
+        return None
 
     def input_overhead(self, model) -> float:
         """What the input file (an ``onnx.ModelProto``) costs beyond its graph's price, which taso's re-export of the

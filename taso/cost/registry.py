@@ -1,7 +1,7 @@
 """Cost models by name: what ``--cost`` chooses from.
 
 Each back end is imported only when it is asked for, so the interface (:mod:`taso.cost.model`) never
-imports a runtime and a back end imports only the interface: no import circle, and no CuPy or
+imports a runtime and a back end imports only the interface: no import circle, and no torch, CuPy or
 profiler loaded for a search priced analytically.
 """
 
@@ -40,11 +40,18 @@ def _cupy(threads: int, cache: CostCache | None) -> CostModel:
     return CupyCost(cache=cache)
 
 
+def _torch(threads: int, cache: CostCache | None) -> CostModel:
+    from .torch_device import TorchCost
+
+    return TorchCost(cache=cache)
+
+
 # name -> factory(threads, cache); the order is the order --help lists them in.
 _REGISTRY: dict[str, Callable[[int, CostCache | None], CostModel]] = {
     "ort-cpu": _ort_cpu,
     "ort-cpu-region": _ort_cpu_region,
     "analytic": _analytic,
+    "torch": _torch,
     "cupy": _cupy,
 }
 COST_MODELS = tuple(_REGISTRY)

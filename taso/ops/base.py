@@ -1,7 +1,8 @@
 """The :class:`Op` object: everything about one operator, declared in one place.
 
 An operator carries its parameter schema, its shape rule, its NumPy semantics (the ground
-truth every other interpreter is checked against) and its ONNX mapping. Missing pieces
+truth every other interpreter is checked against), its ONNX mapping and, where PyTorch has the
+kernel a deployment runs (cuDNN, cuBLAS, a fused elementwise kernel), its PyTorch implementation. Missing pieces
 fail when the op is defined, not when it is first used. Z3 specifications live in
 :mod:`taso.specs`, keyed by the op's canonical name.
 """
@@ -53,6 +54,9 @@ class Param:
 
 ShapeRule = Callable[[Sequence[TensorType], Params], "TensorType | list[TensorType]"]
 NumpyImpl = Callable[[Sequence[np.ndarray], Params], "np.ndarray | list[np.ndarray]"]
+# ``impl(rt, tensors, params)``: ``rt`` is the runtime (:class:`taso.measure.torch_runtime.TorchRuntime`: ``rt.torch``,
+# ``rt.F``, constants cached on the device); raises NotImplementedError for a case it does not cover (run on the host).
+TorchImpl = Callable[[Any, Sequence[Any], Params], Any]
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,8 @@ class Op:
         onnx: the ONNX import/export mapping.
         groups: names of the operator sets this op belongs to (see :mod:`taso.ops`).
         doc: one line for people.
+        torch_impl: the PyTorch implementation (:data:`TorchImpl`), None where the runtime evaluates on the host
+            (operators without inputs are constants, evaluated once).
     """
 
     name: str
@@ -95,6 +101,7 @@ class Op:
     groups: frozenset[str] = field(default_factory=frozenset)
     doc: str = ""
     exact_impl: NumpyImpl | None = None
+    torch_impl: TorchImpl | None = None
 
     def __repr__(self) -> str:
         return f"<Op {self.name}>"
@@ -263,12 +270,14 @@ def define(
     groups: Sequence[str] = (),
     doc: str = "",
     exact: NumpyImpl | str | None = None,
+    torch: TorchImpl | None = None,
 ) -> Op:
     """Declares an operator and adds it to the registry.
 
     Shape rule, NumPy semantics and ONNX exporter are mandatory. ``exact`` is the modular
     semantics used by the generator's fingerprints: a function, ``"polynomial"`` when the
     NumPy semantics already is an integer polynomial, or None for ops the generator skips.
+    ``torch`` is the PyTorch implementation the GPU runtime runs, tested equal to ONNX Runtime.
     """
     if name in _REGISTRY:
         raise ValueError(f"operator {name!r} is defined twice")
@@ -279,7 +288,7 @@ def define(
         arity = (arity, arity)
     if exact == "polynomial":
         exact = polynomial_exact(numpy)
-    op = Op(name, arity, tuple(params), shape, numpy, onnx, frozenset(groups), doc, exact)
+    op = Op(name, arity, tuple(params), shape, numpy, onnx, frozenset(groups), doc, exact, torch)
     if onnx.importer is not None:
         _require_versions(name, onnx.op_types)
     _REGISTRY[name] = op

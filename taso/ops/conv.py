@@ -7,7 +7,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from ..ir import TensorType
 from .base import FINGERPRINT_PRIME, OnnxMapping, Param, array_module, contiguous, define, modular_inverse, require
-from .elementwise import ACTIVATION_PARAM, apply_activation, emit_with_activation, exact_with_activation
+from .elementwise import ACTIVATION_PARAM, apply_activation, emit_with_activation, exact_with_activation, torch_activation
 
 
 def _out_dim(size: int, kernel: int, stride: int, pad_begin: int, pad_end: int, dilation: int = 1, ceil: bool = False) -> int:
@@ -102,6 +102,22 @@ def _conv2d(xs, p):
     return contiguous(apply_activation(p["activation"], y.astype(x.dtype, copy=False)))
 
 
+def _symmetric(pads) -> tuple[int, int] | None:
+    """(top, left) when top == bottom and left == right (a padding cuDNN takes itself), else None."""
+    t, l, b, r = pads
+    return (t, l) if t == b and l == r else None
+
+
+def _conv2d_torch(rt, xs, p):
+    x, w = xs[0], xs[1]
+    padding = _symmetric(p["pads"])
+    if padding is None:
+        t, l, b, r = p["pads"]
+        x, padding = rt.F.pad(x, (l, r, t, b)), (0, 0)
+    y = rt.F.conv2d(x, w, xs[2] if len(xs) == 3 else None, p["strides"], padding, p["dilations"], p["groups"])
+    return torch_activation(rt, p["activation"], y)
+
+
 def _import_conv(ctx) -> bool:
     w = ctx.type(ctx.inputs[1])
     if w.rank != 4 or ctx.attr_names - {"strides", "pads", "dilations", "group", "kernel_shape", "auto_pad"}:
@@ -123,6 +139,7 @@ conv2d = define(
     params=[*SPATIAL_PARAMS, Param("groups", "int", 1), ACTIVATION_PARAM],
     shape=_conv_shape,
     numpy=_conv2d,
+    torch=_conv2d_torch,
     onnx=OnnxMapping(("Conv",), _import_conv,
                      lambda ctx, n: emit_with_activation(ctx, "Conv", list(n.inputs), n, group=n.params["groups"], **_spatial_onnx_attrs(n.params))),
     groups=("linear_in_each", "has_activation", "has_weights"),
@@ -166,6 +183,7 @@ enlarge = define(
     params=[Param("kernel", "ints")],
     shape=_enlarge_shape,
     numpy=_enlarge,
+    torch=lambda rt, xs, p: rt.F.pad(xs[0], (lambda t, l, b, r: (l, r, t, b))(*_enlarge_pads(tuple(xs[0].shape), p["kernel"]))),
     onnx=OnnxMapping((), None, _export_enlarge),
     groups=("linear", "kernel_only"),
     doc="zero-pads an OIHW kernel to a larger, centred kernel size (conv with padding+1 keeps its result)",
@@ -204,6 +222,47 @@ def _avg_pool(xs, p):
     total = _windows(x.astype(np.float64), *args, 0.0, extra).sum(axis=(4, 5))
     divisors = _avg_pool_divisors(x.shape, p)
     return (total / array_module(total).asarray(divisors)).astype(x.dtype)
+
+
+def _pool_padding(x_shape, p) -> tuple[int, int] | None:
+    """The padding torch's pooling kernels take for these parameters as they are (symmetric, at most half the
+    window, no ceil mode), else None: the input is then padded explicitly, ceil mode's extra rows included."""
+    padding = _symmetric(p["pads"])
+    if p["ceil_mode"] and any(_ceil_extra(x_shape, p)):
+        return None
+    if padding is None or any(2 * q > k for q, k in zip(padding, p["kernel"])):
+        return None
+    return padding
+
+
+def _padded_for_pool(rt, x, p, value: float):
+    t, l, b, r = p["pads"]
+    eh, ew = _ceil_extra(tuple(x.shape), p)
+    return rt.F.pad(x, (l, r + ew, t, b + eh), value=value)
+
+
+def _max_pool_torch(rt, xs, p):
+    x = xs[0]
+    if not x.is_floating_point():
+        raise NotImplementedError("max_pool2d on integers")
+    padding = _pool_padding(tuple(x.shape), p)
+    if padding is None:
+        x, padding = _padded_for_pool(rt, x, p, float("-inf")), (0, 0)
+    return rt.F.max_pool2d(x, p["kernel"], p["strides"], padding, p["dilations"])
+
+
+def _avg_pool_torch(rt, xs, p):
+    x = xs[0]
+    padding = _pool_padding(tuple(x.shape), p)
+    if padding is not None and p["dilations"] == (1, 1):
+        return rt.F.avg_pool2d(x, p["kernel"], p["strides"], padding, count_include_pad=bool(p["count_include_pad"]))
+    # The general case: window sums over the explicitly padded input, over each position's divisor.
+    window = p["kernel"][0] * p["kernel"][1]
+    if p["dilations"] != (1, 1):
+        raise NotImplementedError("dilated average pooling")
+    sums = rt.F.avg_pool2d(_padded_for_pool(rt, x, p, 0.0), p["kernel"], p["strides"], 0, count_include_pad=True) * window
+    divisors = rt.const(("avg_pool_divisors", tuple(x.shape), p), lambda: _avg_pool_divisors(tuple(x.shape), p).astype(np.float32))
+    return (sums / divisors).to(x.dtype)
 
 
 def _import_pool(kind: str):
@@ -277,6 +336,7 @@ max_pool2d = define(
     params=POOL_PARAMS,
     shape=_pool_shape,
     numpy=_max_pool,
+    torch=_max_pool_torch,
     onnx=OnnxMapping(("MaxPool",), _import_pool("max"), _export_pool("MaxPool")),
     groups=("pool",),
     doc="maximum over each window (padding never wins)",
@@ -289,6 +349,7 @@ avg_pool2d = define(
     params=[*POOL_PARAMS, Param("count_include_pad", "int", 0, (0, 1))],
     shape=_pool_shape,
     numpy=_avg_pool,
+    torch=_avg_pool_torch,
     onnx=OnnxMapping(("AveragePool",), _import_pool("avg"), _export_pool("AveragePool")),
     groups=("pool", "linear"),
     doc="mean over each window; the divisor counts padding only when count_include_pad",
@@ -310,6 +371,7 @@ global_avg_pool = define(
     arity=1,
     shape=_global_pool_shape,
     numpy=_global_pool(np.mean),
+    torch=lambda rt, xs, p: xs[0].mean(dim=tuple(range(2, xs[0].dim())), keepdim=True),
     onnx=OnnxMapping(("GlobalAveragePool",), lambda ctx: bool(ctx.emit(global_avg_pool, [ctx.inputs[0]], ctx.outputs)),
                      lambda ctx, n: ctx.emit("GlobalAveragePool", list(n.inputs), list(n.outputs))),
     groups=("pool", "linear"),
@@ -323,6 +385,7 @@ global_max_pool = define(
     arity=1,
     shape=_global_pool_shape,
     numpy=_global_pool(np.max),
+    torch=lambda rt, xs, p: xs[0].amax(dim=tuple(range(2, xs[0].dim())), keepdim=True),
     onnx=OnnxMapping(("GlobalMaxPool",), lambda ctx: bool(ctx.emit(global_max_pool, [ctx.inputs[0]], ctx.outputs)),
                      lambda ctx, n: ctx.emit("GlobalMaxPool", list(n.inputs), list(n.outputs))),
     groups=("pool",),

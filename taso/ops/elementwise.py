@@ -48,6 +48,28 @@ _UNARY = {
 }
 
 
+def _float_only(fn):
+    """A rounding kernel: the identity on integers (as NumPy's floor and ceil are)."""
+    return lambda rt, x: fn(x) if x.is_floating_point() else x
+
+
+# name -> the PyTorch kernel of the same semantics (the result is cast to the declared type by the runtime)
+_UNARY_TORCH = {
+    "relu": lambda rt, x: rt.torch.relu(x),
+    "sigmoid": lambda rt, x: rt.torch.sigmoid(x),
+    "tanh": lambda rt, x: rt.torch.tanh(x),
+    "erf": lambda rt, x: rt.torch.erf(x),
+    "sqrt": lambda rt, x: rt.torch.sqrt(x),
+    "exp": lambda rt, x: rt.torch.exp(x),
+    "log": lambda rt, x: rt.torch.log(x),
+    "neg": lambda rt, x: rt.torch.neg(x),
+    "abs": lambda rt, x: rt.torch.abs(x),
+    "reciprocal": lambda rt, x: rt.torch.reciprocal(x),
+    "floor": lambda rt, x: _float_only(rt.torch.floor)(rt, x),
+    "ceil": lambda rt, x: _float_only(rt.torch.ceil)(rt, x),
+}
+
+
 def _unary_importer(name: str):
     def importer(ctx) -> bool:
         if ctx.attr_names:
@@ -105,6 +127,7 @@ for _name, (_fn, _onnx_type, _groups) in _UNARY.items():
         groups=_groups,
         doc=f"element-wise {_name}",
         exact=(lambda f: (lambda xs, p: f(np.asarray(xs[0], np.int64))))(_EXACT_ACTIVATION[_name]) if _name in _EXACT_ACTIVATION else None,
+        torch=(lambda kernel: lambda rt, xs, p: kernel(rt, xs[0]))(_UNARY_TORCH[_name]),
     )
 
 
@@ -113,6 +136,11 @@ def apply_activation(activation: str, x: np.ndarray) -> np.ndarray:
     if activation == "none":
         return x
     return UNARY_OPS[activation].evaluate([x], Params())[0]
+
+
+def torch_activation(rt, activation: str, y):
+    """A fused activation on a PyTorch tensor, with the unary op's kernel."""
+    return y if activation == "none" else _UNARY_TORCH[activation](rt, y)
 
 
 def emit_with_activation(ctx, onnx_type: str, inputs, node, **attrs) -> None:
@@ -150,6 +178,7 @@ leaky_relu = define(
     params=[Param("alpha", "float", 0.01)],
     shape=same_type,
     numpy=_leaky_relu,
+    torch=lambda rt, xs, p: rt.F.leaky_relu(xs[0], p["alpha"]) if xs[0].is_floating_point() else rt.torch.where(xs[0] >= 0, xs[0], xs[0] * p["alpha"]),
     onnx=OnnxMapping(("LeakyRelu",), _import_leaky_relu, lambda ctx, n: ctx.emit("LeakyRelu", list(n.inputs), list(n.outputs), alpha=n.params["alpha"])),
     groups=("elementwise", "unary"),
     doc="x if x >= 0 else alpha * x",
@@ -167,6 +196,7 @@ hard_sigmoid = define(
     params=[Param("alpha", "float", 0.2), Param("beta", "float", 0.5)],
     shape=same_type,
     numpy=_hard_sigmoid,
+    torch=lambda rt, xs, p: rt.torch.clamp(xs[0] * p["alpha"] + p["beta"], 0, 1),
     onnx=OnnxMapping(
         ("HardSigmoid",),
         lambda ctx: bool(ctx.emit(hard_sigmoid, [ctx.inputs[0]], ctx.outputs, alpha=float(ctx.attr("alpha", 0.2)), beta=float(ctx.attr("beta", 0.5)))),
@@ -196,6 +226,7 @@ hard_swish = define(
     arity=1,
     shape=same_type,
     numpy=_hard_swish,
+    torch=lambda rt, xs, p: rt.F.hardswish(xs[0]),
     onnx=OnnxMapping(("HardSwish",), lambda ctx: bool(ctx.emit(hard_swish, [ctx.inputs[0]], ctx.outputs)), _export_hard_swish),
     groups=("elementwise", "unary"),
     doc="x * hard_sigmoid(x; 1/6, 1/2)",
@@ -234,6 +265,7 @@ gelu = define(
     params=[Param("approximate", "str", "none", ("none", "tanh"))],
     shape=same_type,
     numpy=_gelu,
+    torch=lambda rt, xs, p: rt.F.gelu(xs[0], approximate=p["approximate"]),
     onnx=OnnxMapping(("Gelu",), lambda ctx: bool(ctx.emit(gelu, [ctx.inputs[0]], ctx.outputs, approximate=ctx.attr("approximate", "none"))), _export_gelu),
     groups=("elementwise", "unary"),
     doc="x * Phi(x), exact (erf) or tanh approximation",
@@ -288,6 +320,7 @@ clip = define(
     params=[Param("min", "optfloat", None), Param("max", "optfloat", None)],
     shape=same_type,
     numpy=_clip,
+    torch=lambda rt, xs, p: rt.torch.clamp(xs[0], min=p["min"], max=p["max"]) if p["min"] is not None or p["max"] is not None else xs[0],
     onnx=OnnxMapping(("Clip",), _import_clip, _export_clip),
     groups=("elementwise", "unary"),
     doc="min(max(x, min), max); None means unbounded",
@@ -315,6 +348,7 @@ cast = define(
     params=[Param("to", "str")],
     shape=_cast_shape,
     numpy=lambda xs, p: xs[0].astype(p["to"]),
+    torch=lambda rt, xs, p: xs[0].to(rt.dtype(p["to"])),
     onnx=OnnxMapping(("Cast",), _import_cast, lambda ctx, n: ctx.emit("Cast", list(n.inputs), list(n.outputs), to=ctx.onnx_dtype(n.params["to"]))),
     groups=("elementwise", "unary"),
     doc="element type conversion (a cast to the same type is removed at import)",
@@ -347,6 +381,23 @@ _BINARY = {
     "pow": (_pow, "Pow", ("elementwise", "binary")),
     "max": (np.maximum, "Max", ("elementwise", "binary", "commutative", "associative")),
     "min": (np.minimum, "Min", ("elementwise", "binary", "commutative", "associative")),
+}
+
+
+def _int_div_torch(rt, a, b):
+    if a.is_floating_point():
+        return rt.torch.div(a, b)
+    return rt.torch.div(a, rt.torch.where(b == 0, rt.torch.ones_like(b), b), rounding_mode="trunc")
+
+
+_BINARY_TORCH = {
+    "add": lambda rt, a, b: rt.torch.add(a, b),
+    "sub": lambda rt, a, b: rt.torch.sub(a, b),
+    "mul": lambda rt, a, b: rt.torch.mul(a, b),
+    "div": _int_div_torch,
+    "pow": lambda rt, a, b: rt.torch.pow(a, b),
+    "max": lambda rt, a, b: rt.torch.maximum(a, b),
+    "min": lambda rt, a, b: rt.torch.minimum(a, b),
 }
 
 
@@ -384,6 +435,7 @@ for _name, (_fn, _onnx_type, _groups) in _BINARY.items():
         groups=_groups,
         doc=f"element-wise {_name} with NumPy broadcasting",
         exact="polynomial" if _name in ("add", "sub", "mul") else None,
+        torch=(lambda kernel: lambda rt, xs, p: kernel(rt, xs[0], xs[1]))(_BINARY_TORCH[_name]),
     )
 
 add, sub, mul, div = BINARY_OPS["add"], BINARY_OPS["sub"], BINARY_OPS["mul"], BINARY_OPS["div"]
@@ -401,6 +453,7 @@ scalar_mul = define(
     arity=2,
     shape=_scalar_mul_shape,
     numpy=lambda xs, p: (xs[0] * xs[1]).astype(xs[0].dtype, copy=False),
+    torch=lambda rt, xs, p: xs[0] * xs[1],
     onnx=OnnxMapping(("Mul",), None, _exporter_as("Mul")),
     groups=("elementwise", "linear"),
     doc="x * s for a one-element tensor s (TASO's smul: commutes with every linear op)",
@@ -428,6 +481,7 @@ def _comparison_importer(name: str):
 
 # name -> (NumPy semantics, ONNX op type)
 _COMPARISONS = {"equal": (np.equal, "Equal"), "less": (np.less, "Less"), "greater": (np.greater, "Greater")}
+_COMPARISONS_TORCH = {"equal": "eq", "less": "lt", "greater": "gt"}
 COMPARISON_OPS = {}
 for _name, (_fn, _onnx_type) in _COMPARISONS.items():
     COMPARISON_OPS[_name] = define(
@@ -438,6 +492,7 @@ for _name, (_fn, _onnx_type) in _COMPARISONS.items():
         onnx=OnnxMapping((_onnx_type,), _comparison_importer(_name), _exporter_as(_onnx_type)),
         groups=("elementwise", "comparison"),
         doc=f"element-wise {_name} comparison with NumPy broadcasting, a bool tensor",
+        torch=(lambda kernel: lambda rt, xs, p: getattr(rt.torch, kernel)(xs[0], xs[1]))(_COMPARISONS_TORCH[_name]),
     )
 
 
@@ -460,6 +515,7 @@ where = define(
     arity=3,
     shape=_where_shape,
     numpy=lambda xs, p: as_array(np.where(xs[0], xs[1], xs[2])),
+    torch=lambda rt, xs, p: rt.torch.where(xs[0], xs[1], xs[2]),
     onnx=OnnxMapping(("Where",), _import_where, _exporter_as("Where")),
     groups=("elementwise",),
     doc="condition ? x : y element-wise, with NumPy broadcasting",

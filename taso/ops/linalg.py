@@ -7,7 +7,7 @@ import numpy as np
 from ..ir.dims import broadcast_dims
 from ..ir import TensorType
 from .base import OnnxMapping, define, define_importer, require
-from .elementwise import ACTIVATION_PARAM, BINARY_OPS, apply_activation, emit_with_activation, exact_with_activation, scalar_mul
+from .elementwise import ACTIVATION_PARAM, BINARY_OPS, apply_activation, emit_with_activation, exact_with_activation, scalar_mul, torch_activation
 from .shape import transpose
 
 
@@ -43,6 +43,7 @@ matmul = define(
     params=[ACTIVATION_PARAM],
     shape=_matmul_shape,
     numpy=_matmul,
+    torch=lambda rt, xs, p: torch_activation(rt, p["activation"], rt.torch.matmul(xs[0], xs[1])),
     onnx=OnnxMapping(("MatMul",), _import_matmul, lambda ctx, n: emit_with_activation(ctx, "MatMul", list(n.inputs), n)),
     groups=("linear_in_each", "has_activation"),
     doc="NumPy matmul (batched, broadcasting) followed by an optional activation",

@@ -39,6 +39,23 @@ def _batch_norm(xs, p):
     return y.astype(x.dtype)
 
 
+def _bn_gain_torch(rt, scale, var, epsilon: float):
+    return scale.double() / rt.torch.sqrt(var.double().abs() + epsilon)
+
+
+def _channel_view_torch(vector, rank: int, axis: int):
+    shape = [1] * rank
+    shape[axis] = -1
+    return vector.reshape(shape)
+
+
+def _batch_norm_torch(rt, xs, p):
+    x, scale, bias, mean, var = xs
+    if x.is_floating_point() and x.dim() >= 2:  # cuDNN's inference batch norm; |var| keeps the op total, as above
+        return rt.F.batch_norm(x, mean, var.abs(), scale, bias, False, 0.0, p["epsilon"])
+    raise NotImplementedError("batch_norm on integers")
+
+
 # The exact (fingerprint) semantics replaces 1 / sqrt(|var| + eps) by a fixed polynomial in var,
 # distinct from the activations' stand-ins: an identity that holds for every such polynomial
 # factor g(var) holds for the real one.
@@ -73,6 +90,7 @@ batch_norm = define(
     params=[Param("epsilon", "float", 1e-5)],
     shape=_batch_norm_shape,
     numpy=_batch_norm,
+    torch=_batch_norm_torch,
     onnx=OnnxMapping(("BatchNormalization",), _import_batch_norm,
                      lambda ctx, n: ctx.emit("BatchNormalization", list(n.inputs), list(n.outputs), epsilon=n.params["epsilon"])),
     groups=("normalization", "has_weights"),
@@ -128,6 +146,7 @@ bn_kernel = define(
     params=[Param("epsilon", "float", 1e-5)],
     shape=_bn_kernel_shape,
     numpy=_bn_kernel,
+    torch=lambda rt, xs, p: (xs[0] * _channel_view_torch(_bn_gain_torch(rt, xs[1], xs[2], p["epsilon"]), xs[0].dim(), 0)).to(xs[0].dtype),
     onnx=OnnxMapping((), None, _export_bn_kernel),
     groups=("kernel_only",),
     doc="a convolution kernel scaled per output channel by batch norm's scale / sqrt(|var| + eps)",
@@ -165,6 +184,7 @@ bn_shift = define(
     params=[Param("epsilon", "float", 1e-5)],
     shape=_bn_shift_shape,
     numpy=_bn_shift,
+    torch=lambda rt, xs, p: (xs[1] - xs[2] * _bn_gain_torch(rt, xs[0], xs[3], p["epsilon"])).to(xs[1].dtype),
     onnx=OnnxMapping((), None, _export_bn_shift),
     groups=(),
     doc="batch norm's per-channel shift, bias - mean * scale / sqrt(|var| + eps): the bias of the conv it folds into",
@@ -195,6 +215,17 @@ def _layer_norm(xs, p):
     return [y, mean.astype(np.float32), inv_std.astype(np.float32)] if p["stats"] else [y]
 
 
+def _layer_norm_torch(rt, xs, p):
+    x = xs[0]
+    axis = normalize_axis(p["axis"], x.dim())
+    if p["stats"]:
+        raise NotImplementedError("layer_norm with its statistics")
+    shape = tuple(x.shape[axis:])
+    weight = xs[1].expand(shape)
+    bias = xs[2].expand(shape) if len(xs) == 3 else None
+    return rt.F.layer_norm(x, shape, weight, bias, p["epsilon"])
+
+
 def _import_layer_norm(ctx) -> bool:
     outputs = [o for o in ctx.outputs if o]
     if outputs != ctx.outputs or ctx.attr_names - {"axis", "epsilon", "stash_type"} or ctx.attr("stash_type", 1) != 1 or len(outputs) == 2:
@@ -217,6 +248,7 @@ layer_norm = define(
     params=[Param("axis", "int", -1), Param("epsilon", "float", 1e-5), Param("stats", "int", 0, (0, 1))],
     shape=_layer_norm_shape,
     numpy=_layer_norm,
+    torch=_layer_norm_torch,
     onnx=OnnxMapping(("LayerNormalization",), _import_layer_norm, _export_layer_norm),
     groups=("normalization",),
     doc="normalises over the axes from `axis` on, then scales and shifts (stats=1 adds mean and 1/std outputs)",
@@ -262,6 +294,7 @@ softmax = define(
     params=[Param("axis", "int")],
     shape=_softmax_shape,
     numpy=_softmax,
+    torch=lambda rt, xs, p: rt.torch.softmax(xs[0], dim=p["axis"]),
     onnx=OnnxMapping(("Softmax",), _import_softmax, _export_softmax),
     groups=("normalization",),
     doc="exp(x) / sum(exp(x)) along one axis",
@@ -284,6 +317,20 @@ def _reduce(fn):
     def impl(xs, p):
         x = xs[0]
         return as_array(fn(x, axis=p["axes"], keepdims=bool(p["keepdims"]))).astype(x.dtype)
+
+    return impl
+
+
+def _reduce_torch(kind: str):
+    def impl(rt, xs, p):
+        x, dims, keep = xs[0], tuple(p["axes"]), bool(p["keepdims"])
+        if not dims:
+            return x
+        if kind == "max":
+            return x.amax(dim=dims, keepdim=keep)
+        if kind == "mean" and not x.is_floating_point():
+            raise NotImplementedError("reduce_mean on integers")
+        return getattr(x, kind)(dim=dims, keepdim=keep)
 
     return impl
 
@@ -329,13 +376,13 @@ def _export_reduce(onnx_type: str, axes_input_from: int):
 _REDUCE_PARAMS = [Param("axes", "ints"), Param("keepdims", "int", 1, (0, 1))]
 
 REDUCE_OPS = {
-    "mean": define("reduce_mean", arity=1, params=_REDUCE_PARAMS, shape=_reduce_shape, numpy=_reduce(np.mean),
+    "mean": define("reduce_mean", arity=1, params=_REDUCE_PARAMS, shape=_reduce_shape, numpy=_reduce(np.mean), torch=_reduce_torch("mean"),
                    onnx=OnnxMapping(("ReduceMean",), _import_reduce("mean"), _export_reduce("ReduceMean", 18)),
                    groups=("reduction", "linear"), doc="mean over the given axes"),
-    "sum": define("reduce_sum", arity=1, params=_REDUCE_PARAMS, shape=_reduce_shape, numpy=_reduce(np.sum), exact="polynomial",
+    "sum": define("reduce_sum", arity=1, params=_REDUCE_PARAMS, shape=_reduce_shape, numpy=_reduce(np.sum), torch=_reduce_torch("sum"), exact="polynomial",
                   onnx=OnnxMapping(("ReduceSum",), _import_reduce("sum"), _export_reduce("ReduceSum", 13)),
                   groups=("reduction", "linear"), doc="sum over the given axes"),
-    "max": define("reduce_max", arity=1, params=_REDUCE_PARAMS, shape=_reduce_shape, numpy=_reduce(np.max),
+    "max": define("reduce_max", arity=1, params=_REDUCE_PARAMS, shape=_reduce_shape, numpy=_reduce(np.max), torch=_reduce_torch("max"),
                   onnx=OnnxMapping(("ReduceMax",), _import_reduce("max"), _export_reduce("ReduceMax", 18)),
                   groups=("reduction",), doc="maximum over the given axes"),
 }

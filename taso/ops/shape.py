@@ -39,6 +39,7 @@ transpose = define(
     arity=1,
     params=[Param("perm", "ints")],
     shape=_transpose_shape,
+    torch=lambda rt, xs, p: xs[0].permute(p["perm"]).contiguous(),  # a transpose kernel, as a deployment runs one
     numpy=lambda xs, p: np.transpose(xs[0], p["perm"]).copy(),  # C order, rank 0 kept (np.ascontiguousarray makes it 1), CuPy stays on device
     onnx=OnnxMapping(("Transpose",), _import_transpose, lambda ctx, n: ctx.emit("Transpose", list(n.inputs), list(n.outputs), perm=list(n.params["perm"]))),
     groups=("shape_only", "linear"),
@@ -66,6 +67,7 @@ reshape = define(
     params=[Param("shape", "ints")],
     shape=_reshape_shape,
     numpy=lambda xs, p: xs[0].reshape(p["shape"]),
+    torch=lambda rt, xs, p: xs[0].reshape(tuple(int(d) for d in p["shape"])),
     onnx=OnnxMapping(("Reshape", "Flatten", "Squeeze", "Unsqueeze"), None, _export_reshape),
     groups=("shape_only", "linear"),
     doc="reinterprets the data with a new static shape (row-major)",
@@ -158,6 +160,7 @@ concat = define(
     params=[Param("axis", "int")],
     shape=_concat_shape,
     numpy=lambda xs, p: np.concatenate(xs, axis=p["axis"]),
+    torch=lambda rt, xs, p: rt.torch.cat(list(xs), dim=p["axis"]),
     onnx=OnnxMapping(
         ("Concat",),
         lambda ctx: bool(ctx.emit(concat, [i for i in ctx.inputs if i], ctx.outputs, axis=int(ctx.attr("axis", 1)))),
@@ -224,6 +227,7 @@ split = define(
     params=[Param("axis", "int"), Param("sizes", "ints")],
     shape=_split_shape,
     numpy=_split,
+    torch=lambda rt, xs, p: list(rt.torch.split(xs[0], [int(v) for v in p["sizes"]], dim=p["axis"])),  # views, as torch's split
     onnx=OnnxMapping(("Split",), _import_split, _export_split),
     groups=("shape_only", "linear", "multi_output"),
     doc="cuts a tensor along an axis into parts of the given sizes",
@@ -260,6 +264,22 @@ def _slice(xs, p):
     for axis, start, end, step in zip(p["axes"], p["starts"], p["ends"], p["steps"]):
         index[axis] = slice(start, end, step)
     return contiguous(xs[0][tuple(index)])
+
+
+def _slice_torch(rt, xs, p):
+    x = xs[0]
+    index: list[object] = [slice(None)] * x.dim()
+    picked = []
+    for axis, start, end, step in zip(p["axes"], p["starts"], p["ends"], p["steps"]):
+        if step > 0:
+            index[axis] = slice(start, end, step)
+        else:  # torch slices forward only: the positions, once, as an index
+            positions = tuple(range(*slice(start, end, step).indices(x.shape[axis])))
+            picked.append((axis, rt.const(("slice", positions), lambda positions=positions: np.asarray(positions, np.int64))))
+    x = x[tuple(index)]
+    for axis, positions in picked:
+        x = x.index_select(axis, positions)
+    return x
 
 
 # Bounds this large mean "to the end" (exporters write INT64_MAX or INT32_MAX): no dim is this large.
@@ -367,6 +387,7 @@ slice_ = define(
     params=[Param("starts", "ints"), Param("ends", "optints"), Param("axes", "ints"), Param("steps", "ints")],
     shape=_slice_shape,
     numpy=_slice,
+    torch=_slice_torch,
     onnx=OnnxMapping(("Slice",), _import_slice, _export_slice),
     groups=("shape_only", "linear"),
     doc="x[starts:ends:steps] on the given axes (bounds already clamped)",
@@ -390,12 +411,22 @@ def _gather(xs, p):
     return np.take(data, indices, axis=axis)
 
 
+def _gather_torch(rt, xs, p):
+    data, indices = xs
+    axis = p["axis"] % data.dim()
+    flat = indices.reshape(-1).long()
+    flat = rt.torch.where(flat < 0, flat + data.shape[axis], flat)
+    picked = data.index_select(axis, flat)
+    return picked.reshape(tuple(data.shape[:axis]) + tuple(indices.shape) + tuple(data.shape[axis + 1:]))
+
+
 gather = define(
     "gather",
     arity=2,
     params=[Param("axis", "int", 0)],
     shape=_gather_shape,
     numpy=_gather,
+    torch=_gather_torch,
     onnx=OnnxMapping(
         ("Gather",),
         lambda ctx: bool(ctx.emit(gather, list(ctx.inputs[:2]), ctx.outputs, axis=normalize_axis(int(ctx.attr("axis", 0)), ctx.type(ctx.inputs[0]).rank))),
@@ -432,7 +463,8 @@ expand = define(
     arity=1,
     params=[Param("shape", "ints")],
     shape=_expand_shape,
-    numpy=lambda xs, p: np.broadcast_to(xs[0], p["shape"]).copy(),  # .copy(): CuPy arrays stay on the device
+    numpy=lambda xs, p: np.broadcast_to(xs[0], p["shape"]).copy(),
+    torch=lambda rt, xs, p: xs[0].expand(tuple(int(d) for d in p["shape"])).contiguous(),  # .copy(): CuPy arrays stay on the device
     onnx=OnnxMapping(("Expand",), _import_expand, lambda ctx, n: ctx.emit("Expand", [n.inputs[0], ctx.shape_tensor(n.params["shape"])], list(n.outputs))),
     groups=("shape_only",),
     doc="broadcasts x to a static shape (ONNX Expand, with the target shape resolved)",
@@ -457,6 +489,23 @@ def _pad(xs, p):
     if p["mode"] == "constant":
         return np.pad(x, width, mode="constant", constant_values=x.dtype.type(p["value"]))
     return np.pad(x, width, mode={"reflect": "reflect", "edge": "edge", "wrap": "wrap"}[p["mode"]])
+
+
+_TORCH_PAD_MODES = {"constant": "constant", "reflect": "reflect", "edge": "replicate", "wrap": "circular"}
+
+
+def _pad_torch(rt, xs, p):
+    x, pads, rank = xs[0], p["pads"], xs[0].dim()
+    widths = []
+    for axis in reversed(range(rank)):  # torch lists (before, after) from the last axis
+        widths += [pads[axis], pads[axis + rank]]
+    if p["mode"] == "constant":
+        return rt.F.pad(x, widths, value=p["value"])
+    # torch pads the spatial axes of an (N, C, ...) tensor of rank 3 to 5 in these modes: the others stay on the host
+    spatial_only = all(pads[axis] == pads[axis + rank] == 0 for axis in range(min(2, rank)))
+    if not 3 <= rank <= 5 or not spatial_only or any(w < 0 for w in pads) or not x.is_floating_point():
+        raise NotImplementedError(f"pad mode {p['mode']} on this tensor")
+    return rt.F.pad(x, widths[:2 * (rank - 2)], mode=_TORCH_PAD_MODES[p["mode"]])
 
 
 def _import_pad(ctx) -> bool:
@@ -500,6 +549,7 @@ pad = define(
     params=[Param("pads", "ints"), Param("mode", "str", "constant", ("constant", "reflect", "edge", "wrap")), Param("value", "float", 0.0)],
     shape=_pad_shape,
     numpy=_pad,
+    torch=_pad_torch,
     onnx=OnnxMapping(("Pad",), _import_pad, _export_pad),
     groups=("shape_only",),
     doc="pads (or crops, for negative pads) each axis; pads = begins then ends, as in ONNX",

@@ -18,7 +18,7 @@ from .outcome import Outcome
 from .source import CandidateModel, ModelSource, add_candidate, runnable
 from .checks import OutputMismatchError, Checks, check_into
 
-__all__ = ["MIN_CONFIRMED_SPEEDUP", "FRESH_LOOK_PREDICTED", "Verdicts", "keep_fastest", "keep_if_faster_on_gpu", "reexport_matches"]
+__all__ = ["MIN_CONFIRMED_SPEEDUP", "FRESH_LOOK_PREDICTED", "Verdicts", "keep_fastest", "keep_if_faster_on_device", "reexport_matches"]
 
 
 # The optimized model must beat the input by this factor end to end to be kept.
@@ -161,16 +161,15 @@ def _worth_fresh_sessions(outcome: Outcome, name: str) -> bool:
     return name == "optimized" and outcome.report.predicted_speedup >= FRESH_LOOK_PREDICTED
 
 
-def keep_if_faster_on_gpu(outcome: Outcome, source: ModelSource, candidates: dict, clock: StageClock) -> None:
-    """The GPU deployment's guard: the optimized graph is kept only when it beats the input by the margin on the CuPy
-    executor, in two series (CUDA events, interleaved rounds). The summed node costs miss launch gaps and the
-    executor's dispatch; one series once measured NASNet-A 1.04x where the next measured 0.82x."""
-    from ..measure.cupy_runtime import EndToEndTimer
-
+def keep_if_faster_on_device(outcome: Outcome, source: ModelSource, candidates: dict, clock: StageClock, timer_for) -> None:
+    """The guard of a deployment that is not ONNX Runtime on this CPU (the torch runtime, the CuPy executor): the
+    optimized graph is kept only when it beats the input by the margin on that runtime, in two series (interleaved
+    rounds; device time on a GPU). ``timer_for(original, optimized)`` is the cost model's timer. The summed node
+    costs miss launch gaps and dispatch; one CuPy series once measured NASNet-A 1.04x where the next measured 0.82x."""
     if "optimized" not in candidates:
         return
     with clock.stage("timing"):
-        timer = EndToEndTimer(source.graph, candidates["optimized"][0])
+        timer = timer_for(source.graph, candidates["optimized"][0])
         speedup = timer.speedup()
         if speedup >= MIN_CONFIRMED_SPEEDUP:
             speedup = min(speedup, timer.speedup())

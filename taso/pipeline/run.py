@@ -11,8 +11,8 @@ end-to-end guard:
    same session options, interleaved: :mod:`taso.measure.timing`): the optimized model, and taso's plain re-export of
    the unchanged graph (its cleaning steps: IR/opset bump, Dropout removal). A candidate is
    kept only when it is at least MIN_CONFIRMED_SPEEDUP faster than the input; otherwise the
-   output is the input's bytes, unchanged. With GPU costs (``cupy``) the deployment is the GPU:
-   the optimized graph is timed beside the input on the CuPy executor instead.
+   output is the input's bytes, unchanged. With GPU costs (``torch``, ``cupy``) the deployment is that runtime:
+   the optimized graph is timed beside the input there instead (the cost model's ``end_to_end_timer``).
 """
 
 
@@ -35,7 +35,7 @@ from .outcome import Outcome
 from .library import load_rules
 from .source import CandidateModel, ModelSource, add_candidate
 from .checks import OutputMismatchError, Checks, check_candidate, check_into
-from .guard import Verdicts, keep_fastest, keep_if_faster_on_gpu
+from .guard import Verdicts, keep_fastest, keep_if_faster_on_device
 
 __all__ = ["optimize_model", "validate_search_settings"]
 
@@ -72,8 +72,8 @@ def optimize_model(
 
     Args:
         confirm: time candidates against the input end to end (default: when the cost model
-            is measured: ort-cpu or ort-cpu-region time on ONNX Runtime on this CPU, cupy on
-            the GPU with the CuPy executor).
+            is measured: ort-cpu or ort-cpu-region time on ONNX Runtime on this CPU, torch on the torch
+            runtime (device time on a GPU), cupy on the GPU with the CuPy executor).
         check: compare outputs on ONNX Runtime (two seeded random input sets, plus
             ``extra_inputs``) before anything is kept.
         clock: where to record each stage's seconds and peak memory (clean-up, search, export,
@@ -98,7 +98,7 @@ def optimize_model(
     try:
         searcher = ConfiguredSearch(rules, model, config, progress, model.input_overhead(source.model))
         best, report = searcher.run(start, cleanup, clock)
-        confirm = (model.name.startswith("ort-cpu") or model.name == "cupy") if confirm is None else confirm
+        confirm = (model.name.startswith("ort-cpu") or model.deployed_elsewhere) if confirm is None else confirm
         outcome = Outcome(source.graph, None, "input", report, checked_sizes=checks.valuations, cleanup=cleanup, clock=clock)
         if model.estimated:
             outcome.notes.append(f"the search's time limit passed while nodes were still being measured: {model.estimated} node "
@@ -117,8 +117,8 @@ def optimize_model(
         if candidates:
             outcome.graph, outcome.model, outcome.kept = best, candidates["optimized"][1], "optimized"
         return outcome
-    if model.name == "cupy":
-        keep_if_faster_on_gpu(outcome, source, candidates, clock)
+    if model.deployed_elsewhere:  # a GPU runtime: the guard times there
+        keep_if_faster_on_device(outcome, source, candidates, clock, model.end_to_end_timer)
         return outcome
     # The re-export is only a fallback: exported when the optimized model did not pay (else "optimized" is the cleaned-up graph).
     fallback = start if source.path is not None and (best is not start or start is source.graph) else None
