@@ -212,3 +212,40 @@ def test_with_torch_costs_the_guard_times_on_the_torch_runtime(series, kept, tmp
     assert outcome.report.best_cost < outcome.report.initial_cost, "the search found a cheaper graph: the guard's subject"
     assert outcome.kept == kept and made == [1] and outcome.speedups["optimized"] == min(series)
     assert TorchCost.deployed_elsewhere
+
+
+def test_bench_on_the_torch_runtime_writes_the_runtime_and_its_timing(tmp_path, monkeypatch, capsys):
+    from taso.cli import main
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("TASO_TORCH_DEVICE", "cpu")
+    out = tmp_path / "out"
+    assert main(["bench", str(DATA / "lstm_cell_loop.torchscript.onnx"), "--runtime", "torch", "--time-limit", "1", "--rounds", "2",
+                 "--out", str(out)]) == 0
+    import json
+
+    report = json.loads((out / "bench.json").read_text())
+    assert report["runtime"].startswith("torch ") and report["timing"] == "wall-clock" and report["device"] == "cpu"
+    (row,) = report["rows"]
+    assert row["runtime"] == "torch" and row["kept"] in ("optimized", "input") and row["ms"]["torch_original"] > 0
+    assert "TASO / Tensat" in (out / "bench.md").read_text() and (out / "bench.png").stat().st_size > 0
+
+
+def test_the_device_script_runs_end_to_end_on_the_cpu(tmp_path):
+    """`DRY_RUN=cpu OUT=DIR bash benchmarks/gpu/gpu_device_run.sh MODEL`: what a lent GPU will run, on the CPU."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "DRY_RUN": "cpu", "OUT": str(tmp_path / "out"), "SKIP_TESTS": "1", "TIME_LIMIT": "1", "ROUNDS": "2",
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "benchmarks/gpu/gpu_device_run.sh", "tests/data/symbolic/gru_cell_loop.dynamo.onnx"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads((tmp_path / "out" / "bench.json").read_text())
+    assert report["timing"] == "wall-clock" and report["runtime"].startswith("torch ")
+    (row,) = report["rows"]
+    assert row["model"] == "gru_cell_loop.dynamo.onnx" and len(row["series"]) == 2 and "series_agree" in report
+    assert row["max_abs_error"] < 1e-3, "the kept graph's outputs equal the input's on the runtime"

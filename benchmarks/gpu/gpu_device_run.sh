@@ -1,40 +1,55 @@
 #!/bin/bash
-# One prepared run on a lent GPU machine: the GPU tests, then `taso bench --runtime cupy` on the zoo, one model at a
-# time (each under its own timeout, results packed after each so a cut-off run still returns what it measured).
+# The prepared run for a lent GPU: the torch runtime's tests, then the zoo and the recurrent and transformer exports,
+# each optimized with GPU costs (`--cost torch`: device time in CUDA graphs) and timed against its input on the same
+# runtime, in two series (two fresh processes; the second reuses the first's cost cache), then merged into one report.
 #
-# On the device machine, from the repository root:  OUT=dir bash benchmarks/gpu/gpu_device_run.sh [MODEL ...]
-# It needs python3 with numpy, onnx, onnxruntime, networkx, matplotlib, tqdm and cupy (the device image has them);
-# taso is laid out from the checkout as pyproject's package-dir does, without pip (the machine has no index, and the
-# optimizer does not import z3). Results: $OUT/results.tar.gz (each model's bench.json/.md/.png), $OUT/cache/costs.json
-# (the GPU cost cache, reusable with TASO_CACHE_DIR), $OUT/run.log. A .gpu-cache/ folder in the checkout (carried to the
-# device) seeds the cost cache; SKIP_TESTS=1 skips the tests; TIME_LIMIT, ROUNDS, MODEL_TIMEOUT as named.
-# Merge runs into one report with benchmarks/gpu/gpu_merge.py.
+# On the device machine, from the repository root:   OUT=dir bash benchmarks/gpu/gpu_device_run.sh [MODEL ...]
+# Before a lease, the same script end to end on the CPU: DRY_RUN=cpu OUT=dir bash benchmarks/gpu/gpu_device_run.sh squeezenet nasrnn
+#
+# It needs python3 with numpy, onnx, onnxruntime, matplotlib and torch (the device image has them; no network): taso
+# is laid out from the checkout as pyproject's package-dir does, without pip. Writes $OUT/bench.json (device, driver,
+# runtime, timing method, every row with both series), $OUT/bench.md (beside TASO's and Tensat's published speedups),
+# $OUT/bench.png, $OUT/results.tar.gz (each series' own files, packed after each model so a cut-off run keeps what it
+# measured), $OUT/cache/ (the cost cache, reusable with TASO_CACHE_DIR) and $OUT/run.log. A .gpu-cache/ folder in the
+# checkout seeds the cost cache. SKIP_TESTS=1 skips the tests; TIME_LIMIT, ROUNDS, MODEL_TIMEOUT as named.
 set -u
 repo=$(pwd)
-OUT=${OUT:-/tmp/gpu-out}
+OUT=${OUT:?set OUT to the directory for the results}
 TIME_LIMIT=${TIME_LIMIT:-15}
-ROUNDS=${ROUNDS:-5}
-MODEL_TIMEOUT=${MODEL_TIMEOUT:-150}
-models=${*:-nasrnn bert squeezenet resnet50 inception_v3 resnext50 nasnet_a}
-work=/tmp/taso-gpu
-rm -rf "$work" && mkdir -p "$work/pkg/taso" "$work/res" "$OUT/cache"
+ROUNDS=${ROUNDS:-7}
+MODEL_TIMEOUT=${MODEL_TIMEOUT:-110}
+exports="tests/data/symbolic/lstm_cell_loop.torchscript.onnx tests/data/symbolic/gru_cell_loop.dynamo.onnx tests/data/symbolic/transformer_decoder.torchscript.onnx"
+models=${*:-resnet50 resnext50 nasnet_a nasrnn bert inception_v3 squeezenet $exports}
+case "${DRY_RUN:-}" in
+  "") export TASO_TORCH_DEVICE=cuda ;;
+  cpu) export TASO_TORCH_DEVICE=cpu ;;
+  *) echo "DRY_RUN=${DRY_RUN}: expected cpu (or unset on the device)" >&2; exit 2 ;;
+esac
+work=$(mktemp -d /tmp/taso-gpu.XXXXXX)
+mkdir -p "$work/pkg/taso" "$work/res" "$OUT/cache"
+OUT=$(cd "$OUT" && pwd)
 cp -r "$repo/taso/." "$work/pkg/taso/"
 for d in generator verifier specs models; do cp -r "$repo/$d" "$work/pkg/taso/$d"; done
 export PYTHONPATH=$work/pkg${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 TASO_CACHE_DIR=$OUT/cache
-if [ -d "$repo/.gpu-cache" ]; then cp "$repo"/.gpu-cache/* "$OUT/cache/" && chmod u+w "$OUT"/cache/*; fi  # an earlier run's GPU costs
-cd "$work"
+if [ -d "$repo/.gpu-cache" ]; then cp "$repo"/.gpu-cache/* "$OUT/cache/" && chmod u+w "$OUT"/cache/*; fi  # an earlier run's costs
 exec > >(tee -a "$OUT/run.log") 2>&1
-nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
-python3 -c "import numpy, onnx, onnxruntime, cupy; print('numpy', numpy.__version__, 'onnx', onnx.__version__, 'onnxruntime', onnxruntime.__version__, onnxruntime.get_available_providers(), 'cupy', cupy.__version__)"
+if [ -z "${DRY_RUN:-}" ]; then nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv; fi
+python3 -c "import numpy, onnx, onnxruntime, torch; print('numpy', numpy.__version__, 'onnx', onnx.__version__, 'onnxruntime', onnxruntime.__version__, 'torch', torch.__version__, 'cuda', torch.version.cuda, 'cudnn', torch.backends.cudnn.version(), 'gpu', torch.cuda.is_available())"
 if [ -z "${SKIP_TESTS:-}" ]; then
-  echo "== GPU tests"
-  timeout 180 python3 -m pytest -q -p no:cacheprovider "$repo/tests/test_gpu.py" 2>&1 | tail -25
+  echo "== the torch runtime's tests"
+  (cd "$repo" && timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_torch_runtime.py 2>&1 | tail -15)
 fi
 for m in $models; do
-  echo "== $m"
-  start=$(date +%s)
   case $m in *.onnx) m=$repo/$m;; esac
-  timeout "$MODEL_TIMEOUT" python3 -m taso bench "$m" --runtime cupy --cost cupy --time-limit "$TIME_LIMIT" --rounds "$ROUNDS" --out "$work/res/$(basename "$m" .onnx)" 2>&1 | grep -v "^Hardware\|^$\|^|---" | tail -8
-  echo "   ($(( $(date +%s) - start )) s)"
+  name=$(basename "$m" .onnx)
+  for series in 1 2; do
+    echo "== $name, series $series"
+    start=$(date +%s)
+    (cd "$work" && timeout "$MODEL_TIMEOUT" python3 -m taso bench "$m" --runtime torch --cost torch --time-limit "$TIME_LIMIT" \
+      --rounds "$ROUNDS" --out "$work/res/$name/s$series" 2>&1 | grep -v "^Hardware\|^Runtime\|^$\|^|---\|^| model" | tail -4)
+    echo "   ($(( $(date +%s) - start )) s)"
+  done
   tar -czf "$OUT/results.tar.gz" -C "$work" res
+  (cd "$work" && python3 "$repo/benchmarks/gpu/gpu_merge.py" "$work/res" --out "$OUT" > /dev/null) || echo "   (nothing to merge yet)"
 done
+(cd "$work" && python3 "$repo/benchmarks/gpu/gpu_merge.py" "$work/res" --out "$OUT")

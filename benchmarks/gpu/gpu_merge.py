@@ -1,54 +1,84 @@
-"""Merges the per-model results of one or more device runs (benchmarks/gpu/gpu_device_run.sh) into one GPU report.
+"""Merges the series of one or more device runs (benchmarks/gpu/gpu_device_run.sh) into one GPU report.
 
-    python benchmarks/gpu/gpu_merge.py RUN_DIR... --out docs/bench-gpu
+    python benchmarks/gpu/gpu_merge.py RESULTS... --out docs/bench-gpu
 
-Each RUN_DIR holds the run's results.tar.gz (as the device tool returns it) and run.log. A model measured in several
-runs takes its row from the last RUN_DIR given; every row records the run it came from. Writes bench.json (the device,
-driver and library versions, the rows), bench.md (beside TASO's published V100 figures) and bench.png.
+Each RESULTS is a run's folder of series (``MODEL/s1/bench.json``, ``MODEL/s2/bench.json``, as the device script
+leaves them), or a folder holding that run's results.tar.gz (as the device tool returns it). A model's row is its
+first series; the speedups of all its series go into the row (``series``), and whether they lie within 3% of each
+other (``series_agree``). A model measured in several runs takes its rows from the last RESULTS given. Writes
+bench.json (the device, driver, runtime and timing method, the rows), bench.md (beside TASO's and Tensat's
+published speedups) and bench.png.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tarfile
+import tempfile
+from pathlib import Path
 
 from taso.bench import BenchRow, write_results
 
+AGREE = 0.03  # two series of one model within 3% of each other
 
-def _rows_of(run_dir: str) -> tuple[str, list[dict]]:
-    hardware, rows = "", []
-    with tarfile.open(os.path.join(run_dir, "results.tar.gz")) as tar:
-        for member in sorted(tar.getmembers(), key=lambda m: m.name):
-            if member.name.endswith("bench.json"):
-                result = json.load(tar.extractfile(member))
-                hardware = result["hardware"]
-                rows += [{**row, "run": os.path.basename(os.path.normpath(run_dir))} for row in result["rows"]]
-    return hardware, rows
+
+def _series_dirs(results: Path, scratch: Path) -> Path:
+    """The folder holding MODEL/sK/bench.json: ``results`` itself, or its results.tar.gz unpacked into ``scratch``."""
+    packed = results / "results.tar.gz"
+    if packed.exists():
+        target = scratch / results.name
+        with tarfile.open(packed) as tar:
+            tar.extractall(target, filter="data")
+        return target / "res"
+    return results
+
+
+def _runs_of(folder: Path) -> dict[str, list[dict]]:
+    """Each model's bench.json of every series, in series order."""
+    found: dict[str, list[dict]] = {}
+    for path in sorted(folder.glob("*/s*/bench.json"), key=lambda p: (p.parent.parent.name, p.parent.name)):
+        found.setdefault(path.parent.parent.name, []).append(json.loads(path.read_text()))
+    return found
+
+
+def merged_rows(runs: dict[str, list[dict]]) -> tuple[dict, list[dict]]:
+    """The facts of the runtime and one row per model: its first series, with every series' speedup."""
+    facts, rows = {}, []
+    for _, series in sorted(runs.items()):
+        first = series[0]
+        facts = facts or {k: v for k, v in first.items() if k != "rows"}
+        for row in first["rows"]:
+            speedups = [s["rows"][0]["speedup_vs_ortall"] for s in series if s["rows"]]
+            agree = len(speedups) > 1 and max(speedups) / min(speedups) <= 1 + AGREE
+            rows.append({**row, "series": speedups, "series_agree": agree})
+    return facts, rows
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--out", required=True)
+    p.add_argument("results", nargs="+", type=Path, metavar="RESULTS")
+    p.add_argument("--out", required=True, type=Path)
     args = p.parse_args(argv)
-    by_model: dict[str, dict] = {}
-    hardware = set()
-    for run_dir in args.runs:
-        name, rows = _rows_of(run_dir)
-        hardware.add(name)
-        by_model.update({row["model"]: row for row in rows})
-    if len(hardware) != 1:
-        print(f"the runs were on different hardware: {sorted(hardware)}", file=sys.stderr)
+    runs: dict[str, list[dict]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for results in args.results:
+            runs.update(_runs_of(_series_dirs(results, Path(scratch))))
+    if not runs:
+        print(f"no series found in {', '.join(map(str, args.results))}", file=sys.stderr)
         return 2
-    (device,) = hardware
-    rows = list(by_model.values())
+    facts, rows = merged_rows(runs)
+    fingerprints = {series[0].get("fingerprint", series[0]["hardware"]) for series in runs.values()}
+    if len(fingerprints) != 1:
+        print(f"the runs were on different devices: {sorted(fingerprints)}", file=sys.stderr)
+        return 2
     fields = set(BenchRow.__dataclass_fields__)
     bench_rows = [BenchRow(**{k: v for k, v in row.items() if k in fields}) for row in rows]
-    os.makedirs(args.out, exist_ok=True)
-    print(write_results(bench_rows, device, args.out))
+    args.out.mkdir(parents=True, exist_ok=True)
+    hardware = facts.pop("hardware")
+    facts["series_agree"] = {row["model"]: row["series_agree"] for row in rows}
+    print(write_results(bench_rows, hardware, str(args.out), facts))
     return 0
 
 

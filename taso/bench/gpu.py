@@ -19,10 +19,9 @@ import onnxruntime as ort
 
 from ..pipeline.checks import OutputMismatchError
 
-__all__ = ["TASO_V100", "bench_model_gpu", "gpu_markdown", "gpu_chart"]
+from .torch_device import TASO_V100
 
-# TASO's end-to-end speedups over TensorRT-era cuDNN/cuBLAS baselines on a V100 (SOSP'19, Figure 7).
-TASO_V100 = {"resnet50": 1.0, "nasnet_a": 1.3, "resnext50": 2.8, "nasrnn": 1.4, "bert": 1.4, "inception_v3": 1.1, "squeezenet": 1.3}
+__all__ = ["bench_model_gpu", "gpu_markdown", "gpu_chart"]
 
 def bench_model_gpu(name: str, model: onnx.ModelProto, args, path: str | None = None):
     """Original against what taso keeps, on the CuPy executor; the row records the GPU outputs' largest difference."""

@@ -31,6 +31,8 @@ class BenchRow:
     kept: str = "optimized"  # what taso wrote: "optimized", "re-export" or "input"
     guard_speedup: float | None = None  # the search's graph measured end to end by the guard (GPU runs)
     max_abs_error: float = 0.0  # the kept graph's outputs against the original's on the device (GPU runs)
+    timing: str = ""  # how the device runtime timed this row ("cuda-graphs", "wall-clock"; empty on ONNX Runtime)
+    series: tuple = ()  # the speedups of this model's series in fresh processes (a device run's report)
 
 
 def load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto, str | None]:

@@ -9,7 +9,7 @@ import time
 
 import onnxruntime as ort
 
-from ..bench import bench_model, bench_model_gpu, load_model, write_results
+from ..bench import bench_model, bench_model_gpu, bench_model_torch, load_model, write_results
 from ..errors import TasoError
 
 __all__ = ["add_parser", "run"]
@@ -30,8 +30,9 @@ def add_parser(sub) -> None:
     p.add_argument("--time-limit", type=float, default=SearchConfig.time_limit)
     p.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds per variant (default %(default)s)")
     p.add_argument("--batch", type=int, default=1, help="batch size for zoo models (default 1)")
-    p.add_argument("--runtime", choices=("ort-cpu", "cupy"), default="ort-cpu",
-                   help="ort-cpu: ONNX Runtime on the CPU vs its own optimizer; cupy: the CuPy executor on the GPU (costs from --cost, default cupy)")
+    p.add_argument("--runtime", choices=("ort-cpu", "torch", "cupy"), default="ort-cpu",
+                   help="ort-cpu: ONNX Runtime on the CPU vs its own optimizer; torch: the torch runtime, device time in CUDA graphs on a GPU "
+                        "(torch's CPU kernels without one; costs from --cost, default torch); cupy: the CuPy executor on the GPU")
     p.set_defaults(func=run)
 
 
@@ -46,15 +47,30 @@ def run(args: argparse.Namespace) -> int:
         raise TasoError(f"--threads {args.threads!r}: expected comma-separated positive integers, e.g. 1,2")
     _check_settings(args)
     _make_out_dir(args.out)
+    facts, device = None, None
     if args.runtime == "cupy":
         from ..measure.cupy_runtime import gpu_fingerprint, require_cupy
 
         hardware = gpu_fingerprint(require_cupy())
+    elif args.runtime == "torch":
+        from ..bench.torch_device import runtime_facts
+        from ..measure.torch_runtime import default_device
+
+        device = default_device()
+        facts = runtime_facts(device)
+        hardware = facts["fingerprint"]
     else:
         hardware = f"{cpu_name()}, onnxruntime {ort.__version__}"
     rows = []
     for name in args.models:
         label, model, path = load_model(name, args.batch)
+        if args.runtime == "torch":
+            started = time.perf_counter()
+            row = bench_model_torch(label, model, args, path, device)
+            rows.append(row)
+            print(f"{label:<16} torch ({row.timing}) {row.ms['torch_original']:.3f} ms -> {row.ms['torch_taso']:.3f} ms  "
+                  f"{row.speedup_vs_ortall:.2f}x  ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+            continue
         if args.runtime == "cupy":
             row = bench_model_gpu(label, model, args, path)
             rows.append(row)
@@ -66,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             rows.append(row)
             print(f"{label:<16} threads={t}  ORT all {row.ms['original_ortall']:.3f} ms  taso {row.ms['taso_ortall']:.3f} ms  "
                   f"{row.speedup_vs_ortall:.2f}x  ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
-    print(write_results(rows, hardware, args.out))
+    print(write_results(rows, hardware, args.out, facts))
     return 0
 
 

@@ -22,9 +22,9 @@ REPLAYS = 10  # replays of the captured graph per timing
 ROUNDS = 3  # timings per node; the median is its price
 
 
-def copies_of(node: Node, graph: Graph, copies: int, rng: np.random.Generator) -> tuple[Graph, dict[str, np.ndarray]]:
-    """A graph of ``copies`` copies of ``node`` reading the same inputs (its constant inputs as weights), and feeds."""
-    consts = graph.constant_values()
+def copies_of(node: Node, graph, consts, copies: int, rng: np.random.Generator) -> tuple[Graph, dict[str, np.ndarray]]:
+    """A graph of ``copies`` copies of ``node`` reading the same inputs (those in ``consts`` as weights), and feeds;
+    ``graph`` is anything with ``type()`` (a graph, or the search's plan of one)."""
     node = node.concrete()
     inputs = {v: graph.type(v).concrete() for v in dict.fromkeys(node.inputs) if v not in consts}
     weights = {v: random_array(graph.type(v).concrete(), rng) for v in dict.fromkeys(node.inputs) if v in consts}
@@ -68,7 +68,7 @@ class TorchCost(CostModel):
         cached = self._table.get(key)
         if cached is not None:
             return cached
-        copied, feeds = copies_of(node, graph, self.copies, self._rng)
+        copied, feeds = copies_of(node, graph, consts, self.copies, self._rng)
         replay = Replay(TorchGraph(copied, self.device), feeds)
         seconds = float(np.median([replay.seconds(REPLAYS) for _ in range(ROUNDS)])) / self.copies
         self.cache.record(self._fingerprint, key, seconds)

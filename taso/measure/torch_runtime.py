@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import os
 import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -82,7 +83,12 @@ class Device:
 
 
 class CpuDevice(Device):
-    """torch's CPU kernels, timed with the wall clock (no capture: the dry run of the device path)."""
+    """torch's CPU kernels on one thread (as taso times ONNX Runtime), timed with the wall clock: no capture, the
+    dry run of the device path."""
+
+    def __init__(self, torch: ModuleType, threads: int = 1):
+        super().__init__(torch)
+        torch.set_num_threads(threads)
 
 
 class CudaDevice(Device):
@@ -144,9 +150,15 @@ def _driver_version() -> str:
 
 
 def default_device() -> Device:
-    """The GPU when torch sees one, else the CPU."""
+    """The GPU when torch sees one, else the CPU; ``$TASO_TORCH_DEVICE`` (``cpu`` or ``cuda``) chooses (a dry run of the
+    device path on a GPU machine's CPU, or a refusal where the GPU is missing)."""
     torch = require_torch()
-    return CudaDevice(torch) if torch.cuda.is_available() else CpuDevice(torch)
+    wanted = os.environ.get("TASO_TORCH_DEVICE", "").strip().lower()
+    if wanted not in ("", "cpu", "cuda"):
+        raise TasoError(f"TASO_TORCH_DEVICE={wanted!r}: expected cpu or cuda")
+    if wanted == "cuda" and not torch.cuda.is_available():
+        raise TasoError("TASO_TORCH_DEVICE=cuda, but torch sees no CUDA GPU (is the torch build for this machine's CUDA?)")
+    return CudaDevice(torch) if torch.cuda.is_available() and wanted != "cpu" else CpuDevice(torch)
 
 
 class TorchRuntime:
