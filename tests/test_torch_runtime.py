@@ -25,9 +25,8 @@ from taso.ops.base import registry  # noqa: E402
 from tests.strict_torch_device import CaptureError, StandInCuda, forbidding_host_traffic  # noqa: E402
 
 DATA = Path(__file__).parent / "data" / "symbolic"
-# Operators the runtime evaluates on the host, and why: an opaque node is ONNX Runtime's (a one-node session); resize's
-# ONNX modes (coordinate transforms, cubic coefficients, rounding) have no one torch kernel that matches them all.
-HOST_ONLY = {"opaque", "resize"}
+# Operators the runtime evaluates on the host, and why: an opaque node is ONNX Runtime's (a one-node session).
+HOST_ONLY = {"opaque"}
 ZOO = [("squeezenet", {}), ("nasrnn", {}), ("resnet50", {"image_size": 64}), ("resnext50", {"image_size": 64}),
        ("inception_v3", {"image_size": 96}), ("nasnet_a", {"image_size": 64}), ("bert", {"layers": 2}), ("vgg19", {"image_size": 32})]
 
@@ -142,20 +141,44 @@ def test_constants_are_built_before_the_capture():
     assert Replay(TorchGraph(graph, device), random_inputs(graph)).timing == "cuda-graphs" and device.captures == 1
 
 
-def test_a_node_without_a_torch_kernel_runs_on_the_host_and_the_graph_is_not_captured():
+def _resize_model(mode: str, coordinates: str, scales=(1, 1, 2, 2), size=(1, 2, 3, 3)) -> onnx.ModelProto:
     from onnx import TensorProto, helper
 
-    scales = onnx.numpy_helper.from_array(np.asarray([1, 1, 2, 2], np.float32), "scales")
-    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
-    model = helper.make_model(helper.make_graph([node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 3, 3])],
-                                                [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 6, 6])], [scales]),
-                              opset_imports=[helper.make_opsetid("", 17)])
-    runtime = _assert_equal_on_torch(model)
-    assert not runtime.capturable
+    out = [int(d * s) for d, s in zip(size, scales)]
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode=mode, coordinate_transformation_mode=coordinates)
+    scales = onnx.numpy_helper.from_array(np.asarray(scales, np.float32), "scales")
+    return helper.make_model(helper.make_graph([node], "resize", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(size))],
+                                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, out)], [scales]),
+                             opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+@pytest.mark.parametrize("coordinates", ["half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"])
+def test_resize_runs_on_torch_equal_to_onnx_runtime_and_is_captured(mode, coordinates):
+    model = _resize_model(mode, coordinates, scales=(1, 1, 2.5, 1.5), size=(1, 2, 4, 6))
+    _assert_equal_on_torch(model)
     device = StandInCuda()
     graph = taso.load_onnx(model)
-    replay = Replay(TorchGraph(graph, device), random_inputs(graph))
-    assert replay.timing == TIMING_EAGER and device.captures == 0 and replay.seconds(2) > 0
+    assert Replay(TorchGraph(graph, device), random_inputs(graph)).timing == "cuda-graphs" and device.captures == 1
+
+
+def test_a_node_torch_cannot_run_runs_on_the_host_and_the_graph_is_not_captured():
+    """A kernel that refuses a case (NotImplementedError) hands the node to the host; the graph is then timed run by run."""
+    import taso.ops.resize as resize
+
+    def refuses(rt, xs, p):
+        raise NotImplementedError("not this case")
+
+    object.__setattr__(resize.resize, "torch_impl", refuses)  # an Op is frozen: monkeypatch cannot set it
+    try:
+        runtime = _assert_equal_on_torch(_resize_model("nearest", "asymmetric"))
+        assert not runtime.capturable
+        device = StandInCuda()
+        graph = taso.load_onnx(_resize_model("nearest", "asymmetric"))
+        replay = Replay(TorchGraph(graph, device), random_inputs(graph))
+        assert replay.timing == TIMING_EAGER and device.captures == 0 and replay.seconds(2) > 0
+    finally:
+        object.__setattr__(resize.resize, "torch_impl", resize._resize_torch)
 
 
 def test_interleaved_replays_time_each_graph_in_every_round():
@@ -249,3 +272,54 @@ def test_the_device_script_runs_end_to_end_on_the_cpu(tmp_path):
     (row,) = report["rows"]
     assert row["model"] == "gru_cell_loop.dynamo.onnx" and len(row["series"]) == 2 and "series_agree" in report
     assert row["max_abs_error"] < 1e-3, "the kept graph's outputs equal the input's on the runtime"
+
+
+def test_the_cuda_device_warms_up_on_a_side_stream_captures_once_and_times_between_events():
+    """CudaDevice against a recording stand-in of torch.cuda: the calls a real capture and timing make, in order."""
+    import contextlib
+    import types
+
+    from taso.measure.torch_runtime import CudaDevice
+
+    log = []
+
+    class Stream:
+        def wait_stream(self, other):
+            log.append("wait")
+
+    class Event:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.at = None
+
+        def record(self):
+            self.at = len([e for e in log if e == "replay"])
+            log.append("record")
+
+        def synchronize(self):
+            log.append("sync")
+
+        def elapsed_time(self, end):
+            return 2.0 * (end.at - self.at)  # 2 ms a replay
+
+    class CUDAGraph:
+        def replay(self):
+            log.append("replay")
+
+    @contextlib.contextmanager
+    def capturing(graph):
+        log.append("capture-begin")
+        yield
+        log.append("capture-end")
+
+    cuda = types.SimpleNamespace(Stream=Stream, Event=Event, CUDAGraph=CUDAGraph, graph=capturing, current_stream=Stream,
+                                 stream=lambda s: contextlib.nullcontext())
+    flags = types.SimpleNamespace(cudnn=types.SimpleNamespace(), cuda=types.SimpleNamespace(matmul=types.SimpleNamespace()))
+    device = CudaDevice(types.SimpleNamespace(cuda=cuda, backends=flags))
+    assert flags.cudnn.benchmark and not flags.cudnn.allow_tf32 and not flags.cuda.matmul.allow_tf32, "FP32 as ONNX Runtime computes it"
+    replay = device.capture(lambda: log.append("run") or ["out"])
+    assert log == ["wait", "run", "run", "run", "wait", "capture-begin", "run", "capture-end"]
+    assert replay.outputs == ["out"], "the captured outputs live with the replay"
+    log.clear()
+    assert device.seconds(replay, 5) == pytest.approx(2e-3)
+    assert log == ["record", *["replay"] * 5, "record", "sync"]

@@ -11,15 +11,19 @@
 # runtime, timing method, every row with both series), $OUT/bench.md (beside TASO's and Tensat's published speedups),
 # $OUT/bench.png, $OUT/results.tar.gz (each series' own files, packed after each model so a cut-off run keeps what it
 # measured), $OUT/cache/ (the cost cache, reusable with TASO_CACHE_DIR) and $OUT/run.log. A .gpu-cache/ folder in the
-# checkout seeds the cost cache. SKIP_TESTS=1 skips the tests; TIME_LIMIT, ROUNDS, MODEL_TIMEOUT as named.
+# checkout seeds the cost cache. SKIP_TESTS=1 skips the tests; TIME_LIMIT, ROUNDS, MODEL_TIMEOUT as named; no series
+# starts after DEADLINE seconds (default 450: the device tool allows 10 minutes a command, and the results must be
+# packed and merged before it ends).
 set -u
 repo=$(pwd)
 OUT=${OUT:?set OUT to the directory for the results}
-TIME_LIMIT=${TIME_LIMIT:-15}
+TIME_LIMIT=${TIME_LIMIT:-8}
 ROUNDS=${ROUNDS:-7}
-MODEL_TIMEOUT=${MODEL_TIMEOUT:-110}
+MODEL_TIMEOUT=${MODEL_TIMEOUT:-75}
+DEADLINE=${DEADLINE:-450}
+began=$(date +%s)
 exports="tests/data/symbolic/lstm_cell_loop.torchscript.onnx tests/data/symbolic/gru_cell_loop.dynamo.onnx tests/data/symbolic/transformer_decoder.torchscript.onnx"
-models=${*:-resnet50 resnext50 nasnet_a nasrnn bert inception_v3 squeezenet $exports}
+models=${*:-nasrnn squeezenet resnext50 inception_v3 nasnet_a bert resnet50 $exports}
 case "${DRY_RUN:-}" in
   "") export TASO_TORCH_DEVICE=cuda ;;
   cpu) export TASO_TORCH_DEVICE=cpu ;;
@@ -43,6 +47,7 @@ for m in $models; do
   case $m in *.onnx) m=$repo/$m;; esac
   name=$(basename "$m" .onnx)
   for series in 1 2; do
+    if [ $(( $(date +%s) - began )) -ge "$DEADLINE" ]; then echo "== $name, series $series: not started (DEADLINE=${DEADLINE} s passed)"; continue; fi
     echo "== $name, series $series"
     start=$(date +%s)
     (cd "$work" && timeout "$MODEL_TIMEOUT" python3 -m taso bench "$m" --runtime torch --cost torch --time-limit "$TIME_LIMIT" \

@@ -119,8 +119,8 @@ class CudaDevice(Device):
         cuda.current_stream().wait_stream(side)
         graph = cuda.CUDAGraph()
         with cuda.graph(graph):
-            graph.outputs = fn()  # kept with the graph: replays write them in place
-        return graph.replay
+            outputs = fn()
+        return _Captured(graph, outputs)
 
     def seconds(self, call: Callable[[], object], repeat: int) -> float:
         cuda = self.torch.cuda
@@ -137,6 +137,16 @@ class CudaDevice(Device):
         properties = torch.cuda.get_device_properties(torch.cuda.current_device())
         return (f"torch|cuda|{properties.name}|driver {_driver_version()}|cuda {torch.version.cuda}|"
                 f"cudnn {torch.backends.cudnn.version()}|torch {torch.__version__}")
+
+
+class _Captured:
+    """A CUDA graph and the outputs its capture allocated: each replay writes them in place, so they live with it."""
+
+    def __init__(self, graph, outputs):
+        self.graph, self.outputs = graph, outputs
+
+    def __call__(self) -> None:
+        self.graph.replay()
 
 
 def _driver_version() -> str:

@@ -123,6 +123,51 @@ def _resize(xs, p):
     return x.astype(xs[0].dtype, copy=False)
 
 
+def _resize_axis_torch(rt, x, axis: int, out_len: int, scale: float, p):
+    """:func:`_resize_axis` on the torch runtime: the same taps and weights, built once on the device (they depend
+    on the shapes alone), then gathers and blends."""
+    in_len = int(x.shape[axis])
+    key = ("resize", axis, in_len, out_len, scale, p)
+    coords = _source_coordinates(out_len, in_len, scale, p["coordinate_transformation_mode"], p["given"])
+    shape = [1] * x.dim()
+    shape[axis] = out_len
+
+    def weight(name: str, make):
+        return rt.const((*key, name), lambda: np.asarray(make(), np.float32).reshape(shape)).to(x.dtype)
+
+    if p["mode"] == "nearest":
+        return x.index_select(axis, rt.const((*key, "nearest"), lambda: _nearest_indices(coords, in_len, p["nearest_mode"])))
+    if p["mode"] == "cubic":
+        base = np.ceil(coords).astype(np.int64) - 1
+        taps = base[:, None] + np.arange(-1, 3)[None, :]
+        weights = _cubic_weights(coords - base, float(p["cubic_coeff_a"]))
+        if p["exclude_outside"]:
+            weights = np.where((taps < 0) | (taps >= in_len), 0.0, weights)
+            weights = weights / weights.sum(axis=1, keepdims=True)
+        taps = np.clip(taps, 0, in_len - 1)
+        out = None
+        for k in range(4):
+            term = x.index_select(axis, rt.const((*key, "tap", k), lambda k=k: taps[:, k])) * weight(f"w{k}", lambda k=k: weights[:, k])
+            out = term if out is None else out + term
+        return out
+    clipped = np.clip(coords, 0, in_len - 1)
+    low = np.floor(clipped).astype(np.int64)
+    high = np.minimum(low + 1, in_len - 1)
+    a = x.index_select(axis, rt.const((*key, "low"), lambda: low))
+    b = x.index_select(axis, rt.const((*key, "high"), lambda: high))
+    return a + (b - a) * weight("blend", lambda: (clipped - low).astype(np.float32))
+
+
+def _resize_torch(rt, xs, p):
+    x = xs[0]
+    if tuple(p["sizes"]) == tuple(x.shape):
+        return x.clone()
+    for axis, (out_len, scale) in enumerate(zip(p["sizes"], p["scales"])):
+        if out_len != x.shape[axis] or scale != 1.0:
+            x = _resize_axis_torch(rt, x, axis, int(out_len), scale, p)
+    return x
+
+
 def _static_resize_args(ctx, x: TensorType):
     """(sizes, scales, given) from constant scales or sizes, or None when they are computed at run time."""
     names = [ctx.inputs[i] if len(ctx.inputs) > i else "" for i in (2, 3)]
@@ -233,6 +278,7 @@ resize = define(
     ],
     shape=_resize_shape,
     numpy=_resize,
+    torch=_resize_torch,
     onnx=OnnxMapping(("Resize", "Upsample"), _import_resize, _export_resize),
     groups=("spatial",),
     doc="nearest, (multi)linear or cubic resize to a static shape (ONNX Resize without roi or antialiasing)",
