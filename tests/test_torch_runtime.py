@@ -323,3 +323,65 @@ def test_the_cuda_device_warms_up_on_a_side_stream_captures_once_and_times_betwe
     log.clear()
     assert device.seconds(replay, 5) == pytest.approx(2e-3)
     assert log == ["record", *["replay"] * 5, "record", "sync"]
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU for torch here (the device run has one)")
+
+
+@needs_cuda
+@pytest.mark.parametrize("name, options", ZOO, ids=[name for name, _ in ZOO])
+def test_on_the_gpu_the_zoo_is_captured_equal_to_onnx_runtime(name, options):
+    from taso.measure.torch_runtime import CudaDevice
+
+    model = zoo.build(name, **options)
+    graph = taso.load_onnx(model)
+    (feeds,) = random_input_sets(graph, (0,), model=model)
+    runtime = TorchGraph(graph, CudaDevice(torch))
+    comparison = compare_outputs(_onnx_runtime(model, feeds), runtime.run_host(feeds))
+    assert comparison.ok, comparison.describe()
+    replay = Replay(runtime, feeds)
+    assert replay.timing == "cuda-graphs" and replay.seconds(5) > 0
+    assert compare_outputs(_onnx_runtime(model, feeds), runtime.run_host(feeds)).ok, "still equal after the capture and its replays"
+
+
+@needs_cuda
+def test_on_the_gpu_node_costs_are_device_time_and_cached(tmp_path, monkeypatch):
+    from taso.cost.torch_device import TorchCost
+    from taso.measure.torch_runtime import CudaDevice
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    graph = taso.load_onnx(zoo.build("nasrnn", steps=1, hidden=64))
+    first = TorchCost(device=CudaDevice(torch))
+    cost = first.graph_cost(graph)
+    first.close()
+    second = TorchCost(device=CudaDevice(torch))
+    assert 0 < cost < 1.0 and second.graph_cost(graph) == cost and second.measured == 0
+    assert "torch|cuda|" in second.fingerprint and "driver " in second.fingerprint and "cudnn " in second.fingerprint
+
+
+@pytest.mark.parametrize("command", [["optimize", "{model}", "-o", "{out}", "--cost", "torch"], ["bench", "{model}", "--runtime", "torch", "--out", "{dir}"]])
+def test_without_torch_the_torch_runtime_is_one_line_and_exit_2(command, tmp_path, monkeypatch, capsys):
+    import sys
+
+    from taso.cli import main
+
+    model = tmp_path / "m.onnx"
+    model.write_bytes(zoo.build("nasrnn", steps=1, hidden=8).SerializeToString())
+    monkeypatch.setitem(sys.modules, "torch", None)  # import torch now fails, as where it is not installed
+    args = [a.format(model=model, out=tmp_path / "o.onnx", dir=tmp_path / "b") for a in command]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'taso[gpu]'" in err and err.count("\n") == 1 and not (tmp_path / "o.onnx").exists()
+
+
+def test_a_wrong_torch_device_choice_is_one_line(monkeypatch):
+    from taso.errors import TasoError
+    from taso.measure.torch_runtime import default_device
+
+    monkeypatch.setenv("TASO_TORCH_DEVICE", "tpu")
+    with pytest.raises(TasoError, match="expected cpu or cuda"):
+        default_device()
+    if not torch.cuda.is_available():
+        monkeypatch.setenv("TASO_TORCH_DEVICE", "cuda")
+        with pytest.raises(TasoError, match="sees no CUDA GPU"):
+            default_device()
