@@ -481,8 +481,9 @@ class RayWorkers(Workers):
 
 
 def _verify_one(data: dict, settings) -> dict:
-    from taso.rules import Rule
     from taso.verifier.verify import verify_rule
+
+    from taso.rules import Rule
 
     return verify_rule(Rule.from_json(data), settings).to_json()
 

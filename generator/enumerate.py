@@ -37,7 +37,6 @@ records the profile that led there and the measurements.
 from __future__ import annotations
 
 import itertools
-
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -45,10 +44,10 @@ from functools import cached_property, partial
 import numpy as np
 
 from .fingerprint import ExactEvaluator, graph_key, tensor_fingerprint
+from .leaves import LeafEvaluations, Leaves, Parent
 from .opset import Variant, build_variants
 from .pool import InputPool
 from .settings import Settings
-from .leaves import LeafEvaluations, Leaves, Parent
 from .steps import OrderCode, StepTable
 
 __all__ = ["OpRef", "Visitor", "GraphSpec", "Leaves", "Context", "Enumerator"]  # Leaves: from .leaves

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import multiprocessing
 import resource
-import sys
 import struct
+import sys
 import tempfile
 import time
 import weakref

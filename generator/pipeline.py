@@ -38,10 +38,10 @@ import numpy as np
 from taso import __version__
 from taso.rules import FORMAT, VERSION, Library, Rule
 
+from .candidates import clear_summaries, range_candidates
 from .emit import generalized_rules
 from .pairing import holds_in_float
 from .parallel import Workers
-from .candidates import clear_summaries, range_candidates
 from .prune import Found, instance_facts, select_non_instances
 from .settings import Settings
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from taso.ir import Params
 
-from .terms import Cond, IntVar, Term, TensorVar, Undefined, variables
+from .terms import Cond, IntVar, TensorVar, Term, Undefined, variables
 
 __all__ = ["Slot", "OpSpec", "Axiom", "ShapeRule", "Valuation", "Unsupported", "if_", "idiv", "any_of", "all_of"]
 

@@ -47,9 +47,9 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, NamedTuple
 
-from .ir.dims import Dim
 from .errors import TasoError
 from .ir import Graph, GraphMeta, Node, TensorType
+from .ir.dims import Dim
 from .ops import get as get_op
 
 __all__ = ["SHIPPED_DATA", "RuleNode", "RuleInput", "Rule", "Library", "LibraryFile", "IndexEntry", "FORMAT", "VERSION", "STATUSES", "RuleFormatError",

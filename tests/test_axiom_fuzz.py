@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from taso.specs import AXIOMS, axiom
 from taso.specs.terms import ge, rank
 from taso.verifier.axiom_check import compare_sides

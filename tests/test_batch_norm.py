@@ -12,15 +12,15 @@ import numpy as np
 import pytest
 from helpers import assert_close, run_ort
 from onnx import TensorProto, helper, numpy_helper
-
-import taso
 from taso.generator import Settings, ShapeClass, generate, parse_ops
 from taso.generator.parallel import Packer
+from taso.verifier.verify import verify_rule
+
+import taso
 from taso.ir import Graph, Node, TensorType, check
 from taso.ops import get as get_op
-from taso.search.rewrite import CompiledRule, rewrites
 from taso.rules import format_rule
-from taso.verifier.verify import verify_rule
+from taso.search.rewrite import CompiledRule, rewrites
 
 FOLD = ("batch_norm(conv2d(i1, k1, pads=(1,1,1,1), strides=(1,1)), ga1, be1, mu1, va1, epsilon=1e-05) ⇒ "
         "conv2d(i1, bn_kernel(k1, ga1, va1, epsilon=1e-05), bn_shift(ga1, be1, mu1, va1, epsilon=1e-05), pads=(1,1,1,1), strides=(1,1))")

@@ -7,13 +7,13 @@ import onnx
 import pytest
 from helpers import model_from_text, run_ort
 from onnx import TensorProto, helper, numpy_helper
+from taso.specs import AXIOMS
 
-from taso.search.cleanup import CLEANUPS, clean_up
 from taso.ir import TensorType
 from taso.onnx import folding_plan, load_onnx
 from taso.pipeline.source import export_onnx
 from taso.rules import Rule, RuleInput, RuleNode
-from taso.specs import AXIOMS
+from taso.search.cleanup import CLEANUPS, clean_up
 
 
 def _cleaned(model: onnx.ModelProto, **load):
@@ -358,10 +358,10 @@ def test_the_search_cleans_up_what_its_merges_duplicate_and_prices_it_so():
     once (a free move in its trace), so the graphs it prices and returns hold no common subexpression left by
     its rewrites but the last one's, and clean-up is never reported as a rule."""
     import taso.models as zoo
+
     from taso.cost import make_cost_model
     from taso.pipeline.library import load_rules
-    from taso.search import CLEAN_UP, SearchConfig
-    from taso.search import search
+    from taso.search import CLEAN_UP, SearchConfig, search
 
     graph = load_onnx(zoo.build("nasrnn"))
     rules, model = load_rules(), make_cost_model("analytic")

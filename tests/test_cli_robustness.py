@@ -21,9 +21,9 @@ from rule_examples import all_rules
 
 import taso
 from taso.cli import main
-from taso.rules import Library, Rule, RuleInput, RuleNode
 from taso.ir import TensorType
 from taso.measure.timing import TimingError
+from taso.rules import Library, Rule, RuleInput, RuleNode
 
 pipeline = importlib.import_module("taso.pipeline")
 

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import onnx
 import pytest
+from helpers import run_ort
+from taso.models import corpus
 
 import taso
-from helpers import run_ort
 from taso.errors import TasoError
-from taso.models import corpus
 from taso.measure.inputs import check_sizes, random_input_sets, random_inputs
 from taso.measure.outputs import compare_models
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 
 import numpy as np
+from helpers import patch_room
 
 import taso
+import taso.cost.profiling as profiling
 from taso import ops
 from taso.cli import main
 from taso.cost import AnalyticCost, CostCache, node_key
 from taso.cost.ort_cpu import OrtCpuCost
 from taso.ir import Graph, Node, TensorType
-import taso.cost.profiling as profiling
-from helpers import patch_room
 
 
 def _graph(n: int = 64) -> Graph:
@@ -58,8 +58,7 @@ def test_the_search_cannot_buy_layout_noise_with_transposes():
     """The shipped library proves tanh(x) = transpose(tanh(transpose(x))); priced per layout, noise made the search
     wrap 64 Tanhs of an unrolled LSTM in 128 Transposes. One price per kernel leaves it nothing to buy."""
     from taso.pipeline.library import load_rules
-    from taso.search import SearchConfig
-    from taso.search import search
+    from taso.search import SearchConfig, search
 
     tanh, sigmoid, mul = ops.get("tanh"), ops.get("sigmoid"), ops.get("mul")
     nodes = [Node(tanh, tanh.make_params(), ("x",), ("a",), "tanh"), Node(sigmoid, sigmoid.make_params(), ("x",), ("b",), "sigmoid"),
@@ -105,8 +104,8 @@ def test_a_damaged_cache_is_ignored(tmp_path):
 
 
 def test_profiled_kernel_times_are_split_per_run_and_skip_warm_up():
-    from taso.onnx.probes import FLOOR, REFERENCE
     from taso.cost.profiling import _kernel_times
+    from taso.onnx.probes import FLOOR, REFERENCE
 
     def run(ts):
         return {"cat": "Session", "name": "model_run", "ts": ts, "dur": 50}
@@ -186,8 +185,7 @@ def test_a_search_on_a_cold_cache_keeps_to_its_time_limit(tmp_path, monkeypatch)
     import time
 
     from taso.pipeline.library import load_rules
-    from taso.search import SearchConfig
-    from taso.search import search
+    from taso.search import SearchConfig, search
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     model = OrtCpuCost(threads=1)

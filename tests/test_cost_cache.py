@@ -14,8 +14,7 @@ from taso.cost.cache import FIXED, STALE, SUSPECT
 from taso.cost.ort_cpu import OrtCpuCost, fingerprint
 from taso.ir import Graph
 from taso.onnx import load_onnx
-from taso.search import SearchConfig
-from taso.search import search
+from taso.search import SearchConfig, search
 
 EVERY_ENTRY = SpotCheckPolicy(entries=10, seconds=60.0, rate=1.0, seed=0)
 NEVER_DRAWN = SpotCheckPolicy(entries=10, seconds=60.0, rate=0.0, seed=0)

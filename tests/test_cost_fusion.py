@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers import library_rewrites
 
 import taso
@@ -155,9 +154,9 @@ def test_a_rewrites_price_is_the_child_graphs_cost(graph):
 
 
 def test_merging_steps_that_share_a_weight_pays_for_the_bias_adds_it_stops_fusing():
-    from taso.search import SearchConfig
-    from taso.search import search
     from rule_examples import shared_weight_merge_rule
+
+    from taso.search import SearchConfig, search
 
     graph = _unrolled_linear(4)
     plain, fusing = AnalyticCost(), FusingAnalytic()

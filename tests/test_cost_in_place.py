@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import onnxruntime as ort
+from test_search import _n
 
 from taso.cost import make_cost_model
 from taso.cost.in_place import InPlaceWeights, in_place_session
 from taso.ir import Graph, TensorType
 from taso.onnx import to_onnx_model
-from test_search import _n
 
 
 def _gather_from(table: np.ndarray) -> Graph:

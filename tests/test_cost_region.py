@@ -14,9 +14,9 @@ import pytest
 from taso import ops
 from taso.cost import make_cost_model
 from taso.cost.region import RegionCost, region_pair, region_signature
-from taso.search.explain import find_rules
 from taso.ir import Graph, Node, TensorType
 from taso.pipeline.library import load_rules
+from taso.search.explain import find_rules
 from taso.search.rewrite import CompiledRule, find_matches, plan_match
 from tests.helpers import assert_close
 

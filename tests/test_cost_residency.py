@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import onnx
 import pytest
+from helpers import library_rewrites, patch_room
 from onnx import TensorProto, helper, numpy_helper
 
-from helpers import library_rewrites, patch_room
-
 import taso
-from taso import ops
-from taso.cost.model import CostModel, _roofline_seconds
-from taso.onnx.probes import COLD, EVICT, WARM, cold_then_warm
-from taso.cost.ort_cpu import OrtCpuCost
-from taso.cost.profiling import profiled_runs
-from taso.cost.residency import CacheSizes, WeightReads
-from taso.cost.ort_fusions import first_seen, onnx_runtime_weight_order, weight_order
-from taso.ir import Graph, Node, TensorType
-from taso.search.rewrite import CompiledRule, plans
-
 import taso.cost.cold_reads as cold_reads
 import taso.cost.copies as copies_module
-import taso.onnx.probes as probes
 import taso.cost.profiling as profiling
+import taso.onnx.probes as probes
+from taso import ops
+from taso.cost.model import CostModel, _roofline_seconds
+from taso.cost.ort_cpu import OrtCpuCost
+from taso.cost.ort_fusions import first_seen, onnx_runtime_weight_order, weight_order
+from taso.cost.profiling import profiled_runs
+from taso.cost.residency import CacheSizes, WeightReads
+from taso.ir import Graph, Node, TensorType
+from taso.onnx.probes import COLD, EVICT, WARM, cold_then_warm
+from taso.search.rewrite import CompiledRule, plans
 
 
 def _n(op, inputs, outputs, **params):
@@ -198,8 +195,7 @@ def test_a_rewrites_price_is_the_child_graphs_cost_with_residency(priced, graph)
 def test_the_search_reports_its_best_graph_at_that_graphs_own_cost(priced):
     # Rewrites are priced in their parent's run order; what the search keeps and reports is priced in its own.
     from taso.pipeline.library import load_rules
-    from taso.search import SearchConfig
-    from taso.search import search
+    from taso.search import SearchConfig, search
 
     graph = taso.load_onnx(__import__("taso.models", fromlist=["build"]).build("nasrnn", steps=2, hidden=16))
     best, report = search(graph, load_rules(), priced, SearchConfig(budget=10, time_limit=30.0))

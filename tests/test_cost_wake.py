@@ -78,8 +78,7 @@ def test_the_search_prices_the_wake_on_its_plans_as_on_the_graphs_it_builds(tmp_
     """The search prices a rewrite on its plan of the child (no graph yet): the wake is charged there as graph_cost
     charges it on the graph built (a plan has no constant_values of its own: every rewrite of the search once failed)."""
     from taso.pipeline.library import load_rules
-    from taso.search import SearchConfig
-    from taso.search import search
+    from taso.search import SearchConfig, search
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
     mm, relu = ops.get("matmul"), ops.get("relu")

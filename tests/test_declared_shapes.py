@@ -12,12 +12,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 from taso.cost import ort_cpu
 from taso.cost.declared import declared_shape_seconds
-from taso.onnx.probes import state_chain
 from taso.cost.model import AnalyticCost
 from taso.cost.ort_cpu import OrtCpuCost
+from taso.onnx.probes import state_chain
 from taso.onnx.sizing import _constant_values, declared_only
-from taso.pipeline.source import ModelSource
 from taso.pipeline.run import optimize_model
+from taso.pipeline.source import ModelSource
 from taso.search import SearchConfig, SearchReport, StopReason
 
 EXPORTS = os.path.join(os.path.dirname(__file__), "data", "symbolic")

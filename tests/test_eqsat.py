@@ -14,11 +14,10 @@ from test_search import _n, _random_graphs, _rnn_like, _WeightBound
 
 import taso
 from taso.cost import AnalyticCost
-from taso.ir.dims import symbol
 from taso.ir import Graph, TensorType
+from taso.ir.dims import symbol
 from taso.pipeline.library import load_rules
-from taso.search import SearchConfig, StopReason
-from taso.search import search
+from taso.search import SearchConfig, StopReason, search
 
 saturation = importlib.import_module("taso.search.eqsat.saturate")
 extraction = importlib.import_module("taso.search.eqsat.extract")

@@ -9,8 +9,8 @@ from test_soundness import _cast_model
 from taso import load_onnx
 from taso.cli import main
 from taso.errors import TasoError
-from taso.search.explain import explain_rule, find_rules
 from taso.pipeline.library import load_rules
+from taso.search.explain import explain_rule, find_rules
 
 
 @pytest.fixture(scope="module")

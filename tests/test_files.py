@@ -13,7 +13,7 @@ import os
 import numpy as np
 import onnx
 import pytest
-from helpers import fake_timer, run_ort, patch_pipeline
+from helpers import fake_timer, patch_pipeline, run_ort
 from onnx import TensorProto, helper, numpy_helper
 
 import taso

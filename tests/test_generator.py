@@ -11,9 +11,6 @@ import json
 import numpy as np
 import pytest
 from helpers import assert_close
-
-from taso.cli import main
-from taso.errors import TasoError
 from taso.generator import STAGES, Settings, ShapeClass, generate, parse_ops
 from taso.generator import enumerate as enumeration
 from taso.generator.enumerate import GraphSpec
@@ -21,6 +18,9 @@ from taso.generator.graphs import Decoded
 from taso.generator.pairing import Candidate, FloatCheck, pair_graphs
 from taso.generator.parallel import Workers, shared_graphs
 from taso.generator.prune import dedupe_renamings
+
+from taso.cli import main
+from taso.errors import TasoError
 from taso.ir import Params
 from taso.ops import get as get_op
 from taso.ops.base import FINGERPRINT_PRIME
@@ -201,8 +201,16 @@ def test_the_stages_after_renaming_take_picklable_candidates_and_agree_with_the_
     import pickle
 
     from taso.generator.pairing import Decoder, holds_in_float, pair_specs
-    from taso.generator.prune import (Found, drop_instances, first_per_form, instance_facts, no_common_subgraph,
-                                      select_non_instances, shares_subgraph, summarize)
+    from taso.generator.prune import (
+        Found,
+        drop_instances,
+        first_per_form,
+        instance_facts,
+        no_common_subgraph,
+        select_non_instances,
+        shares_subgraph,
+        summarize,
+    )
 
     settings = Settings(max_ops=3, ops=parse_ops("matmul,add,transpose"))  # three tensors a class: instances to drop
     with Workers(settings) as workers:

@@ -13,14 +13,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
-from taso import ops as registry
-from taso.errors import ShapeError, TasoError
 from taso.generator import Settings, ShapeClass, generalize, parse_ops
 from taso.generator.emit import build_rule
 from taso.generator.enumerate import Enumerator, GraphSpec
 from taso.generator.pairing import FloatCheck, pair_graphs
 from taso.generator.prune import dedupe_renamings, shares_subgraph
+
+from taso import ops as registry
+from taso.errors import ShapeError, TasoError
 from taso.ir import Params
 from taso.rules import Rule
 

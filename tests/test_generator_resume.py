@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from taso.generator import Settings, generate, parallel, parse_ops, pipeline
+from taso.generator.parallel import RepeatedGraphs, Workers
 
 from taso.cli import main
 from taso.errors import TasoError
-from taso.generator import Settings, generate, parse_ops
-from taso.generator import parallel, pipeline
-from taso.generator.parallel import RepeatedGraphs, Workers
 
 SETTINGS = Settings(max_ops=3, ops=parse_ops("matmul,add,transpose"))
 

@@ -25,7 +25,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from taso.generator import STAGES, Settings, ShapeClass, generate, parse_ops
 from taso.generator.enumerate import Enumerator
 

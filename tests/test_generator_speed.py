@@ -12,7 +12,6 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-
 from taso.generator import Settings
 from taso.generator.enumerate import Enumerator
 from taso.generator.fingerprint import ExactEvaluator

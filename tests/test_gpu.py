@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import taso.models
 
 import taso
-import taso.models
 from taso.cli import main
 from taso.measure.cupy_runtime import cupy_or_none
 
@@ -49,9 +49,9 @@ def test_device_path_never_copies_to_the_host(name, options, strict_device):
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).parent / "data" / "symbolic").glob("*.onnx")), ids=lambda p: p.name)
 def test_exported_files_run_on_the_device_path(path, strict_device):
-    from taso.measure.inputs import random_inputs
-
     import onnx
+
+    from taso.measure.inputs import random_inputs
 
     model = onnx.load(str(path))
     small = {i.name: [d.dim_value or (1 if axis == 0 else 8) for axis, d in enumerate(i.type.tensor_type.shape.dim)] for i in model.graph.input}
@@ -115,8 +115,8 @@ def test_the_gpu_guard_keeps_a_result_only_when_two_series_find_it_faster(series
     """With GPU costs the deployment is the GPU: the optimized graph is timed beside the input on the device, and kept
     only when a first and then a second series find it 2% faster (the lower one is reported)."""
     from taso.measure.cupy_runtime import EndToEndTimer
-    from taso.pipeline.source import ModelSource
     from taso.pipeline.run import optimize_model
+    from taso.pipeline.source import ModelSource
     from taso.search import SearchConfig
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))

@@ -6,10 +6,10 @@ import gc
 import weakref
 
 import numpy as np
+from taso.models import build
 
 from taso import ops
 from taso.ir import Graph, Node, TensorType
-from taso.models import build
 from taso.onnx import load_onnx
 
 

@@ -15,22 +15,20 @@ import os
 import numpy as np
 import onnx
 import pytest
-
-import taso
-from taso.cli import main
-from taso.cost import AnalyticCost
-from taso.search.groups import FAMILIES, MAX_GROUP, MIN_GROUP, GroupLibrary, find_groups
-from taso import ops
-from taso.ir import Graph, Node, TensorType
-from taso.rules import Library
-from taso.search import SearchConfig
-from taso.search import search
+from helpers import assert_close, run_ort
 from taso.specs.nary import nary_axioms
 from taso.verifier.axiom_check import check_shape_rules, validate_axiom
-from taso.verifier.verify import Settings, relevant_axioms, verify_rule
 from taso.verifier.encode import encode_rule
+from taso.verifier.verify import Settings, relevant_axioms, verify_rule
 
-from helpers import assert_close, run_ort
+import taso
+from taso import ops
+from taso.cli import main
+from taso.cost import AnalyticCost
+from taso.ir import Graph, Node, TensorType
+from taso.rules import Library
+from taso.search import SearchConfig, search
+from taso.search.groups import FAMILIES, MAX_GROUP, MIN_GROUP, GroupLibrary, find_groups
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "symbolic")
 

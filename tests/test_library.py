@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from taso.pipeline.library import DEFAULT_LIBRARY, load_rules
-from taso.search.rewrite import CompiledRule, rewrites
 from taso.rules import Library
+from taso.search.rewrite import CompiledRule, rewrites
 
 LIBRARY = Library.load(DEFAULT_LIBRARY)
 # Every rule in the direction it was proved, plus a sample of the reversed ones the optimizer adds.

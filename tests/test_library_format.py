@@ -14,9 +14,8 @@ from taso.cost import make_cost_model
 from taso.errors import TasoError
 from taso.pipeline.library import DEFAULT_LIBRARY, load_rules
 from taso.rules import VERSION, Library, LibraryFile, Rule, RuleFormatError, usable_reverse
-from taso.search import SearchConfig
+from taso.search import SearchConfig, search
 from taso.search.core import RuleIndex
-from taso.search import search
 
 
 def _proved_library() -> Library:

@@ -7,14 +7,14 @@ import onnx
 import pytest
 from helpers import assert_close, run_ort
 from onnx import TensorProto, helper, numpy_helper
-
-import taso
-from taso.search.explain import explain_rule
-from taso.search.rewrite import CompiledRule, rewrites
-from taso.rules import Library, LibraryFile
 from taso.verifier.build_library import DEFAULT_OUTPUT
 from taso.verifier.lift import Skip, lift_library, lift_rule
 from taso.verifier.verify import Settings, verify_rule
+
+import taso
+from taso.rules import Library, LibraryFile
+from taso.search.explain import explain_rule
+from taso.search.rewrite import CompiledRule, rewrites
 
 QKV = "r-d27dff9e37"  # [matmul(x1, w1), matmul(x1, w2)] => split(matmul(x1, concat(w1, w2, axis=1)), axis=1)
 ROWS = "r-1eb8b1a96b"  # [matmul(x1, w1), matmul(x2, w1)] => split(matmul(concat(x1, x2, axis=0), w1), axis=0)

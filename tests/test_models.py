@@ -16,11 +16,10 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-
-
-import taso
 import taso.models as zoo
 from taso.models import _stats as zoo_stats
+
+import taso
 from taso.cli import models as zoo_cli
 
 

@@ -13,9 +13,8 @@ import functools
 import warnings
 
 import numpy as np
-import pytest
-
 import onnx
+import pytest
 
 import taso
 from taso.errors import TasoError

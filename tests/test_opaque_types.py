@@ -19,7 +19,6 @@ from taso.ir.dims import Dim
 from taso.measure.inputs import integer_choices, random_input_sets
 from taso.measure.outputs import compare_models
 
-
 # ---- 8. opaque nodes: shapes from inference after folding; probes checked, never zeros ---------------------
 
 

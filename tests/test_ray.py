@@ -10,9 +10,7 @@ from __future__ import annotations
 import os
 
 import pytest
-
-from taso.generator import Settings, generate, parse_ops
-from taso.generator import parallel
+from taso.generator import Settings, generate, parallel, parse_ops
 from taso.generator.cluster import RayBackend, Shard, plan_shards, ray_available, walk_shard
 from taso.generator.enumerate import Enumerator
 
@@ -152,7 +150,6 @@ def test_resume_of_the_two_pass_enumeration_redoes_only_unfinished_shards(ray_cl
 
 def test_keys_cut_into_ranges_stay_sorted_and_complete():
     import numpy as np
-
     from taso.generator.cluster import _repeated_in_range, _split_by_range
 
     keys = np.random.default_rng(0).integers(-(1 << 63), (1 << 63) - 1, 5000, dtype=np.int64)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from rule_examples import (add_commute_rule, all_rules, matmul_assoc_rule, relu_fusion_rule, shared_input_merge_rule,
-                           shared_weight_merge_rule)
+from rule_examples import add_commute_rule, all_rules, matmul_assoc_rule, relu_fusion_rule, shared_input_merge_rule, shared_weight_merge_rule
 
 from taso import ops
 from taso.ir import Graph, Node, TensorType, check
@@ -148,8 +147,8 @@ def test_dropping_partial_matches_outside_the_proof_keeps_exactly_the_matches_no
 
     from taso.onnx import load_onnx
     from taso.pipeline.library import load_rules
-    from taso.search.rewrite import decline_reason
     from taso.search.core import RuleIndex
+    from taso.search.rewrite import decline_reason
 
     for name in ("lstm_cell_loop.dynamo.onnx", "gru_cell_loop.torchscript.onnx"):
         graph = load_onnx(os.path.join(os.path.dirname(__file__), "data", "symbolic", name))

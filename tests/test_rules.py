@@ -7,13 +7,11 @@ import json
 
 import numpy as np
 import pytest
+from rule_examples import matmul_assoc_rule
+from rule_examples import shared_input_merge_rule as qkv_merge_rule
 
 from taso.errors import TasoError
 from taso.rules import VERSION, Library, Rule, RuleFormatError, RuleNode, format_rule
-
-
-from rule_examples import matmul_assoc_rule
-from rule_examples import shared_input_merge_rule as qkv_merge_rule
 
 
 @pytest.mark.parametrize("make", [matmul_assoc_rule, qkv_merge_rule])

@@ -15,8 +15,7 @@ import taso
 from taso import ops
 from taso.cost import AnalyticCost
 from taso.ir import Graph, Node, TensorType
-from taso.search import SearchConfig, StopReason
-from taso.search import search
+from taso.search import SearchConfig, StopReason, search
 
 
 def _n(op, inputs, outputs, **params):
@@ -112,6 +111,7 @@ def test_a_cold_cost_cache_does_not_overrun_the_time_limit():
 
 def test_the_report_has_statistics_per_expansion_on_a_zoo_model():
     from taso.models import build
+
     from taso.pipeline.library import load_rules
 
     graph = taso.load_onnx(build("nasrnn", steps=2, hidden=64))
@@ -175,8 +175,8 @@ def test_random_graphs_optimized_with_the_analytic_cost_stay_equal_on_ort(graph)
 
 
 def test_end_to_end_check_sees_a_slower_graph():
-    from taso.pipeline.guard import MIN_CONFIRMED_SPEEDUP
     from taso.pipeline.checks import end_to_end_speedup
+    from taso.pipeline.guard import MIN_CONFIRMED_SPEEDUP
 
     graph = _rnn_like(steps=2, hidden=256)
     # The same values through a needless identity matmul on every step: strictly more work.
@@ -213,8 +213,8 @@ def test_a_source_whose_parts_share_nothing_is_not_matched_on_every_pair_of_node
 
 
 def test_a_source_is_connected_through_its_nodes_or_a_shared_input():
-    from taso.search.rewrite import CompiledRule
     from taso.rules import RuleNode
+    from taso.search.rewrite import CompiledRule
 
     shared = shared_weight_merge_rule()
     assert CompiledRule(shared).connected

@@ -12,16 +12,16 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from taso.verifier.apply_fuzz import fuzz_rule, fuzz_rules
 
 import taso.search.rewrite as rewrite
 from taso import load_onnx
+from taso.measure.inputs import integer_ranges, random_inputs
+from taso.measure.outputs import compare_models
 from taso.onnx import to_onnx_model
 from taso.pipeline.library import load_rules
-from taso.search.rewrite import CompiledRule, plans, rewrites
 from taso.rules import Library, Rule
-from taso.measure.outputs import compare_models
-from taso.measure.inputs import integer_ranges, random_inputs
-from taso.verifier.apply_fuzz import fuzz_rule, fuzz_rules
+from taso.search.rewrite import CompiledRule, plans, rewrites
 
 
 def _cast_model() -> onnx.ModelProto:
@@ -183,8 +183,9 @@ def test_the_shipped_library_carries_a_matching_digest():
 
 
 def test_sample_of_shipped_rules_has_consistent_facts():
-    from taso.pipeline.library import DEFAULT_LIBRARY
     from taso.verifier.vacuity import contradiction
+
+    from taso.pipeline.library import DEFAULT_LIBRARY
 
     rules = Library.load(DEFAULT_LIBRARY).rules
     assert [r.id for r in rules[:: len(rules) // 30] if contradiction(r, timeout_s=2.0)] == []

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 import z3
-
-from taso.ir import TensorType
-from taso.ops import get
-from taso.rules import Rule, RuleInput, RuleNode
 from taso.specs import AXIOMS, SPECS, Unsupported, axiom, spec_of
 from taso.specs.z3model import render_axiom
 from taso.verifier.axiom_check import check_shape_rules, validate_axiom
 from taso.verifier.encode import encode_rule
 from taso.verifier.prove import prove
 from taso.verifier.verify import Settings, verify_rule
+
+from taso.ir import TensorType
+from taso.ops import get
+from taso.rules import Rule, RuleInput, RuleNode
 
 try:
     from taso.generator.opset import GENERATOR_OPS

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import sys
-
 import os
+import sys
 import time
 
 import numpy as np
@@ -56,8 +55,8 @@ def test_taso_optimize_reports_every_stage_with_seconds_and_peak_memory(tmp_path
     import json
 
     import onnx
-
     import taso.models as zoo
+
     from taso.cli import main
 
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path / "cache"))

@@ -15,13 +15,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 import taso
 from taso.cli import main
-from taso.ir.dims import Dim, UndecidableDim, broadcast_dims, evaluate, floordiv, prod, symbol
 from taso.errors import ShapeError
 from taso.ir import Graph, Node, TensorType
-from taso.ops import get
-from taso.ops.base import Op, OnnxMapping
+from taso.ir.dims import Dim, UndecidableDim, broadcast_dims, evaluate, floordiv, prod, symbol
 from taso.measure.inputs import check_sizes
 from taso.measure.outputs import compare_models
+from taso.ops import get
+from taso.ops.base import OnnxMapping, Op
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "symbolic")
 EXPORTS = sorted(glob.glob(os.path.join(DATA, "*.onnx")))
@@ -126,9 +126,8 @@ def _two_products(rows2) -> Graph:
 
 def _merge_rule():
     from taso.pipeline.library import load_rules
-    from taso.search.rewrite import CompiledRule
-
     from taso.search.explain import find_rules
+    from taso.search.rewrite import CompiledRule
 
     rules = find_rules(load_rules(), "r-f4258e30d8")
     assert str(rules[0]) == "add(matmul(x1, w1), matmul(x2, w2)) ⇒ matmul(concat(x1, x2, axis=1), concat(w1, w2, axis=0))"
@@ -311,9 +310,9 @@ def test_a_rewrite_wrong_at_other_sizes_only_is_rejected_and_the_search_runs_aga
     """A planted "proved" rule, mean over rows = the first row, holds at batch 1 (the measurement size) only: the
     check at batch 2 catches it, the search runs again without it, and the report says why."""
     from taso.cost import AnalyticCost
-    from taso.pipeline.source import ModelSource
     from taso.pipeline.library import load_rules
     from taso.pipeline.run import optimize_model
+    from taso.pipeline.source import ModelSource
     from taso.rules import Library, Rule, RuleInput, RuleNode
     from taso.search import SearchConfig
 

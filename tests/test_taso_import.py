@@ -14,12 +14,12 @@ import os
 import random
 
 import pytest
-
-from taso.cli import main as taso_main
-from taso.rules import Library
 from taso.verifier import taso_export as te
 from taso.verifier import taso_import as ti
 from taso.verifier.verify import Settings, verify_rule
+
+from taso.cli import main as taso_main
+from taso.rules import Library
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 SAMPLE_PB = os.path.join(DATA, "taso_rules_sample.pb")

@@ -15,9 +15,9 @@ torch = pytest.importorskip("torch")
 
 import onnx  # noqa: E402
 import onnxruntime as ort  # noqa: E402
+import taso.models as zoo  # noqa: E402
 
 import taso  # noqa: E402
-import taso.models as zoo  # noqa: E402
 from taso.measure.inputs import random_input_sets, random_inputs  # noqa: E402
 from taso.measure.outputs import compare_outputs  # noqa: E402
 from taso.measure.torch_runtime import TIMING_EAGER, CpuDevice, Replay, TorchGraph, interleaved_replay_times  # noqa: E402
@@ -83,9 +83,10 @@ def test_exported_files_run_on_torch_equal_to_onnx_runtime(path):
 
 def _rule_instances():
     """One instance of each distinct (operator, parameters) the shipped rules use, with the rule it came from."""
+    from taso.verifier.numeric import SideMemo, random_shapes
+
     from taso.pipeline.library import DEFAULT_LIBRARY
     from taso.rules import Library
-    from taso.verifier.numeric import SideMemo, random_shapes
 
     seen = {}
     for rule in Library.load(DEFAULT_LIBRARY).rules:

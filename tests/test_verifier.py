@@ -14,15 +14,15 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from taso.verifier.examples import EXAMPLES, example
+from taso.verifier.numeric import counterexample
+from taso.verifier.verify import Settings, verify_rule, verify_rules
 
 from taso.cli import main as taso_main
 from taso.errors import TasoError
 from taso.ir import TensorType
 from taso.ops import COMMUTATIVE, get
 from taso.rules import Library, Rule, RuleInput, RuleNode
-from taso.verifier.examples import EXAMPLES, example
-from taso.verifier.numeric import counterexample
-from taso.verifier.verify import Settings, verify_rule, verify_rules
 
 PROVER_ONLY = Settings(timeout_s=5.0, precheck=False)
 

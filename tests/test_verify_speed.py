@@ -16,15 +16,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from taso.errors import TasoError
-from taso.rules import Library, Rule
 from taso.verifier import numeric
 from taso.verifier.examples import EXAMPLES
 from taso.verifier.numeric import DIM_CHOICES, SideMemo, _fits, _perturbed_shapes, _renamed_shapes, close, counterexample
-
 from test_verifier import mutants
 
+from taso.errors import TasoError
+from taso.rules import Library, Rule
 
 # ---- the slow definitions, as the pre-check was before issue 27 ----------------------------------------------
 
@@ -239,7 +237,6 @@ def test_close_equals_the_slow_definition_on_special_and_ordinary_values():
 def _solver_slow(encoding, axioms, explain):
     """``prove._solver`` before issue 27: every formula through ``solver.add``."""
     import z3
-
     from taso.specs.z3model import axiom_symbols, closure_laws, render_axiom
     from taso.verifier.prove import _SOLVER_PARAMS, _goal_literal
 
@@ -299,7 +296,6 @@ def test_the_solver_gets_the_slow_definitions_assertions_in_its_order():
 
 def test_the_prover_adds_assumptions_as_before():
     import z3
-
     from taso.verifier import prove
     from taso.verifier.verify import Settings, _attempts
 

@@ -23,8 +23,8 @@ import numpy as np
 
 from taso.errors import TasoError
 from taso.ir import Graph
-from taso.search.rewrite import CompiledRule, apply_match, find_matches
 from taso.rules import Rule
+from taso.search.rewrite import CompiledRule, apply_match, find_matches
 
 from .batch import process_map, sample_evenly
 from .numeric import close, random_shapes

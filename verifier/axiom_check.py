@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-
 from taso.specs import Axiom, spec_of
 from taso.specs.terms import App, TensorVar, apps, concrete_params, evaluate, holds
 

@@ -22,7 +22,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
-
 from taso.specs import AXIOMS, Axiom
 from taso.specs.terms import App, IntVar, TensorVar, Term, evaluate, holds
 

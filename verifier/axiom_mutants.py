@@ -18,10 +18,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from taso.ops import COMMUTATIVE
 from taso.specs import AXIOMS, Axiom
 from taso.specs.norm import EPSILONS
 from taso.specs.terms import App, Lit
+
+from taso.ops import COMMUTATIVE
 
 from .axiom_fuzz import fuzz_axiom
 

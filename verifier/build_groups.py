@@ -16,8 +16,8 @@ import time
 from collections.abc import Sequence
 
 from taso.errors import TasoError
-from taso.search.groups import FAMILIES, GROUP_LIBRARY, MAX_GROUP, MIN_GROUP
 from taso.rules import Library
+from taso.search.groups import FAMILIES, GROUP_LIBRARY, MAX_GROUP, MIN_GROUP
 
 from .report import library_header, progress_bar, summary
 from .verify import Settings, verify_rules

@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 import z3
-
-from taso.rules import Rule
 from taso.specs import UNFOLDINGS, Axiom, Unsupported, spec_of
 from taso.specs.terms import App, Dim, IntVar, Lit, TensorVar
 from taso.specs.z3model import DIM, OK, RANK, TENSOR, app, apply, dim_of, render_cond, symbol
+
+from taso.rules import Rule
 
 __all__ = ["Encoding", "encode_rule"]
 

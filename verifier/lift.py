@@ -39,10 +39,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from taso.specs import AXIOMS
+
 from taso.errors import TasoError
 from taso.ir import TensorType
 from taso.rules import Library, Rule, RuleInput, RuleNode, resolve_expr
-from taso.specs import AXIOMS
 
 from . import DEFAULT_TIMEOUT_S
 

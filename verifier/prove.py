@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import z3
-
 from taso.specs import Axiom
 from taso.specs.z3model import axiom_symbols, closure_laws, render_axiom
 

@@ -7,8 +7,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from taso.rules import Library, Rule, format_rule
 from taso.specs import AXIOMS, axiom
+
+from taso.rules import Library, Rule, format_rule
 
 from .prove import solver_settings
 from .verify import Settings

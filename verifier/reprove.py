@@ -19,8 +19,8 @@ import time
 from collections.abc import Sequence
 
 from taso.errors import TasoError
-from taso.search.groups import GROUP_LIBRARY
 from taso.rules import Library, Rule
+from taso.search.groups import GROUP_LIBRARY
 
 from . import DEFAULT_TIMEOUT_S
 from .build_groups import TIMEOUT_S as GROUP_TIMEOUT_S

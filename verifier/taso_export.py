@@ -9,7 +9,23 @@ from typing import Any
 
 from taso.ir import Params, TensorType
 from taso.rules import Rule, RuleNode
-from .taso_import import ACTIVATIONS, INPUT_POOL, OP, PAD_SAME, PAD_VALID, PM, TasoOp, TasoRule, Unconvertible, _EYE_N, _KERNEL_CHANNELS, _ONES_SHAPE, _same_pads, encode
+
+from .taso_import import (
+    _EYE_N,
+    _KERNEL_CHANNELS,
+    _ONES_SHAPE,
+    ACTIVATIONS,
+    INPUT_POOL,
+    OP,
+    PAD_SAME,
+    PAD_VALID,
+    PM,
+    TasoOp,
+    TasoRule,
+    Unconvertible,
+    _same_pads,
+    encode,
+)
 
 __all__ = ["from_rule", "export_rules"]
 

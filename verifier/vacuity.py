@@ -18,9 +18,9 @@ import time
 from collections.abc import Sequence
 
 import z3
+from taso.specs import AXIOMS, Axiom
 
 from taso.rules import Rule
-from taso.specs import AXIOMS, Axiom
 
 from .batch import process_map, sample_evenly
 from .encode import encode_rule

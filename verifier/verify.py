@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import z3
-
-from taso.errors import TasoError
-from taso.rules import Rule
 from taso.specs import AXIOMS, Axiom, Unsupported
 from taso.specs.nary import NARY_OPS, nary_axioms
 from taso.specs.z3model import axiom_rewrites, axiom_symbols, render_axiom
+
+from taso.errors import TasoError
+from taso.rules import Rule
 
 from . import DEFAULT_TIMEOUT_S
 from .encode import encode_rule

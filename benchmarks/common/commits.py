@@ -18,9 +18,10 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import tomllib
 from pathlib import Path
 from types import ModuleType
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("TASO_BENCH_COMMITS", Path.home() / ".cache" / "taso" / "commits"))
@@ -105,6 +106,17 @@ def run_worker(script: str | Path, tree: Path, args: list[str], timeout: float |
         raise SystemExit(f"{Path(script).name} --worker on {tree.name[:12]} failed (exit {done.returncode}): "
                          f"{(done.stderr.strip().splitlines() or ['no output'])[-1]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def alternating_runs(script: str | Path, trees: dict[str, Path], args: list[str] | dict[str, list[str]], times: int) -> dict[str, list[dict]]:
+    """Each side's worker run ``times`` times, the sides taking turns to go first; every run's JSON, by side. ``args``:
+    the worker's arguments, or each side's own."""
+    names = list(trees)
+    runs: dict[str, list[dict]] = {side: [] for side in names}
+    for k in range(times):
+        for side in (names if k % 2 == 0 else names[::-1]):
+            runs[side].append(run_worker(script, trees[side], args[side] if isinstance(args, dict) else args))
+    return runs
 
 
 def sides(before: str) -> dict[str, Path]:

@@ -17,12 +17,13 @@ import multiprocessing
 import statistics
 import sys
 
-from taso.measure.inputs import random_array
+from taso.models import build
+
 from taso.cost.ort_cpu import OrtCpuCost
 from taso.ir import Graph, GraphMeta
-from taso.models import build
-from taso.onnx import to_onnx_model, load_onnx
+from taso.measure.inputs import random_array
 from taso.measure.timing import median_run, open_session
+from taso.onnx import load_onnx, to_onnx_model
 
 
 def _spin() -> None:

@@ -22,12 +22,12 @@ import sys
 import tempfile
 import time
 
-from taso.cost import SPOT_CHECK_OFF, CostCache, SpotCheckPolicy, make_cost_model
 from taso.models import build
+
+from taso.cost import SPOT_CHECK_OFF, CostCache, SpotCheckPolicy, make_cost_model
 from taso.onnx import load_onnx
 from taso.pipeline.library import load_rules
-from taso.search import SearchConfig
-from taso.search import search
+from taso.search import SearchConfig, search
 
 
 def _search(graph, rules, path: str, policy: SpotCheckPolicy) -> tuple[float, float, int, int]:

@@ -26,12 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 import taso  # noqa: E402
 from taso import models  # noqa: E402
 from taso.cost import make_cost_model
-from taso.pipeline.source import export_onnx
-from taso.pipeline.library import load_rules
-from taso.search import SearchConfig
-from taso.search import search
-from taso.measure.timing import interleaved_times  # noqa: E402
 from taso.measure.inputs import random_inputs
+from taso.measure.timing import interleaved_times  # noqa: E402
+from taso.pipeline.library import load_rules
+from taso.pipeline.source import export_onnx
+from taso.search import SearchConfig, search
 
 COST_MODELS = ("ort-cpu", "ort-cpu-region")
 

@@ -29,8 +29,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from taso.cost import CostCache
 from taso.cost.ort_cpu import OrtCpuCost
-from taso.onnx import load_onnx
 from taso.measure.timing import interleaved_times
+from taso.onnx import load_onnx
 
 STEPS = 64
 

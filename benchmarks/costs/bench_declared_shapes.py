@@ -30,11 +30,11 @@ from taso.models import corpus
 
 from taso.cost.copies import WallReference  # noqa: E402
 from taso.cost.declared import STATE_CHAIN_VALUES, declared_shape_seconds
-from taso.onnx.probes import state_chain
-from taso.onnx import read_model  # noqa: E402
-from taso.onnx.sizing import declared_only  # noqa: E402
-from taso.measure.timing import fresh_session_series  # noqa: E402
 from taso.measure.inputs import random_input_sets
+from taso.measure.timing import fresh_session_series  # noqa: E402
+from taso.onnx import read_model  # noqa: E402
+from taso.onnx.probes import state_chain
+from taso.onnx.sizing import declared_only  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 CEILING = Path.home() / ".cache" / "taso-ceiling"

@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from taso.search.cleanup import clean_up
 from taso.cost import make_cost_model
 from taso.pipeline.source import ModelSource
+from taso.search.cleanup import clean_up
 
 
 def main() -> None:

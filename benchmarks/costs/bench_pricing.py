@@ -31,8 +31,8 @@ import numpy as np
 import onnx
 
 from taso.cost import make_cost_model
-from taso.onnx import load_onnx, read_model
 from taso.measure.timing import interleaved_times
+from taso.onnx import load_onnx, read_model
 
 DEFAULT_DIR = Path.home() / ".cache" / "taso-ceiling"
 

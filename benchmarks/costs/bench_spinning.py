@@ -21,8 +21,8 @@ import statistics
 import numpy as np
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
-
 from taso.models import build
+
 from taso.measure.timing import fastest_run, session_options
 
 SETTINGS = {  # name: (allow_spinning, force_spinning_stop)

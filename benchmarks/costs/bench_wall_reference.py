@@ -22,8 +22,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from taso.cost.copies import COPIES, WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS, WallReference, copies_session
-from taso.onnx.probes import with_copies
 from taso.measure.timing import fastest_run, interleaved_samples
+from taso.onnx.probes import with_copies
 
 OUTLIER = 1.3
 

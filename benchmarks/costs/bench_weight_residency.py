@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from pathlib import Path
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the common helpers and the sibling subjects
 from common.cost import ort_cpu_cost  # noqa: E402
-from taso.onnx import load_onnx
+
 from taso.measure.timing import interleaved_times
+from taso.onnx import load_onnx
 
 STEPS = 64
 ORDER_STEPS = 9

@@ -24,8 +24,10 @@ import numpy as np
 import onnx
 
 import taso
+from taso.cost.ort_fusions import first_seen
+from taso.cost.ort_fusions import onnx_runtime_weight_order as onnx_runtime_order
+from taso.cost.ort_fusions import weight_order as taso_order
 from taso.measure.timing import interleaved_times
-from taso.cost.ort_fusions import first_seen, onnx_runtime_weight_order as onnx_runtime_order, weight_order as taso_order
 
 
 def letters(names: list[str]) -> str:

@@ -30,8 +30,8 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the common helpers and the sibling subjects
 from taso.models import corpus
 
-from taso.measure.timing import interleaved_samples, median_run, warm_session  # noqa: E402
 from taso.measure.inputs import random_inputs
+from taso.measure.timing import interleaved_samples, median_run, warm_session  # noqa: E402
 
 SLOWER, FASTER = 0.98, 1.02
 

@@ -176,8 +176,8 @@ def _file_bytes(path: Path) -> int:
 
 def outputs_equal(original: Path, optimized: Path, extra: list[str]) -> str:
     """Runs both files on ONNX Runtime at the measurement sizes; '' when the outputs match, else why not."""
-    from taso.measure.timing import open_session
     from taso.measure.outputs import compare_with, run_reference
+    from taso.measure.timing import open_session
 
     shapes = {a.split("=")[0]: tuple(int(v) for v in a.split("=")[1].split(",")) for a in extra[1::2]} if extra else {}
     session = open_session(str(original))

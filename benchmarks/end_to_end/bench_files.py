@@ -18,9 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the common helpers and the sibling subjects
 from taso.models import corpus
 
-from taso.onnx import read_model  # noqa: E402
-from taso.measure.timing import fresh_session_speedups  # noqa: E402
 from taso.measure.inputs import random_input_sets
+from taso.measure.timing import fresh_session_speedups  # noqa: E402
+from taso.onnx import read_model  # noqa: E402
 
 
 def main() -> None:

@@ -100,7 +100,7 @@ def _equal(got: list, want: list) -> bool:
 def _run_case(case) -> dict:
     from taso.cli import main
     from taso.errors import TasoError, Unsupported
-    from taso.onnx import to_onnx_model, load_onnx
+    from taso.onnx import load_onnx, to_onnx_model
 
     name, model = case.name, case.model
     version = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), None)

@@ -300,8 +300,8 @@ def bench_model(path: Path, work: Path, time_limit: float | None, threads: int |
 def side_by_side(symbolic_in: Path, symbolic_out: Path, static_in: Path, static_out: Path, threads: int, rounds: int = 11) -> dict[str, float]:
     """Both speedups (input time / output time) from one interleaved session at the measurement sizes: the four
     models take turns, so the machine's load drifts through all of them alike."""
-    from taso.measure.timing import interleaved_times
     from taso.measure.inputs import random_inputs
+    from taso.measure.timing import interleaved_times
 
     frozen = onnx.load(str(static_out), load_external_data=False)
     feeds = random_inputs(frozen if is_frozen(frozen) else onnx.load(str(static_in), load_external_data=False))

@@ -23,12 +23,11 @@ Run: python benchmarks/generator/bench_cluster.py [--ops LIST] [--max-ops 3] [--
 
 from __future__ import annotations
 
-import sys
 import argparse
 import statistics
+import sys
 import tempfile
 import time
-
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the common helpers and the sibling subjects

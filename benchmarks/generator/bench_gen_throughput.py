@@ -96,7 +96,6 @@ def worker(side: str, max_ops: int, every: int, repeat: int) -> dict:
     """This tree's first pass on the sample, ``repeat`` rounds: seconds of each, the graphs, and a digest of the keys and
     rows of the graphs whose inputs form prefixes (all of them, where the enumerator skips renamings)."""
     import numpy as np
-
     from taso.generator import Settings
 
     settings = Settings(max_ops=max_ops)
@@ -126,11 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(worker(args.side, args.max_ops, args.every, args.repeat)))
         return 0
     trees = commits.sides(BEFORE)
-    runs: dict[str, list[dict]] = {"before": [], "now": []}
-    for series in range(args.series):
-        for side in (("before", "now") if series % 2 == 0 else ("now", "before")):
-            forwarded = ["--side", side, "--max-ops", str(args.max_ops), "--every", str(args.every), "--repeat", str(args.repeat)]
-            runs[side].append(commits.run_worker(__file__, trees[side], forwarded))
+    forwarded = {side: ["--side", side, "--max-ops", str(args.max_ops), "--every", str(args.every), "--repeat", str(args.repeat)] for side in trees}
+    runs = commits.alternating_runs(__file__, trees, forwarded, args.series)
     b, n = runs["before"][0], runs["now"][0]
     same = len({run["digest"] for side in runs for run in runs[side]}) == 1 and n["graphs"] == n["prefix_graphs"]
     seconds = {side: statistics.median(s for run in runs[side] for s in run["seconds"]) for side in runs}

@@ -125,10 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     trees = commits.sides(BEFORE)
     forwarded = ["--max-ops", str(args.max_ops), "--ops", args.ops, "--every", str(args.every), "--stages", *args.stages]
-    runs: dict[str, list[dict]] = {"before": [], "now": []}
-    for repeat in range(args.repeat):
-        for side in (("before", "now") if repeat % 2 == 0 else ("now", "before")):
-            runs[side].append(commits.run_worker(__file__, trees[side], forwarded))
+    runs = commits.alternating_runs(__file__, trees, forwarded, args.repeat)
     b0, n0 = runs["before"][0], runs["now"][0]
     print(f"every {args.every}th root of {args.ops} at --max-ops {args.max_ops}, before = {BEFORE[:7]}, {args.repeat} processes per side; "
           f"inputs built in {statistics.median(r['build_seconds'] for r in runs['before']):.1f} s before, "

@@ -19,11 +19,10 @@ The depth-3 run over TASO's op set takes minutes per job count.
 
 from __future__ import annotations
 
-import sys
 import argparse
 import statistics
+import sys
 import time
-
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the common helpers and the sibling subjects

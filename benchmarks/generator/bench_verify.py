@@ -108,10 +108,7 @@ def compare_before(args) -> int:
     candidates = str(Path(args.candidates).resolve()) if args.candidates else None
     forwarded = ["--sample", str(args.sample), "--timeout", str(args.timeout), "--rounds", str(args.rounds)]
     forwarded += ([candidates] if candidates else []) + (["--head"] if args.head else []) + (["--mutants"] if args.mutants else [])
-    runs: dict[str, list[dict]] = {"before": [], "now": []}
-    for series in range(args.series):
-        for side in (("before", "now") if series % 2 == 0 else ("now", "before")):
-            runs[side].append(commits.run_worker(__file__, trees[side], forwarded))
+    runs = commits.alternating_runs(__file__, trees, forwarded, args.series)
     b, n = runs["before"][0], runs["now"][0]
     print(f"{len(n['ids'])} {'mutants of ' if args.mutants else ''}rules ({'the first' if args.head else 'sampled'} from "
           f"{args.candidates or 'the shipped library'}), before = {args.commit[:7]}, {args.series} processes per side x "
@@ -149,9 +146,10 @@ def timed(rules, settings, jobs: int) -> tuple[float, int]:
 
 def compare_settings(args) -> int:
     """The modes without ``--before``: four configurations of the current verifier, in this process."""
-    from taso.rules import Library
     from taso.verifier import Settings
     from taso.verifier.examples import EXAMPLES
+
+    from taso.rules import Library
 
     if args.candidates:
         pool = Library.load(args.candidates).rules

@@ -24,8 +24,8 @@ from pathlib import Path
 
 import onnx
 
-from taso.search.cleanup import clean_up
 from taso.onnx import folded_weights, folding_plan, load_onnx
+from taso.search.cleanup import clean_up
 
 
 def _seconds(fn) -> float:

@@ -46,12 +46,12 @@ from pathlib import Path
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the common helpers and the sibling subjects
-from taso.models import corpus
 from end_to_end.bench_corpus import read_report  # noqa: E402
+from taso.models import corpus
 
-from taso.measure.timing import TimingError, fresh_session_speedups, interleaved_times  # noqa: E402
-from taso.measure.outputs import compare_models
 from taso.measure.inputs import random_input_sets
+from taso.measure.outputs import compare_models
+from taso.measure.timing import TimingError, fresh_session_speedups, interleaved_times  # noqa: E402
 
 TRANSFORMERS = ("transformer_encoder", "transformer_decoder", "gpt2_decoder", "distilbert_encoder", "bert_encoder")
 RECURRENT = ("lstm_cell_unrolled16", "lstm_cell_unrolled64", "gru_cell_unrolled32", "lstm_2layer")

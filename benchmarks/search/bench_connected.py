@@ -24,8 +24,7 @@ from taso.cost import make_cost_model
 from taso.ir import Graph  # noqa: E402
 from taso.onnx.importer import load_onnx  # noqa: E402
 from taso.pipeline.library import load_rules
-from taso.search import SearchConfig
-from taso.search import search
+from taso.search import SearchConfig, search
 
 DEFAULT_MODELS = ("zoo/resnet50", "zoo/inception_v3", "zoo/nasnet_a", "zoo/nasrnn", "zoo/bert_base", "torch-script/lstm_cell_unrolled16",
                   "torch-script/gru_cell_unrolled32", "pypi-wheel/captcha_crnn")

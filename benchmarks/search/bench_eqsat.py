@@ -38,12 +38,12 @@ from pathlib import Path
 import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the common helpers and the sibling subjects
-from taso.models import corpus
 from end_to_end.bench_corpus import read_report  # noqa: E402
 from peers.bench_exports import resolve  # noqa: E402
+from taso.models import corpus
 
-from taso.measure.timing import TimingError, fresh_session_speedups  # noqa: E402
 from taso.measure.inputs import random_input_sets
+from taso.measure.timing import TimingError, fresh_session_speedups  # noqa: E402
 
 DEFAULT_MODELS = ("zoo/nasrnn", "zoo/squeezenet", "zoo/resnet50", "zoo/inception_v3", "zoo/bert", "zoo/nasnet_a",
                   "torch-dynamo/lstm_cell_unrolled16", "torch-script/lstm_cell_unrolled16", "torch-dynamo/gru_cell_unrolled32",

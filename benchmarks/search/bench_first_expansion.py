@@ -80,10 +80,7 @@ def main() -> int:
                 print(f"skipped {path.name}: build it with python benchmarks/end_to_end/bench_cell_ceiling.py --cells {cell} "
                       f"--hidden {args.hidden} --steps 64 --exporters {exporter} --threads 1", file=sys.stderr)
                 continue
-            runs: dict[str, list[dict]] = {"before": [], "now": []}
-            for series in range(args.series):
-                for side in (("before", "now") if series % 2 == 0 else ("now", "before")):
-                    runs[side].append(commits.run_worker(__file__, trees[side], ["--path", str(path), "--rounds", str(args.rounds)]))
+            runs = commits.alternating_runs(__file__, trees, ["--path", str(path), "--rounds", str(args.rounds)], args.series)
             tried = {side: runs[side][0]["tried"] for side in runs}
             b, n = (statistics.median(s for run in runs[side] for s in run["seconds"]) for side in ("before", "now"))
             same = len({run["matches"] for side_runs in runs.values() for run in side_runs}) == 1

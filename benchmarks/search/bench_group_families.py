@@ -20,14 +20,13 @@ import numpy as np
 
 import taso
 from taso.cost import make_cost_model
-from taso.search.groups import FAMILIES, MAX_GROUP, MIN_GROUP
+from taso.measure.inputs import random_input_sets
+from taso.measure.outputs import compare_with, run_reference
+from taso.measure.timing import interleaved_times
 from taso.onnx.importer import load_onnx
 from taso.pipeline.library import load_rules
-from taso.search import SearchConfig
-from taso.search import search
-from taso.measure.timing import interleaved_times
-from taso.measure.outputs import compare_with, run_reference
-from taso.measure.inputs import random_input_sets
+from taso.search import SearchConfig, search
+from taso.search.groups import FAMILIES, MAX_GROUP, MIN_GROUP
 
 
 def _variants(time_limit: float) -> dict[str, SearchConfig]:

@@ -30,17 +30,18 @@ import time
 
 
 def _graph(name: str):
-    import taso
     import taso.models
+
+    import taso
 
     return taso.load_onnx(taso.models.build(name))
 
 
 def _old_ready(v1_path: str, graph) -> tuple[float, int]:
     """The path before version 2: parse and check everything, reverse by canonical JSON, compile every rule."""
-    from taso.search.rewrite import CompiledRule
     from taso.rules import Library
     from taso.search.core import SeedIndex
+    from taso.search.rewrite import CompiledRule
 
     start = time.perf_counter()
     library = Library.load(v1_path)

@@ -21,13 +21,13 @@ import onnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the common helpers and the sibling subjects
 from end_to_end.bench_corpus import read_report  # noqa: E402
-from search.bench_eqsat import geomean, predicted_speedup, speedup_text, optimize  # noqa: E402
 from peers.bench_exports import resolve  # noqa: E402
+from search.bench_eqsat import geomean, optimize, predicted_speedup, speedup_text  # noqa: E402
 from taso.models import corpus
 
-from taso.rules import Library  # noqa: E402
-from taso.measure.timing import TimingError, interleaved_times  # noqa: E402
 from taso.measure.inputs import random_input_sets
+from taso.measure.timing import TimingError, interleaved_times  # noqa: E402
+from taso.rules import Library  # noqa: E402
 
 DEFAULT_MODELS = ("zoo/nasrnn", "zoo/squeezenet", "zoo/resnet50", "zoo/bert", "torch-dynamo/lstm_cell_unrolled16",
                   "torch-script/lstm_cell_unrolled16", "torch-dynamo/gru_cell_unrolled32", "torch-dynamo/transformer_decoder")

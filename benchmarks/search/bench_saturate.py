@@ -56,12 +56,8 @@ def main() -> int:
     print("| model | rounds | seconds before | seconds now | now / before | e-nodes before, now | targets added before, now |")
     print("|---|---:|---:|---:|---:|---|---|")
     for name in args.model or ["inception_v3", "resnet50", "nasnet_a", "bert", "nasrnn", "squeezenet"]:
-        best: dict[str, dict] = {}
-        for repeat in range(args.repeat):
-            for side in (("before", "now") if repeat % 2 == 0 else ("now", "before")):
-                run = commits.run_worker(__file__, trees[side], ["--model", name, "--rounds", str(args.rounds)])
-                if side not in best or run["seconds"] < best[side]["seconds"]:
-                    best[side] = run
+        runs = commits.alternating_runs(__file__, trees, ["--model", name, "--rounds", str(args.rounds)], args.repeat)
+        best = {side: min(side_runs, key=lambda run: run["seconds"]) for side, side_runs in runs.items()}
         b, n = best["before"], best["now"]
         print(f"| {name} | {args.rounds} | {b['seconds']:.2f} | {n['seconds']:.2f} | {n['seconds'] / b['seconds']:.2f} | "
               f"{b['terms']}, {n['terms']} | {b['applied']}, {n['applied']} |", flush=True)

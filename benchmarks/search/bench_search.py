@@ -14,8 +14,7 @@ import taso
 from taso import models
 from taso.cost import make_cost_model
 from taso.pipeline.library import load_rules
-from taso.search import SearchConfig
-from taso.search import search
+from taso.search import SearchConfig, search
 
 
 def main() -> None:

@@ -17,12 +17,11 @@ import argparse
 import statistics
 import sys
 
-from taso.search.cleanup import clean_up
 from taso.cost import make_cost_model
 from taso.onnx import load_onnx
 from taso.pipeline.library import load_rules
-from taso.search import SearchConfig
-from taso.search import search
+from taso.search import SearchConfig, search
+from taso.search.cleanup import clean_up
 
 
 def _graph(name: str):

@@ -20,12 +20,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 from costs.bench_cost_models import load_model  # noqa: E402 - one loader for zoo and corpus models
 
 from taso.cost import make_cost_model
-from taso.pipeline.source import export_onnx
-from taso.pipeline.library import load_rules
-from taso.search import SearchConfig
-from taso.search import search
-from taso.measure.timing import interleaved_times  # noqa: E402
 from taso.measure.inputs import random_inputs
+from taso.measure.timing import interleaved_times  # noqa: E402
+from taso.pipeline.library import load_rules
+from taso.pipeline.source import export_onnx
+from taso.search import SearchConfig, search
 
 SETTINGS = {"budget 200, 60 s (before)": SearchConfig(budget=200, time_limit=60.0), "defaults (now)": SearchConfig()}
 

@@ -21,8 +21,7 @@ import time
 import taso
 from taso.cost import make_cost_model
 from taso.pipeline.library import load_rules
-from taso.search import SearchConfig
-from taso.search import search
+from taso.search import SearchConfig, search
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_MODEL = os.path.join(HERE, "..", "tests", "data", "symbolic", "lstm_cell_loop.torchscript.onnx")

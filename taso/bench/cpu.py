@@ -20,9 +20,9 @@ __all__ = ["bench_model", "cpu_markdown", "cpu_chart"]
 
 def bench_model(name: str, model: onnx.ModelProto, threads: int, args, path: str | None = None) -> BenchRow:
     """Optimizes one model for one thread count exactly as `taso optimize` would, and times the three variants side by side."""
-    from ..pipeline.source import model_bytes
-    from ..measure.timing import interleaved_times
     from ..measure.inputs import random_inputs
+    from ..measure.timing import interleaved_times
+    from ..pipeline.source import model_bytes
 
     source, outcome = optimize_for_bench(model, path, args.cost, threads, args)
     report = outcome.report

@@ -18,18 +18,17 @@ import onnx
 import onnxruntime as ort
 
 from ..pipeline.checks import OutputMismatchError
-
 from .torch_device import TASO_V100
 
 __all__ = ["bench_model_gpu", "gpu_markdown", "gpu_chart"]
 
 def bench_model_gpu(name: str, model: onnx.ModelProto, args, path: str | None = None):
     """Original against what taso keeps, on the CuPy executor; the row records the GPU outputs' largest difference."""
-    from .rows import BenchRow, optimize_for_bench
     from ..measure.cupy_runtime import DeviceGraph, interleaved_device_times, require_cupy
-    from ..pipeline.source import model_bytes
-    from ..measure.timing import interleaved_times
     from ..measure.inputs import random_inputs
+    from ..measure.timing import interleaved_times
+    from ..pipeline.source import model_bytes
+    from .rows import BenchRow, optimize_for_bench
 
     cp = require_cupy()
     source, outcome = optimize_for_bench(model, path, "cupy" if args.cost.startswith("ort-cpu") else args.cost, 1, args)

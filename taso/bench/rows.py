@@ -51,9 +51,9 @@ def load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto, str | None]
 def optimize_for_bench(model: onnx.ModelProto, path: str | None, cost: str, threads: int, args):
     """The model through taso optimize's own pipeline (search, output check, end-to-end guard with measured CPU costs)."""
     from ..onnx import load_onnx
-    from ..pipeline.source import ModelSource
     from ..pipeline.library import load_rules
     from ..pipeline.run import optimize_model
+    from ..pipeline.source import ModelSource
     from ..search import SearchConfig
 
     source = ModelSource(load_onnx(model), model, path)

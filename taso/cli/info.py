@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-
 import json
 from collections import Counter
 from typing import Any
 
-from ..ir.dims import Dim
-from ..ir import Graph
 from ..errors import TasoError
+from ..ir import Graph
+from ..ir.dims import Dim
 from .main import add_input_shape_option, parse_input_shapes
 
 
@@ -49,8 +48,8 @@ def describe_library(library) -> dict[str, Any]:
     """A JSON-ready summary of a rule library: header and one line per rule, in text form beside its id; the
     clean-ups ``taso optimize`` applies with every library (:mod:`taso.search.cleanup`), each with what proves it; and the
     group merges it offers with every library (:mod:`taso.search.groups`), each arity with its proof."""
-    from ..search.cleanup import CLEANUPS
     from ..rules import format_rule
+    from ..search.cleanup import CLEANUPS
 
     return {
         "header": library.header,
@@ -166,8 +165,8 @@ def _print_costs(check: int | None, as_json: bool, to_json) -> None:
     if check is not None:
         if check < 1:
             raise TasoError(f"--check {check}: the number of entries to re-measure must be at least 1")
-        from ..cost.spot_checks import check_cached_costs
         from ..cost.ort_cpu import fingerprint
+        from ..cost.spot_checks import check_cached_costs
 
         checks = check_cached_costs(cache, check)
         cache.save()

@@ -11,8 +11,8 @@ from ..errors import TasoError, Unsupported, first_line
 
 __all__ = ["add_parser", "run", "EXIT_MISMATCH"]
 
-from ..pipeline.checks import OutputMismatchError
 from ..onnx.files import check_writable
+from ..pipeline.checks import OutputMismatchError
 
 EXIT_MISMATCH = OutputMismatchError.exit_code
 
@@ -77,16 +77,16 @@ def _check_paths(args) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .main import parse_input_shapes
     from ..cost import make_cost_model
+    from ..measure.inputs import load_inputs
+    from ..measure.timing import use_custom_ops
     from ..onnx import folding_plan
-    from ..pipeline.source import ModelSource, copy_model_file, write_model
     from ..pipeline.library import load_rules
     from ..pipeline.run import optimize_model
-    from ..search import SearchConfig
+    from ..pipeline.source import ModelSource, copy_model_file, write_model
     from ..pipeline.stages import StageClock
-    from ..measure.timing import use_custom_ops
-    from ..measure.inputs import load_inputs
+    from ..search import SearchConfig
+    from .main import parse_input_shapes
 
     if args.explain is not None:
         return _explain(args)
@@ -138,9 +138,9 @@ def _write_unchanged(args: argparse.Namespace, why: str) -> int:
     Raises:
         TasoError: ONNX Runtime cannot load the model either: it is not a valid model.
     """
-    from ..pipeline.source import copy_model_file
-    from ..pipeline.checks import custom_kernels_missing
     from ..measure.timing import open_session
+    from ..pipeline.checks import custom_kernels_missing
+    from ..pipeline.source import copy_model_file
 
     try:
         open_session(args.input, threads=1, optimize=False)
@@ -161,10 +161,10 @@ def _write_unchanged(args: argparse.Namespace, why: str) -> int:
 
 def _explain(args: argparse.Namespace) -> int:
     """``--explain RULE``: why each directed rule the query names does or does not apply to the model."""
-    from .main import parse_input_shapes
-    from ..search.explain import explain_rule, find_rules
     from ..onnx import load_onnx
     from ..pipeline.library import load_rules
+    from ..search.explain import explain_rule, find_rules
+    from .main import parse_input_shapes
 
     graph = load_onnx(args.input, parse_input_shapes(args.input_shape), static=args.static)
     for rule in find_rules(load_rules(args.library), args.explain)[:20]:
@@ -266,8 +266,8 @@ def _search_line(report) -> str:
 
 
 def _format_report(args, before, outcome, folding) -> str:
-    from ..search import StopReason
     from ..measure.inputs import describe_sizes
+    from ..search import StopReason
 
     report, after = outcome.report, outcome.graph
     lines = [

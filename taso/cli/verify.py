@@ -17,8 +17,8 @@ import time
 
 from taso.errors import TasoError
 
-from ..verifier import DEFAULT_TIMEOUT_S
 from ..onnx.files import check_writable
+from ..verifier import DEFAULT_TIMEOUT_S
 
 __all__ = ["add_parser", "run"]
 

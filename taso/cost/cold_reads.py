@@ -4,13 +4,12 @@ push its weight out of the caches) against the same node warm, the difference it
 
 from __future__ import annotations
 
-
 import numpy as np
 import onnx
 
+from ..onnx.probes import COLD, EVICT, EVICT_ROWS, after_eviction
 from .in_place import InPlaceWeights
 from .profiling import FULL_SECONDS, WARM_UP_RUNS, profiled_runs, role_times
-from ..onnx.probes import COLD, EVICT, EVICT_ROWS, after_eviction
 
 __all__ = ["profile_cold_penalty"]
 

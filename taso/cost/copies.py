@@ -30,9 +30,9 @@ import onnx
 import onnxruntime as ort
 
 from ..measure.timing import fastest_run, interleaved_samples, open_session, session_options
+from ..onnx.probes import SPIN_UP, SPIN_UP_SHAPE, cycled_copies, negations, spun_up, with_copies
 from .cache import noise_band
 from .in_place import InPlaceWeights, in_place_session
-from ..onnx.probes import SPIN_UP, SPIN_UP_SHAPE, cycled_copies, negations, spun_up, with_copies
 
 __all__ = ["COPIES", "WALL_CLOCK_ROUNDS", "WALL_CLOCK_RUN_SECONDS", "WallReference",
            "copies_session", "spin_up_feeds", "per_round_differences", "wall_clock_marginal", "cold_read_penalty", "interquartile_range"]

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .copies import WallReference, per_round_differences
 from ..onnx.probes import STATE_WIDTH, state_chain
+from .copies import WallReference, per_round_differences
 
 __all__ = ["STATE_CHAIN_VALUES", "state_chain", "declared_shape_seconds"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from abc import ABC, abstractmethod
 
+import numpy as np
 
 from ..errors import TasoError
 from ..ir import Graph, Node, TensorType, folds_when_constant
@@ -321,3 +322,40 @@ def _roofline_seconds(node: Node, graph: Graph, key: str, consts) -> float | Non
         return None
 
 
+class DeviceCost(CostModel):
+    """A model that times each distinct node on a device runtime (the torch runtime, the CuPy executor), caches the
+    seconds under the device's fingerprint, and hands the guard that runtime's timer. A subclass says how one node is
+    timed (:meth:`time_node`) and how two graphs are (:meth:`end_to_end_timer`)."""
+
+    deployed_elsewhere = True
+
+    def __init__(self, fingerprint: str, cache=None):
+        from .cache import CostCache
+
+        super().__init__()
+        self.cache = cache or CostCache()
+        self._fingerprint = fingerprint
+        self._table = self.cache.table(fingerprint)
+        self._rng = np.random.default_rng(0)
+        self.measured = 0
+
+    @property
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    @abstractmethod
+    def time_node(self, node: Node, graph: Graph, consts, rng: np.random.Generator) -> float:
+        """Seconds of one node on the device (its constant inputs resident as weights)."""
+
+    def measure(self, node: Node, graph: Graph, key: str, consts) -> float:
+        cached = self._table.get(key)
+        if cached is not None:
+            return cached
+        seconds = self.time_node(node, graph, consts, self._rng)
+        self.cache.record(self._fingerprint, key, seconds)
+        self.measured += 1
+        self.calibrate_estimates(node, graph, key, consts, seconds)
+        return seconds
+
+    def close(self) -> None:
+        self.cache.save()

@@ -37,21 +37,31 @@ import onnx
 import onnxruntime as ort
 
 from ..ir import Graph, GraphMeta, Node
-from ..ops import HAS_ACTIVATION, get
+from ..measure.inputs import random_array
 from ..measure.timing import median_run, open_session
-from .cache import (BAND_FLOOR, CALIBRATION, CostCache, Measure, noise_band)
-from ..onnx.sizing import declared_only
-from .copies import WallReference, cold_read_penalty, interquartile_range, wall_clock_marginal
 from ..onnx.probes import negations
+from ..onnx.sizing import declared_only
+from ..ops import HAS_ACTIVATION, get
+from .cache import BAND_FLOOR, CALIBRATION, CostCache, Measure, noise_band
+from .cold_reads import _CYCLE_PENALTY_KEY, _PENALTY_KEY, _PENALTY_PAIRS, profile_cold_penalty
+from .copies import WallReference, cold_read_penalty, interquartile_range, wall_clock_marginal
 from .declared import declared_shape_seconds
 from .in_place import IN_PLACE_BYTES, InPlaceWeights
 from .model import CostModel, Neighbourhood, node_key
-from ..measure.inputs import random_array
+from .ort_fusions import _GELU_OPS, _erfs_near, fusion_pass, gather_siblings, gelu_parts, ort_absorbs, split_gathers
+from .profiling import (
+    _SESSION_SECONDS,
+    FULL_SECONDS,
+    QUICK_SECONDS,
+    _robust_mean,
+    _wall_clock_seconds,
+    copies_for,
+    profile_kernels,
+    steadier,
+    wall_clock_below,
+)
 from .residency import CacheSizes, WeightReads, graph_run_order, main_weight
 from .wake import SPLITS, wake_seconds
-from .ort_fusions import _GELU_OPS, _erfs_near, fusion_pass, gather_siblings, gelu_parts, ort_absorbs, split_gathers
-from .profiling import FULL_SECONDS, QUICK_SECONDS, _SESSION_SECONDS, _robust_mean, _wall_clock_seconds, copies_for, profile_kernels, steadier, wall_clock_below
-from .cold_reads import _CYCLE_PENALTY_KEY, _PENALTY_KEY, _PENALTY_PAIRS, profile_cold_penalty
 
 __all__ = ["OrtCpuCost", "cpu_name", "fingerprint"]
 

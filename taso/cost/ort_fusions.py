@@ -14,8 +14,8 @@ import numpy as np
 import onnx
 
 from ..ir import Graph, Node
-from ..ops import ACTIVATION_OPS
 from ..onnx.exporter import gemm_pairs
+from ..ops import ACTIVATION_OPS
 from .model import Neighbourhood
 from .residency import graph_run_order, main_weight
 

@@ -18,11 +18,10 @@ import onnxruntime as ort
 
 from ..errors import TasoError
 from ..measure.timing import session_options
-from .copies import (COPIES, WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS)
+from ..onnx.probes import COLD, EVICT, FLOOR, REFERENCE, WARM, add_floor, add_reference, cold_then_warm
+from .copies import COPIES, WALL_CLOCK_ROUNDS, WALL_CLOCK_RUN_SECONDS
 from .in_place import InPlaceWeights, in_place_session
 from .wake import splits_over_threads
-from ..onnx.probes import COLD, EVICT, FLOOR, REFERENCE, WARM, add_floor, add_reference, cold_then_warm
-
 
 __all__ = ["REFERENCE", "FLOOR", "FULL_SECONDS", "QUICK_SECONDS", "SMALL_SECONDS", "SMALL_SECONDS_THREADED", "wall_clock_below", "copies_for", "NOISY_BAND", "steadier", "KernelProfile", "profile_kernels"]
 

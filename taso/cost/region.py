@@ -26,8 +26,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..ir import Graph, GraphMeta, Node, TensorType
-from .model import CostModel
 from ..measure.inputs import random_array
+from .model import CostModel
 
 __all__ = ["RegionCost", "region_pair", "region_signature"]
 
@@ -118,8 +118,8 @@ class RegionCost(CostModel):
 
     def _time_delta(self, before: Graph, after: Graph) -> float | None:
         """Seconds ``after`` takes more than ``before`` (negative: the rewrite pays), timed interleaved."""
-        from ..onnx import to_onnx_model
         from ..measure.timing import interleaved_samples, mean_run, warm_session
+        from ..onnx import to_onnx_model
 
         measures = []
         try:

@@ -14,10 +14,10 @@ import numpy as np
 
 from ..errors import TasoError
 from ..ir import Graph, Node, Params, TensorType
-from ..ops import get
-from .cache import (CALIBRATION, STALE, SUSPECT, CostCache, SpotCheck, SpotCheckPolicy)
-from .model import node_key
 from ..measure.inputs import random_array
+from ..ops import get
+from .cache import CALIBRATION, STALE, SUSPECT, CostCache, SpotCheck, SpotCheckPolicy
+from .model import node_key
 from .ort_cpu import OrtCpuCost, fingerprint
 
 __all__ = ["check_cached_costs"]

@@ -13,7 +13,7 @@ from ..ir import Graph, GraphMeta, Node
 from ..measure.inputs import random_array
 from ..measure.torch_runtime import Device, EndToEndTimer, Replay, TorchGraph, default_device
 from .cache import CostCache
-from .model import CostModel
+from .model import DeviceCost
 
 __all__ = ["TorchCost", "COPIES"]
 
@@ -37,48 +37,29 @@ def copies_of(node: Node, graph, consts, copies: int, rng: np.random.Generator) 
     return copied, {v: random_array(t, rng) for v, t in inputs.items()}
 
 
-class TorchCost(CostModel):
+class TorchCost(DeviceCost):
     """Each distinct node timed on the torch runtime: ``COPIES`` copies in one captured graph, replayed; a copy's
     share of the median is its cost. Entries are cached under the device's fingerprint (GPU, driver, CUDA, cuDNN and
     torch versions; on the CPU, the processor, threads and torch)."""
 
     name = "torch"
-    deployed_elsewhere = True
 
     def __init__(self, cache: CostCache | None = None, device: Device | None = None, copies: int = COPIES):
-        super().__init__()
         self.device = device or default_device()
         self.copies = copies
-        self.cache = cache or CostCache()
-        self._fingerprint = f"{self.device.fingerprint()}|copies {copies}"
-        self._table = self.cache.table(self._fingerprint)
-        self._rng = np.random.default_rng(0)
-        self.measured = 0
-
-    @property
-    def fingerprint(self) -> str:
-        return self._fingerprint
+        super().__init__(f"{self.device.fingerprint()}|copies {copies}", cache)
 
     @property
     def timing(self) -> str:
         """How this model's prices were timed ("cuda-graphs" on a GPU)."""
         return self.device.timing
 
-    def measure(self, node: Node, graph: Graph, key: str, consts) -> float:
-        cached = self._table.get(key)
-        if cached is not None:
-            return cached
-        copied, feeds = copies_of(node, graph, consts, self.copies, self._rng)
+    def time_node(self, node: Node, graph, consts, rng: np.random.Generator) -> float:
+        copied, feeds = copies_of(node, graph, consts, self.copies, rng)
         replay = Replay(TorchGraph(copied, self.device), feeds)
-        seconds = float(np.median([replay.seconds(REPLAYS) for _ in range(ROUNDS)])) / self.copies
-        self.cache.record(self._fingerprint, key, seconds)
-        self.measured += 1
-        self.calibrate_estimates(node, graph, key, consts, seconds)
-        return seconds
+        return float(np.median([replay.seconds(REPLAYS) for _ in range(ROUNDS)])) / self.copies
 
     def end_to_end_timer(self, original: Graph, optimized: Graph) -> EndToEndTimer:
         """The guard's timer for this deployment: both graphs on the torch runtime, side by side."""
         return EndToEndTimer(original, optimized, self.device)
 
-    def close(self) -> None:
-        self.cache.save()

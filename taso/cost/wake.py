@@ -14,9 +14,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from ..onnx.probes import negation_after, split_product
 from .copies import WallReference, per_round_differences, spin_up_feeds, wall_clock_marginal
-from ..onnx.probes import split_product
-from ..onnx.probes import negation_after
 
 __all__ = ["SPLITS", "splits_over_threads", "wake_seconds"]
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .dims import concrete
 from ..errors import TasoError
+from .dims import concrete
 
 if TYPE_CHECKING:  # the IR imports this module (Graph.run), never the other way round
     from .graph import Graph

@@ -33,12 +33,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .dims import concrete, concrete_value, evaluate, holds_dims, is_static_shape, symbols_of
 from ..errors import GraphError, ShapeError
+from .dims import concrete, concrete_value, evaluate, holds_dims, is_static_shape, symbols_of
 
 if TYPE_CHECKING:
-    from .index import GraphIndex
     from ..ops.base import Op
+    from .index import GraphIndex
 
 __all__ = ["TensorType", "OpaqueType", "is_numeric", "Params", "Node", "Graph", "check", "folds_when_constant"]
 

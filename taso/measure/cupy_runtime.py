@@ -15,8 +15,8 @@ from types import ModuleType
 import numpy as np
 
 from ..errors import TasoError
-from ..ir.execute import run_values, to_host
 from ..ir import Graph
+from ..ir.execute import run_values, to_host
 
 __all__ = ["cupy_or_none", "require_cupy", "gpu_fingerprint", "time_cuda", "DeviceGraph", "EndToEndTimer", "interleaved_device_times"]
 

@@ -24,9 +24,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..ir.dims import Dim, bare_symbol, floor_definition, is_static_shape, poly_terms, value_symbols
 from ..errors import ExportError
 from ..ir import Graph, Node, TensorType
+from ..ir.dims import Dim, bare_symbol, floor_definition, is_static_shape, poly_terms, value_symbols
 from ..ops.onnx_versions import understood, version_in_force
 from .values import value_info
 

@@ -12,9 +12,9 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..ir.dims import Dim
 from ..errors import GraphError, ShapeError
 from ..ir import Node, TensorType
+from ..ir.dims import Dim
 from ..ops import Op
 from .symbolic import is_static_dim
 from .values import element_dtype, type_of, value_info

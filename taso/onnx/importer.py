@@ -31,9 +31,9 @@ from ..ops.onnx_versions import OLDEST_OPSET, REVIEWED_THROUGH, understood
 from ..ops.shape import dims as dims_op
 from . import symbolic
 from .files import external_region, map_weights
-from .symbolic import is_static_dim
-from .import_state import ImportContext, FOLD_MAX_INPUT_ELEMENTS, ImportState, InferredTypes, ONNX_DOMAINS, subgraph_captures
+from .import_state import FOLD_MAX_INPUT_ELEMENTS, ONNX_DOMAINS, ImportContext, ImportState, InferredTypes, subgraph_captures
 from .opaque_types import import_opaque
+from .symbolic import is_static_dim
 from .values import element_dtype
 
 __all__ = ["load_onnx", "read_model", "external_array", "MIN_OPSET", "MAX_OPSET"]

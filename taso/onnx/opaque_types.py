@@ -12,15 +12,14 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..ir.dims import symbol
 from ..errors import ImportError_, TasoError, Unsupported
 from ..ir import Node, OpaqueType, Params, TensorType
+from ..ir.dims import symbol
 from ..ops.opaque import opaque, value_type_proto
 from . import symbolic
+from .import_state import FOLD_MAX_INPUT_ELEMENTS, ONNX_DOMAINS, ImportState, static_type, subgraph_captures
 from .symbolic import is_static_dim
-from .values import WORDS, random_value, type_of, value_info
-from .import_state import FOLD_MAX_INPUT_ELEMENTS, ImportState, ONNX_DOMAINS, static_type, subgraph_captures
-from .values import element_dtype
+from .values import WORDS, element_dtype, random_value, type_of, value_info
 
 __all__ = ["import_opaque"]
 

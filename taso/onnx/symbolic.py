@@ -18,9 +18,9 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..ir.dims import Dim, UndecidableDim, decide_equal, floordiv, holds_dims, prod, symbol
 from ..errors import ImportError_, ShapeError, Unsupported
 from ..ir import OpaqueType, TensorType
+from ..ir.dims import Dim, UndecidableDim, decide_equal, floordiv, holds_dims, prod, symbol
 from .values import type_of
 
 __all__ = ["DEFAULT_BATCH", "DEFAULT_SIZE", "input_types", "fold_symbolic", "symbolic_types", "dim_labels", "range_length"]

@@ -15,8 +15,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from ..ir.dims import Dim
 from ..ir import OpaqueType, TensorType
+from ..ir.dims import Dim
 
 __all__ = ["element_dtype", "type_of", "value_info", "random_value", "WORDS"]
 

@@ -8,7 +8,7 @@ groups are named once here, as frozensets of canonical names, and reused everywh
 from __future__ import annotations
 
 from . import constants, conv, elementwise, linalg, norm, opaque, resize, shape  # noqa: F401 - declare every op
-from .base import ACTIVATIONS, Op, OnnxMapping, Param, onnx_importers, registry
+from .base import ACTIVATIONS, OnnxMapping, Op, Param, onnx_importers, registry
 
 OPS: dict[str, Op] = registry()
 

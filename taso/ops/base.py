@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.dims import Dim, holds_dims, other_sizes, rebind_value, value_symbols
 from ..errors import ShapeError
 from ..ir import Params, TensorType
+from ..ir.dims import Dim, holds_dims, other_sizes, rebind_value, value_symbols
 from .onnx_versions import VERSIONS
 
 __all__ = ["Param", "Op", "OnnxMapping", "REQUIRED", "define", "registry", "onnx_importers", "FINGERPRINT_PRIME", "modular_inverse", "as_dims"]

@@ -6,8 +6,8 @@ import math
 
 import numpy as np
 
-from ..ir.dims import broadcast_dims
 from ..ir import Params, TensorType
+from ..ir.dims import broadcast_dims
 from .base import ACTIVATIONS, FINGERPRINT_PRIME, OnnxMapping, Param, array_module, as_array, define, define_importer, require, same_type
 
 # ---- unary operators: one table row each -----------------------------------------------------

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.dims import broadcast_dims
 from ..ir import TensorType
+from ..ir.dims import broadcast_dims
 from .base import OnnxMapping, define, define_importer, require
 from .elementwise import ACTIVATION_PARAM, BINARY_OPS, apply_activation, emit_with_activation, exact_with_activation, scalar_mul, torch_activation
 from .shape import transpose

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.dims import Dim
 from ..errors import ShapeError
 from ..ir import TensorType
+from ..ir.dims import Dim
 from .base import OnnxMapping, Param, array_module, define, require
 
 _MODES = ("nearest", "linear", "cubic")
@@ -73,18 +73,30 @@ def _cubic_weights(ratio: np.ndarray, a: float) -> np.ndarray:
     return np.where(d <= 1, near, far)
 
 
-def _cubic_axis(x, axis: int, coords: np.ndarray, p):
-    """ONNX's cubic mode: four taps around each source coordinate, edge-clamped (or dropped and
-    renormalised with exclude_outside); an integral coordinate takes its own pixel."""
-    xp = array_module(x)
-    in_len = x.shape[axis]
+def _cubic_taps(coords: np.ndarray, in_len: int, p) -> tuple[np.ndarray, np.ndarray]:
+    """The four taps of each output position (edge-clamped) and their weights (dropped outside and renormalised with
+    exclude_outside): shapes alone decide them."""
     base = np.ceil(coords).astype(np.int64) - 1
     taps = base[:, None] + np.arange(-1, 3)[None, :]
     weights = _cubic_weights(coords - base, float(p["cubic_coeff_a"]))
     if p["exclude_outside"]:
         weights = np.where((taps < 0) | (taps >= in_len), 0.0, weights)
         weights = weights / weights.sum(axis=1, keepdims=True)
-    taps = np.clip(taps, 0, in_len - 1)
+    return np.clip(taps, 0, in_len - 1), weights
+
+
+def _linear_taps(coords: np.ndarray, in_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The two neighbours of each output position and the second's weight."""
+    coords = np.clip(coords, 0, in_len - 1)
+    low = np.floor(coords).astype(np.int64)
+    return low, np.minimum(low + 1, in_len - 1), coords - low
+
+
+def _cubic_axis(x, axis: int, coords: np.ndarray, p):
+    """ONNX's cubic mode: four taps around each source coordinate, edge-clamped (or dropped and
+    renormalised with exclude_outside); an integral coordinate takes its own pixel."""
+    xp = array_module(x)
+    taps, weights = _cubic_taps(coords, x.shape[axis], p)
     shape = [1] * x.ndim
     shape[axis] = len(coords)
     out = None
@@ -103,12 +115,10 @@ def _resize_axis(x, axis: int, out_len: int, scale: float, p):
         return xp.take(x, xp.asarray(_nearest_indices(coords, in_len, p["nearest_mode"])), axis=axis)
     if p["mode"] == "cubic":
         return _cubic_axis(x, axis, coords, p)
-    coords = np.clip(coords, 0, in_len - 1)
-    low = np.floor(coords).astype(np.int64)
-    high = np.minimum(low + 1, in_len - 1)
+    low, high, blend = _linear_taps(coords, in_len)
     weight_shape = [1] * x.ndim
     weight_shape[axis] = out_len
-    weight = xp.asarray((coords - low).astype(x.dtype).reshape(weight_shape))
+    weight = xp.asarray(blend.astype(x.dtype).reshape(weight_shape))
     a, b = xp.take(x, xp.asarray(low), axis=axis), xp.take(x, xp.asarray(high), axis=axis)
     return a + (b - a) * weight
 
@@ -138,24 +148,16 @@ def _resize_axis_torch(rt, x, axis: int, out_len: int, scale: float, p):
     if p["mode"] == "nearest":
         return x.index_select(axis, rt.const((*key, "nearest"), lambda: _nearest_indices(coords, in_len, p["nearest_mode"])))
     if p["mode"] == "cubic":
-        base = np.ceil(coords).astype(np.int64) - 1
-        taps = base[:, None] + np.arange(-1, 3)[None, :]
-        weights = _cubic_weights(coords - base, float(p["cubic_coeff_a"]))
-        if p["exclude_outside"]:
-            weights = np.where((taps < 0) | (taps >= in_len), 0.0, weights)
-            weights = weights / weights.sum(axis=1, keepdims=True)
-        taps = np.clip(taps, 0, in_len - 1)
+        taps, weights = _cubic_taps(coords, in_len, p)
         out = None
         for k in range(4):
             term = x.index_select(axis, rt.const((*key, "tap", k), lambda k=k: taps[:, k])) * weight(f"w{k}", lambda k=k: weights[:, k])
             out = term if out is None else out + term
         return out
-    clipped = np.clip(coords, 0, in_len - 1)
-    low = np.floor(clipped).astype(np.int64)
-    high = np.minimum(low + 1, in_len - 1)
+    low, high, blend = _linear_taps(coords, in_len)
     a = x.index_select(axis, rt.const((*key, "low"), lambda: low))
     b = x.index_select(axis, rt.const((*key, "high"), lambda: high))
-    return a + (b - a) * weight("blend", lambda: (clipped - low).astype(np.float32))
+    return a + (b - a) * weight("blend", lambda: blend)
 
 
 def _resize_torch(rt, xs, p):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.dims import Dim, UndecidableDim, broadcast_dims, floordiv, is_static_shape, prod
 from ..ir import TensorType
+from ..ir.dims import Dim, UndecidableDim, broadcast_dims, floordiv, is_static_shape, prod
 from .base import OnnxMapping, Param, as_dims, contiguous, define, define_importer, normalize_axis, require
 
 

@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import weakref
-
 import os
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-
 
 from ..cost import CostModel
 from ..errors import TasoError
 from ..ir import Graph
 from ..rules import Rule
 from ..search import ENGINES, SearchConfig, SearchReport
-from .source import ModelSource, model_bytes, export_onnx, write_model
 from .checks import require_match
 from .run import optimize_model, validate_search_settings
+from .source import ModelSource, export_onnx, model_bytes, write_model
 
 __all__ = ["optimize_with_report", "optimize", "save_onnx"]
 

@@ -15,7 +15,7 @@ from ..errors import TasoError, Unsupported, first_line
 from ..ir import Graph
 from ..measure.timing import interleaved_times, open_session
 from .outcome import Outcome
-from .source import ModelSource, CandidateModel, runnable, export_onnx
+from .source import CandidateModel, ModelSource, export_onnx, runnable
 
 __all__ = ["OutputMismatchError", "Checks", "custom_kernels_missing", "check_candidate", "check_into", "require_match", "end_to_end_speedup"]
 
@@ -52,10 +52,10 @@ def check_candidate(candidate, reference, threads: int, opened: list | None = No
     Raises:
         OutputMismatchError: ONNX Runtime cannot load or run the candidate (exit 3).
     """
-    from ..onnx.files import release_mapped_weights
-    from ..measure.outputs import compare_with
-
     import onnxruntime as ort
+
+    from ..measure.outputs import compare_with
+    from ..onnx.files import release_mapped_weights
 
     release_mapped_weights()
     try:

@@ -7,16 +7,15 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-
 from ..errors import TasoError
 from ..ir import Graph
-from ..onnx.files import SpilledModel
-from .stages import StageClock
 from ..measure.timing import InterleavedTimer, TimingError, nothing_pays
-from .verdicts import GuardVerdict, VerdictCache, layout_digest
+from ..onnx.files import SpilledModel
+from .checks import Checks, OutputMismatchError, check_into
 from .outcome import Outcome
 from .source import CandidateModel, ModelSource, add_candidate, runnable
-from .checks import OutputMismatchError, Checks, check_into
+from .stages import StageClock
+from .verdicts import GuardVerdict, VerdictCache, layout_digest
 
 __all__ = ["MIN_CONFIRMED_SPEEDUP", "FRESH_LOOK_PREDICTED", "Verdicts", "keep_fastest", "keep_if_faster_on_device", "reexport_matches"]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-
 from ..errors import TasoError
 from ..rules import SHIPPED_DATA, LibraryFile, Rule, usable_reverse
 from ..search import LazyRules, RuleSlot

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import onnx
 
-from ..search.cleanup import CleanupReport
 from ..ir import Graph
 from ..search import SearchReport
+from ..search.cleanup import CleanupReport
 from .stages import StageClock
 
 __all__ = ["Outcome"]

@@ -23,19 +23,19 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..search.cleanup import CleanupReport
 from ..cost import CostModel, make_cost_model
 from ..errors import TasoError
 from ..ir import Graph
 from ..rules import Rule
 from ..search import SearchConfig, SearchReport
-from .passes import CleanUpPass, run_passes, search_passes
-from .stages import StageClock
-from .outcome import Outcome
-from .library import load_rules
-from .source import CandidateModel, ModelSource, add_candidate
-from .checks import OutputMismatchError, Checks, check_candidate, check_into
+from ..search.cleanup import CleanupReport
+from .checks import Checks, OutputMismatchError, check_candidate, check_into
 from .guard import Verdicts, keep_fastest, keep_if_faster_on_device
+from .library import load_rules
+from .outcome import Outcome
+from .passes import CleanUpPass, run_passes, search_passes
+from .source import CandidateModel, ModelSource, add_candidate
+from .stages import StageClock
 
 __all__ = ["optimize_model", "validate_search_settings"]
 

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import onnx
 
 from ..cost.cache import cache_directory
-from ..onnx.files import write_text_atomically
 from ..errors import warn
+from ..onnx.files import write_text_atomically
 
 __all__ = ["GuardVerdict", "VerdictCache", "layout_digest"]
 

@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 from ..errors import TasoError
 from ..ir import Graph, Node
-from .rewrite import CompiledRule, Plan, params_fit, decline_reason, find_matches, plan_or_reason
 from ..rules import Rule
+from .rewrite import CompiledRule, Plan, decline_reason, find_matches, params_fit, plan_or_reason
 
 __all__ = ["find_rules", "explain_rule"]
 

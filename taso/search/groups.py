@@ -27,8 +27,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from ..ir import Graph, Node
-from .rewrite import CompiledRule, Match, decline_reason
 from ..rules import SHIPPED_DATA, Library, Rule
+from .rewrite import CompiledRule, Match, decline_reason
 
 __all__ = ["Family", "SharedWeightRows", "SharedInputColumns", "FAMILIES", "GroupLibrary", "MIN_GROUP", "MAX_GROUP", "GROUP_LIBRARY", "GroupMatch", "Groups", "find_groups",
            "merged", "merge_chain", "ChainStep"]

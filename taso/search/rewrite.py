@@ -18,9 +18,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from ..ir.dims import concrete, symbols_of
 from ..errors import GraphError, TasoError
 from ..ir import Graph, Node, Params, TensorType
+from ..ir.dims import concrete, symbols_of
 from ..ops import COMMUTATIVE, get
 from ..rules import Rule, RuleNode, resolve_expr
 

@@ -19,8 +19,8 @@ from collections.abc import Iterable
 
 from ...cost import CostModel
 from ...ir import Graph
-from ..rewrite import CompiledRule
 from ...rules import Rule
+from ..rewrite import CompiledRule
 from .extract import Extraction, extract
 from .saturate import EGraph, Limits, Saturation, saturate
 

@@ -27,13 +27,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
 from ...cost import CostModel
 from ...errors import GraphError
 from ...ir import Graph, Node, TensorType, folds_when_constant
+from .ilp import ENode, exact_choice, fused_in, post_order
 from .saturate import EGraph, tensor_rows
 from .terms import LEAF
-from .ilp import ENode, exact_choice, fused_in, post_order
 
 __all__ = ["ENode", "EClasses", "Extraction", "extract"]
 

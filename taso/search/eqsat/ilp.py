@@ -11,7 +11,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 __all__ = ["ENode", "exact_choice", "fused_in", "post_order"]
 
 

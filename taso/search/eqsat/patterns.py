@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from ...errors import TasoError
 from ...ir import TensorType
 from ...ops import COMMUTATIVE, get
-from ..rewrite import CompiledRule, _assumed
 from ...rules import resolve_expr
+from ..rewrite import CompiledRule, _assumed
 from .terms import TermTable, constructor, op_key
 
 

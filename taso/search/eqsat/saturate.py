@@ -18,8 +18,8 @@ import egglog.bindings as egglog
 import numpy as np
 
 from ...ir import Graph
-from ..rewrite import CompiledRule, Match
 from ...rules import Rule, operator_variant
+from ..rewrite import CompiledRule, Match
 from .patterns import RulePattern
 from .terms import INSERT, PRELUDE, TermTable, encode_graph, join
 
