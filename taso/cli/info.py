@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections import Counter
 from typing import Any
 
@@ -126,6 +127,11 @@ def add_parser(sub) -> None:
                            "and the worst disagreements")
     info.add_argument("--check", type=int, metavar="N",
                       help="with --costs: re-measure N entries of this machine's cost table now and report them (before quoting figures)")
+    info.add_argument("--export", metavar="FILE", help="with --costs: write this machine's cost tables to FILE, to ship with a model "
+                      "(a container image, a CI cache) for machines of the same type")
+    info.add_argument("--import", dest="import_from", metavar="FILE",
+                      help="with --costs: add the cost tables in FILE (from --export) to this machine's cache; tables measured on "
+                           "another machine type are refused, one line each")
     info.add_argument("--json", action="store_true", help="print JSON instead of text")
     add_input_shape_option(info)
     info.set_defaults(func=run)
@@ -135,7 +141,13 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..onnx import load_onnx
 
-    if args.costs or args.check is not None:
+    if (args.export or args.import_from) and not args.costs:
+        raise TasoError("--export and --import move cost tables: give them with --costs")
+    if args.costs and (args.export or args.import_from):
+        _move_cost_tables(args.export, args.import_from)
+        if args.file is None:
+            return 0
+    elif args.costs or args.check is not None:
         _print_costs(args.check, args.json, to_json)
         if args.file is None:
             return 0
@@ -154,6 +166,27 @@ def run(args: argparse.Namespace) -> int:
     summary = describe_graph(graph)
     print(to_json(summary) if args.json else format_description(summary, args.file))
     return 0
+
+
+def _move_cost_tables(export: str | None, import_from: str | None) -> None:
+    """`taso info --costs --import FILE` and `--export FILE`: cost tables in and out of this machine's cache."""
+    from ..cost import CostCache
+    from ..cost.travel import export_tables, import_tables
+
+    cache = CostCache()
+    if import_from:
+        done = import_tables(cache, import_from)
+        for fingerprint, local in done.refused:
+            print(f"taso: note: {import_from}: refused the table measured on {fingerprint!r}: "
+                  f"{'this machine cannot measure there' if local is None else f'this machine measures {local!r}'}", file=sys.stderr)
+        if not done.added and done.refused and not done.kept:
+            raise TasoError(f"{import_from}: no table of this machine's type to import ({len(done.refused)} refused)")
+        cache.save()
+        print(f"imported {sum(done.added.values())} cost entries into {len(done.added)} table(s) of {cache.path}"
+              + (f" ({done.kept} the cache already held, kept)" if done.kept else ""))
+    if export:
+        tables, entries = export_tables(cache, export)
+        print(f"exported {entries} cost entries of {tables} table(s) to {export}")
 
 
 def _print_costs(check: int | None, as_json: bool, to_json) -> None:

@@ -117,7 +117,7 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _entry_from_json(value: Any) -> tuple[float, CostEntry | None] | None:
+def entry_from_json(value: Any) -> tuple[float, CostEntry | None] | None:
     """(seconds, what else is known) of an entry as stored: a dict, or seconds alone (older versions); None when damaged."""
     if _number(value):
         return float(value), None
@@ -343,7 +343,7 @@ class CostCache:
                 continue
             table, meta = self._data.setdefault(fingerprint, {}), self._meta.setdefault(fingerprint, {})
             for key, value in entries.items():
-                parsed = _entry_from_json(value)
+                parsed = entry_from_json(value)
                 if parsed is None:
                     damaged += 1
                     continue
@@ -374,6 +374,10 @@ class CostCache:
         else:
             self._meta[fingerprint][key] = entry
         self._dirty = True
+
+    def tables(self) -> dict[str, dict[str, float]]:
+        """Every table, by fingerprint (a copy of the mapping; the tables themselves are the cache's)."""
+        return dict(self._data)
 
     def entry(self, fingerprint: str, key: str) -> CostEntry | None:
         """What is known of an entry besides its seconds; None for seconds alone (or no entry)."""
@@ -432,7 +436,7 @@ class CostCache:
         regular file) is a warning: the run goes on, and only its measurements are lost."""
         if not self._dirty or self._foreign:
             return
-        data = {fp: {key: self._entry_json(fp, key, seconds) for key, seconds in table.items()} for fp, table in self._data.items()}
+        data = {fp: {key: self.entry_json(fp, key, seconds) for key, seconds in table.items()} for fp, table in self._data.items()}
         data[_FORMAT_KEY] = _FORMAT
         try:
             write_text_atomically(self.path, json.dumps(data, indent=0, sort_keys=True))
@@ -440,7 +444,7 @@ class CostCache:
             warn(f"cannot save the cost cache {self.path} ({e.strerror or e}): this run's measurements are not kept (TASO_CACHE_DIR sets where it goes)")
         self._dirty = False
 
-    def _entry_json(self, fingerprint: str, key: str, seconds: float) -> float | dict[str, Any]:
+    def entry_json(self, fingerprint: str, key: str, seconds: float) -> float | dict[str, Any]:
         entry = self.entry(fingerprint, key)
         return seconds if entry is None else entry.to_json(seconds)
 
