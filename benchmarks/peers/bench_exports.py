@@ -31,15 +31,12 @@ Run: python -m taso.models.corpus build && python benchmarks/peers/bench_exports
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import math
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -49,8 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the
 from end_to_end.bench_corpus import read_report  # noqa: E402
 from taso.models import corpus
 
+from taso.bench import peers as peer_runs
 from taso.measure.inputs import random_input_sets
-from taso.measure.outputs import compare_models
 from taso.measure.timing import TimingError, fresh_session_speedups, interleaved_times  # noqa: E402
 
 TRANSFORMERS = ("transformer_encoder", "transformer_decoder", "gpt2_decoder", "distilbert_encoder", "bert_encoder")
@@ -109,41 +106,12 @@ def resolve(name: str, workdir: Path) -> corpus.Entry | str:
     return entries[name]
 
 
-def _run_onnxslim(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    import onnxslim
-
-    return onnxslim.slim(model)
-
-
-def _run_onnxsim(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    import onnxsim
-
-    simplified, ok = onnxsim.simplify(model)
-    if not ok:
-        raise RuntimeError("onnxsim's own check failed")
-    return simplified
-
-
-_PEER_RUNNERS: dict[str, Callable[[onnx.ModelProto], onnx.ModelProto | None]] = {"onnxslim": _run_onnxslim, "onnxsim": _run_onnxsim}
-
-
 def run_peer(peer: str, model: onnx.ModelProto, input_sets: list[dict], out: Path) -> str:
-    """The peer's model of ``model`` written to ``out``, checked against it; "" on success, else one line saying what failed."""
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):  # the peers report on stdout; the table goes there
-            result = _PEER_RUNNERS[peer](model)
-    except ImportError:
-        return f"{peer} not installed (pip install -e '.[corpus]')"
-    except Exception as e:  # noqa: BLE001 - a peer's failure is a result to report, not a crash
-        return f"{peer} failed: {type(e).__name__}: {_one_line(e)}"
+    """The peer's model of ``model`` (:func:`taso.bench.peers.run_peer`: checked against it) written to ``out``; "" on
+    success, else one line saying what failed."""
+    result, note = peer_runs.run_peer(peer, model, input_sets)
     if result is None:
-        return f"{peer} returned no model"
-    try:
-        comparison = compare_models(model, result, input_sets)
-    except Exception as e:  # noqa: BLE001 - onnxruntime raises its own exception types
-        return f"{peer}'s model does not run: {_one_line(e)}"
-    if not comparison.ok:
-        return f"{peer}'s model differs: {comparison.describe()}"
+        return note
     onnx.save(result, str(out))
     return ""
 

@@ -4,7 +4,7 @@ each, and how a chart ends."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx
 
@@ -33,6 +33,8 @@ class BenchRow:
     max_abs_error: float = 0.0  # the kept graph's outputs against the original's on the device (GPU runs)
     timing: str = ""  # how the device runtime timed this row ("cuda-graphs", "wall-clock"; empty on ONNX Runtime)
     series: tuple = ()  # the speedups of this model's series in fresh processes (a device run's report)
+    peers: dict = field(default_factory=dict)  # peer -> its model's speedup over the input, both with ENABLE_ALL (--peers)
+    peer_notes: dict = field(default_factory=dict)  # peer -> why it was not timed (not installed, failed, differs)
 
 
 def load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto, str | None]:

@@ -30,6 +30,9 @@ def add_parser(sub) -> None:
     p.add_argument("--time-limit", type=float, default=SearchConfig.time_limit)
     p.add_argument("--rounds", type=int, default=10, help="interleaved timing rounds per variant (default %(default)s)")
     p.add_argument("--batch", type=int, default=1, help="batch size for zoo models (default 1)")
+    p.add_argument("--peers", metavar="LIST",
+                   help="comma-separated optimizers to time beside taso, each on the input model (ONNX Runtime on the CPU): "
+                        "onnxslim, onnxsim, ort-transformers, onnxscript, or all; one not installed is noted and left out")
     p.add_argument("--runtime", choices=("ort-cpu", "torch", "cupy"), default="ort-cpu",
                    help="ort-cpu: ONNX Runtime on the CPU vs its own optimizer; torch: the torch runtime, device time in CUDA graphs on a GPU "
                         "(torch's CPU kernels without one; costs from --cost, default torch); cupy: the CuPy executor on the GPU")
@@ -46,6 +49,11 @@ def run(args: argparse.Namespace) -> int:
     if not threads or any(t < 1 for t in threads):
         raise TasoError(f"--threads {args.threads!r}: expected comma-separated positive integers, e.g. 1,2")
     _check_settings(args)
+    from ..bench.peers import parse_peers
+
+    args.peers = parse_peers(args.peers)
+    if args.peers and args.runtime != "ort-cpu":
+        raise TasoError(f"--peers times on ONNX Runtime's CPU (--runtime ort-cpu), not --runtime {args.runtime}")
     _make_out_dir(args.out)
     facts, device = None, None
     if args.runtime == "cupy":
