@@ -4,6 +4,7 @@
 |---|---|
 | :mod:`.rows` | a row of results, the models read, taso optimize's pipeline run on each, how a chart ends |
 | :mod:`.cpu` | ONNX Runtime on the CPU: the input without and with ENABLE_ALL against taso's output |
+| :mod:`.peers` | the optimizers a user would otherwise run (onnxslim, onnxsim, ONNX Runtime's transformers optimizer, onnxscript), for ``--peers`` |
 | :mod:`.torch_device` | the torch runtime (device time on a GPU), beside TASO's and Tensat's published speedups |
 | :mod:`.gpu` | the CuPy executor on the GPU, beside TASO's published V100 speedups |
 
