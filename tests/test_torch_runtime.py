@@ -253,6 +253,8 @@ def test_bench_on_the_torch_runtime_writes_the_runtime_and_its_timing(tmp_path, 
     (row,) = report["rows"]
     assert row["runtime"] == "torch" and row["kept"] in ("optimized", "input") and row["ms"]["torch_original"] > 0
     assert "TASO / Tensat" in (out / "bench.md").read_text() and (out / "bench.png").stat().st_size > 0
+    kept = out / "lstm_cell_loop.torchscript.taso.onnx"
+    assert kept.exists() == (row["kept"] != "input"), "the kept model is written beside the results, for a second series"
 
 
 def test_the_device_script_runs_end_to_end_on_the_cpu(tmp_path):
@@ -386,3 +388,21 @@ def test_a_wrong_torch_device_choice_is_one_line(monkeypatch):
         monkeypatch.setenv("TASO_TORCH_DEVICE", "cuda")
         with pytest.raises(TasoError, match="sees no CUDA GPU"):
             default_device()
+
+
+def test_the_second_series_times_the_same_two_files_again(tmp_path):
+    """benchmarks/gpu/retime.py, as the device run calls it: the input and a kept file, equal, timed in a fresh process."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    source = DATA / "gru_cell_loop.dynamo.onnx"
+    out = tmp_path / "retime.json"
+    env = {**os.environ, "TASO_TORCH_DEVICE": "cpu"}
+    done = subprocess.run([sys.executable, "benchmarks/gpu/retime.py", str(source), str(source), "--rounds", "2", "--out", str(out)],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(out.read_text())
+    assert result["speedup"] > 0 and result["timing"] == "wall-clock" and result["ms"]["torch_original"] > 0

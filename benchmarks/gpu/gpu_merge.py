@@ -2,8 +2,8 @@
 
     python benchmarks/gpu/gpu_merge.py RESULTS... --out docs/bench-gpu
 
-Each RESULTS is a run's folder of series (``MODEL/s1/bench.json``, ``MODEL/s2/bench.json``, as the device script
-leaves them), or a folder holding that run's results.tar.gz (as the device tool returns it). A model's row is its
+Each RESULTS is a run's folder of series (``MODEL/s1/bench.json`` from `taso bench`, ``MODEL/s2/retime.json`` from
+benchmarks/gpu/retime.py, as the device script leaves them), or a folder holding that run's results.tar.gz (as the device tool returns it). A model's row is its
 first series; the speedups of all its series go into the row (``series``), and whether they lie within 3% of each
 other (``series_agree``). A model measured in several runs takes its rows from the last RESULTS given. Writes
 bench.json (the device, driver, runtime and timing method, the rows), bench.md (beside TASO's and Tensat's
@@ -36,21 +36,25 @@ def _series_dirs(results: Path, scratch: Path) -> Path:
 
 
 def _runs_of(folder: Path) -> dict[str, list[dict]]:
-    """Each model's bench.json of every series, in series order."""
+    """Each model's series in order: the bench's bench.json (s1), then the retimed pair's retime.json (s2)."""
     found: dict[str, list[dict]] = {}
-    for path in sorted(folder.glob("*/s*/bench.json"), key=lambda p: (p.parent.parent.name, p.parent.name)):
-        found.setdefault(path.parent.parent.name, []).append(json.loads(path.read_text()))
+    for bench in sorted(folder.glob("*/s1/bench.json")):
+        model = bench.parent.parent
+        found[model.name] = [json.loads(bench.read_text())] + [json.loads(p.read_text()) for p in sorted(model.glob("s[2-9]/retime.json"))]
     return found
 
 
 def merged_rows(runs: dict[str, list[dict]]) -> tuple[dict, list[dict]]:
-    """The facts of the runtime and one row per model: its first series, with every series' speedup."""
+    """The facts of the runtime and one row per model: its first series, with every series' speedup. Where taso kept
+    the input, the second series would time one file against itself: it is 1.0 by construction."""
     facts, rows = {}, []
     for _, series in sorted(runs.items()):
         first = series[0]
         facts = facts or {k: v for k, v in first.items() if k != "rows"}
         for row in first["rows"]:
-            speedups = [s["rows"][0]["speedup_vs_ortall"] for s in series if s["rows"]]
+            speedups = [row["speedup_vs_ortall"], *(s["speedup"] for s in series[1:])]
+            if row["kept"] == "input" and len(speedups) == 1:
+                speedups.append(1.0)
             agree = len(speedups) > 1 and max(speedups) / min(speedups) <= 1 + AGREE
             rows.append({**row, "series": speedups, "series_agree": agree})
     return facts, rows

@@ -10,6 +10,7 @@ kernels and the wall clock, which the report says (its "timing" field).
 from __future__ import annotations
 
 import math
+import os
 import statistics
 
 import numpy as np
@@ -17,7 +18,7 @@ import onnx
 
 from ..pipeline.checks import OutputMismatchError
 
-__all__ = ["TASO_V100", "TENSAT", "bench_model_torch", "torch_markdown", "torch_chart", "runtime_facts"]
+__all__ = ["TASO_V100", "TENSAT", "bench_model_torch", "kept_file", "torch_markdown", "torch_chart", "runtime_facts"]
 
 # TASO's end-to-end speedups on a V100 (SOSP'19, Figure 7).
 TASO_V100 = {"resnet50": 1.0, "nasnet_a": 1.3, "resnext50": 2.8, "nasrnn": 1.4, "bert": 1.4, "inception_v3": 1.1, "squeezenet": 1.3}
@@ -36,8 +37,14 @@ def runtime_facts(device) -> dict:
     return facts
 
 
-def bench_model_torch(name: str, model: onnx.ModelProto, args, path: str | None = None, device=None):
-    """Original against what taso keeps, on the torch runtime; the row records the outputs' largest difference there."""
+def kept_file(out: str, name: str) -> str:
+    """Where ``taso bench --runtime torch`` writes the model taso kept for ``name`` (to be timed again elsewhere)."""
+    return os.path.join(out, f"{name.removesuffix('.onnx')}.taso.onnx")
+
+
+def bench_model_torch(name: str, model: onnx.ModelProto, args, path: str | None = None, device=None, out: str | None = None):
+    """Original against what taso keeps, on the torch runtime; the row records the outputs' largest difference there.
+    With ``out``, the kept model is written there (:func:`kept_file`) when it is not the input."""
     from ..measure.inputs import random_inputs
     from ..measure.torch_runtime import Replay, TorchGraph, default_device, interleaved_replay_times
     from .rows import BenchRow, optimize_for_bench
@@ -50,6 +57,11 @@ def bench_model_torch(name: str, model: onnx.ModelProto, args, path: str | None 
     graphs = {"torch_original": TorchGraph(original, device)}
     if outcome.kept != "input":
         graphs["torch_taso"] = TorchGraph(kept, device)
+        if out is not None and outcome.model is not None:
+            from ..onnx.files import write_bytes_atomically
+            from ..pipeline.source import model_bytes
+
+            write_bytes_atomically(kept_file(out, name), model_bytes(outcome.model))
     error = _largest_difference(graphs, feeds, name)
     replays = {key: Replay(g, feeds) for key, g in graphs.items()}
     seconds = interleaved_replay_times(list(replays.values()), args.rounds)

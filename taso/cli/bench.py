@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
         label, model, path = load_model(name, args.batch)
         if args.runtime == "torch":
             started = time.perf_counter()
-            row = bench_model_torch(label, model, args, path, device)
+            row = bench_model_torch(label, model, args, path, device, out=args.out)
             rows.append(row)
             print(f"{label:<16} torch ({row.timing}) {row.ms['torch_original']:.3f} ms -> {row.ms['torch_taso']:.3f} ms  "
                   f"{row.speedup_vs_ortall:.2f}x  ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
