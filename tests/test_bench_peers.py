@@ -7,8 +7,8 @@ import sys
 
 import onnx
 import pytest
-
 import taso.models as zoo
+
 from taso.bench import peers as peer_module
 from taso.cli import main
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -37,7 +38,7 @@ def checkout(commit: str) -> Path:
         CACHE.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(dir=CACHE, prefix=f".{sha[:12]}-"))
         archive = subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", sha], check=True, capture_output=True).stdout
-        with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(staging, filter="data")
         staging.rename(tree)
     return tree

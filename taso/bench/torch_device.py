@@ -29,11 +29,12 @@ TENSAT = {"bert": (1.085, 1.092), "resnext50": (1.055, 1.088), "nasnet_a": (1.01
 
 def runtime_facts(device) -> dict:
     """What bench.json records of the runtime: the device, its driver and libraries, how it timed."""
+    from ..measure.torch_runtime import driver_version
+
     torch = device.torch
     facts = {"runtime": f"torch {torch.__version__}", "device": device.name, "timing": device.timing, "fingerprint": device.fingerprint()}
     if device.name == "cuda" and torch.cuda.is_available():
-        facts.update(device=torch.cuda.get_device_name(), driver=device.fingerprint().split("|driver ")[1].split("|")[0],
-                     cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
+        facts.update(device=torch.cuda.get_device_name(), driver=driver_version(), cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
     return facts
 
 

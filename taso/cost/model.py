@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import TasoError
 from ..ir import Graph, Node, TensorType, folds_when_constant
 from ..ops import ELEMENTWISE
+from .cache import CostCache
 
 __all__ = ["CostModel", "Neighbourhood", "AnalyticCost", "node_key", "flops"]
 
@@ -329,9 +330,7 @@ class DeviceCost(CostModel):
 
     deployed_elsewhere = True
 
-    def __init__(self, fingerprint: str, cache=None):
-        from .cache import CostCache
-
+    def __init__(self, fingerprint: str, cache: CostCache | None = None):
         super().__init__()
         self.cache = cache or CostCache()
         self._fingerprint = fingerprint

@@ -49,11 +49,6 @@ class TorchCost(DeviceCost):
         self.copies = copies
         super().__init__(f"{self.device.fingerprint()}|copies {copies}", cache)
 
-    @property
-    def timing(self) -> str:
-        """How this model's prices were timed ("cuda-graphs" on a GPU)."""
-        return self.device.timing
-
     def time_node(self, node: Node, graph, consts, rng: np.random.Generator) -> float:
         copied, feeds = copies_of(node, graph, consts, self.copies, rng)
         replay = Replay(TorchGraph(copied, self.device), feeds)
@@ -62,4 +57,3 @@ class TorchCost(DeviceCost):
     def end_to_end_timer(self, original: Graph, optimized: Graph) -> EndToEndTimer:
         """The guard's timer for this deployment: both graphs on the torch runtime, side by side."""
         return EndToEndTimer(original, optimized, self.device)
-

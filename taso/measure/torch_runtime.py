@@ -27,7 +27,7 @@ from ..ir import Graph, TensorType
 from ..ir.dims import concrete
 
 __all__ = ["torch_or_none", "require_torch", "Device", "CudaDevice", "CpuDevice", "default_device", "TorchRuntime", "TorchGraph",
-           "Replay", "interleaved_replay_times", "EndToEndTimer", "TIMING_EAGER"]
+           "Replay", "interleaved_replay_times", "EndToEndTimer", "TIMING_EAGER", "driver_version"]
 
 TIMING_EAGER = "eager, events"  # a graph that could not be captured (an operator ran on the host): timed run by run
 
@@ -135,7 +135,7 @@ class CudaDevice(Device):
     def fingerprint(self) -> str:
         torch = self.torch
         properties = torch.cuda.get_device_properties(torch.cuda.current_device())
-        return (f"torch|cuda|{properties.name}|driver {_driver_version()}|cuda {torch.version.cuda}|"
+        return (f"torch|cuda|{properties.name}|driver {driver_version()}|cuda {torch.version.cuda}|"
                 f"cudnn {torch.backends.cudnn.version()}|torch {torch.__version__}")
 
 
@@ -149,7 +149,7 @@ class _Captured:
         self.graph.replay()
 
 
-def _driver_version() -> str:
+def driver_version() -> str:
     """The CUDA driver's version (``cuDriverGetVersion``), or "unknown"."""
     try:
         version = ctypes.c_int()

@@ -48,9 +48,9 @@ _UNARY = {
 }
 
 
-def _float_only(fn):
-    """A rounding kernel: the identity on integers (as NumPy's floor and ceil are)."""
-    return lambda rt, x: fn(x) if x.is_floating_point() else x
+def _float_only(name: str):
+    """A rounding kernel: torch's ``name`` on floats, the identity on integers (as NumPy's floor and ceil are)."""
+    return lambda rt, x: getattr(rt.torch, name)(x) if x.is_floating_point() else x
 
 
 # name -> the PyTorch kernel of the same semantics (the result is cast to the declared type by the runtime)
@@ -65,8 +65,8 @@ _UNARY_TORCH = {
     "neg": lambda rt, x: rt.torch.neg(x),
     "abs": lambda rt, x: rt.torch.abs(x),
     "reciprocal": lambda rt, x: rt.torch.reciprocal(x),
-    "floor": lambda rt, x: _float_only(rt.torch.floor)(rt, x),
-    "ceil": lambda rt, x: _float_only(rt.torch.ceil)(rt, x),
+    "floor": _float_only("floor"),
+    "ceil": _float_only("ceil"),
 }
 
 

@@ -27,9 +27,10 @@ def _bn_gain(scale, var, epsilon: float):
 
 
 def _channel_view(vector, rank: int, axis: int):
+    """A per-channel vector shaped to broadcast along ``axis`` of a rank-``rank`` tensor (NumPy, CuPy or torch)."""
     shape = [1] * rank
     shape[axis] = -1
-    return np.reshape(vector, shape)
+    return vector.reshape(shape)
 
 
 def _batch_norm(xs, p):
@@ -41,12 +42,6 @@ def _batch_norm(xs, p):
 
 def _bn_gain_torch(rt, scale, var, epsilon: float):
     return scale.double() / rt.torch.sqrt(var.double().abs() + epsilon)
-
-
-def _channel_view_torch(vector, rank: int, axis: int):
-    shape = [1] * rank
-    shape[axis] = -1
-    return vector.reshape(shape)
 
 
 def _batch_norm_torch(rt, xs, p):
@@ -146,7 +141,7 @@ bn_kernel = define(
     params=[Param("epsilon", "float", 1e-5)],
     shape=_bn_kernel_shape,
     numpy=_bn_kernel,
-    torch=lambda rt, xs, p: (xs[0] * _channel_view_torch(_bn_gain_torch(rt, xs[1], xs[2], p["epsilon"]), xs[0].dim(), 0)).to(xs[0].dtype),
+    torch=lambda rt, xs, p: (xs[0] * _channel_view(_bn_gain_torch(rt, xs[1], xs[2], p["epsilon"]), xs[0].dim(), 0)).to(xs[0].dtype),
     onnx=OnnxMapping((), None, _export_bn_kernel),
     groups=("kernel_only",),
     doc="a convolution kernel scaled per output channel by batch norm's scale / sqrt(|var| + eps)",

@@ -10,6 +10,8 @@ neighbours or a cubic blend of four, edge-clamped.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..errors import ShapeError
@@ -133,31 +135,42 @@ def _resize(xs, p):
     return x.astype(xs[0].dtype, copy=False)
 
 
-def _resize_axis_torch(rt, x, axis: int, out_len: int, scale: float, p):
-    """:func:`_resize_axis` on the torch runtime: the same taps and weights, built once on the device (they depend
-    on the shapes alone), then gathers and blends."""
-    in_len = int(x.shape[axis])
-    key = ("resize", axis, in_len, out_len, scale, p)
+@functools.lru_cache(maxsize=256)
+def _axis_taps(in_len: int, out_len: int, scale: float, p) -> dict[str, np.ndarray]:
+    """One axis's gather indices and blend weights, by name (shapes alone decide them)."""
     coords = _source_coordinates(out_len, in_len, scale, p["coordinate_transformation_mode"], p["given"])
+    if p["mode"] == "nearest":
+        return {"nearest": _nearest_indices(coords, in_len, p["nearest_mode"])}
+    if p["mode"] == "cubic":
+        taps, weights = _cubic_taps(coords, in_len, p)
+        return {**{f"tap{k}": taps[:, k] for k in range(4)}, **{f"w{k}": weights[:, k] for k in range(4)}}
+    low, high, blend = _linear_taps(coords, in_len)
+    return {"low": low, "high": high, "blend": blend}
+
+
+def _resize_axis_torch(rt, x, axis: int, out_len: int, scale: float, p):
+    """:func:`_resize_axis` on the torch runtime: the same taps and weights (:func:`_axis_taps`), on the device once,
+    then gathers and blends."""
+    in_len = int(x.shape[axis])
+    taps = _axis_taps(in_len, out_len, scale, p)
     shape = [1] * x.dim()
     shape[axis] = out_len
 
-    def weight(name: str, make):
-        return rt.const((*key, name), lambda: np.asarray(make(), np.float32).reshape(shape)).to(x.dtype)
+    def index(name: str):
+        return rt.const(("resize", axis, in_len, out_len, scale, p, name), lambda: taps[name])
+
+    def weight(name: str):
+        return rt.const(("resize", axis, in_len, out_len, scale, p, name), lambda: taps[name].astype(np.float32).reshape(shape)).to(x.dtype)
 
     if p["mode"] == "nearest":
-        return x.index_select(axis, rt.const((*key, "nearest"), lambda: _nearest_indices(coords, in_len, p["nearest_mode"])))
+        return x.index_select(axis, index("nearest"))
     if p["mode"] == "cubic":
-        taps, weights = _cubic_taps(coords, in_len, p)
-        out = None
-        for k in range(4):
-            term = x.index_select(axis, rt.const((*key, "tap", k), lambda k=k: taps[:, k])) * weight(f"w{k}", lambda k=k: weights[:, k])
-            out = term if out is None else out + term
+        out = x.index_select(axis, index("tap0")) * weight("w0")
+        for k in range(1, 4):
+            out = out + x.index_select(axis, index(f"tap{k}")) * weight(f"w{k}")
         return out
-    low, high, blend = _linear_taps(coords, in_len)
-    a = x.index_select(axis, rt.const((*key, "low"), lambda: low))
-    b = x.index_select(axis, rt.const((*key, "high"), lambda: high))
-    return a + (b - a) * weight("blend", lambda: blend)
+    a, b = x.index_select(axis, index("low")), x.index_select(axis, index("high"))
+    return a + (b - a) * weight("blend")
 
 
 def _resize_torch(rt, xs, p):
