@@ -15,6 +15,7 @@ exporters really write: ``dim_param`` inputs, ``Shape``/``Gather``/``Concat`` ch
 Models (weights random with ``torch.manual_seed(0)``, ``eval()`` mode):
 
 * ``lstm_cell_loop`` / ``gru_cell_loop``: one ``nn.LSTMCell`` / ``nn.GRUCell`` unrolled by a Python loop;
+  ``lstm_cell_steps`` / ``gru_cell_steps``: the same over a steps-first input ``[steps, batch, hidden]``;
 * ``resnet_tiny``: conv-bn-relu stem, max pool, two basic blocks with residual adds, pooling, linear;
 * ``mobilenet_tiny``: MobileNet-v2 inverted residual blocks (expand, depthwise, ReLU6, project);
 * ``transformer_decoder``: PyTorch's ``nn.TransformerDecoder`` (layers deep-copied from one, a
@@ -117,18 +118,20 @@ class Result:
 class CellLoop(nn.Module):
     """One recurrent cell unrolled over ``steps`` by a Python loop; returns the last hidden state."""
 
-    def __init__(self, cell: nn.Module, hidden: int, steps: int, lstm: bool):
+    def __init__(self, cell: nn.Module, hidden: int, steps: int, lstm: bool, steps_first: bool = False):
         super().__init__()
-        self.cell, self.hidden, self.steps, self.lstm = cell, hidden, steps, lstm
+        self.cell, self.hidden, self.steps, self.lstm, self.steps_first = cell, hidden, steps, lstm, steps_first
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.new_zeros(x.shape[0], self.hidden)  # from x's shape, so batch stays symbolic
-        c = x.new_zeros(x.shape[0], self.hidden)
+        batch = x.shape[1] if self.steps_first else x.shape[0]
+        h = x.new_zeros(batch, self.hidden)  # from x's shape, so batch stays symbolic
+        c = x.new_zeros(batch, self.hidden)
         for t in range(self.steps):
+            step = x[t] if self.steps_first else x[:, t]
             if self.lstm:
-                h, c = self.cell(x[:, t], (h, c))
+                h, c = self.cell(step, (h, c))
             else:
-                h = self.cell(x[:, t], h)
+                h = self.cell(step, h)
         return h
 
 
@@ -144,6 +147,20 @@ def lstm_cell_loop(hidden: int = 512, steps: int = 32) -> Spec:
 def gru_cell_loop(hidden: int = 384, steps: int = 24) -> Spec:
     """``nn.GRUCell(hidden, hidden)`` unrolled over ``steps``; input ``[batch, steps, hidden]``."""
     return _sequence_spec(CellLoop(nn.GRUCell(hidden, hidden), hidden, steps, lstm=False), hidden, steps)
+
+
+def _steps_first_spec(module: nn.Module, hidden: int, steps: int) -> Spec:
+    return Spec(module, {"x": lambda b, s: torch.randn(steps, b, hidden)}, {1: "batch"})
+
+
+def lstm_cell_steps(hidden: int = 256, steps: int = 24) -> Spec:
+    """``nn.LSTMCell`` unrolled over ``steps`` of a steps-first input ``[steps, batch, hidden]`` (batch at axis 1)."""
+    return _steps_first_spec(CellLoop(nn.LSTMCell(hidden, hidden), hidden, steps, lstm=True, steps_first=True), hidden, steps)
+
+
+def gru_cell_steps(hidden: int = 256, steps: int = 24) -> Spec:
+    """``nn.GRUCell`` unrolled over ``steps`` of a steps-first input ``[steps, batch, hidden]`` (batch at axis 1)."""
+    return _steps_first_spec(CellLoop(nn.GRUCell(hidden, hidden), hidden, steps, lstm=False, steps_first=True), hidden, steps)
 
 
 def conv_bn(cin: int, cout: int, k: int, stride: int = 1, groups: int = 1, act: type[nn.Module] | None = nn.ReLU) -> nn.Sequential:
@@ -417,10 +434,12 @@ def model_builders(small: bool) -> dict[str, Callable[[], Spec]]:
     """name -> builder, at the benchmark sizes or (``small``) at test-fixture sizes."""
     if small:
         return {"lstm_cell_loop": lambda: lstm_cell_loop(32, 4), "gru_cell_loop": lambda: gru_cell_loop(24, 3),
+                "lstm_cell_steps": lambda: lstm_cell_steps(16, 4), "gru_cell_steps": lambda: gru_cell_steps(16, 3),
                 "resnet_tiny": lambda: resnet_tiny(8, 10), "mobilenet_tiny": lambda: mobilenet_tiny(8, 4, 10),
                 "bert_tiny": lambda: bert_tiny(32, 4, 64, 2, 100, 32), "bert_hf_tiny": bert_hf_tiny,
                 "transformer_decoder": lambda: transformer_decoder(32, 2, 64, 2, 8, 12)}
-    return {"lstm_cell_loop": lstm_cell_loop, "gru_cell_loop": gru_cell_loop, "resnet_tiny": resnet_tiny,
+    return {"lstm_cell_loop": lstm_cell_loop, "gru_cell_loop": gru_cell_loop, "lstm_cell_steps": lstm_cell_steps,
+            "gru_cell_steps": gru_cell_steps, "resnet_tiny": resnet_tiny,
             "mobilenet_tiny": mobilenet_tiny, "bert_tiny": bert_tiny, "transformer_decoder": transformer_decoder,
             "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert_base": bert_base, "gpt2_small": gpt2_small,
             "albert_xxlarge": albert_xxlarge}

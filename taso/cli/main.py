@@ -29,25 +29,48 @@ EXIT_BROKEN_PIPE = 141
 MAX_INPUT_ELEMENTS = 2**40
 
 
-def parse_input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int, ...]]:
+def parse_input_shapes(items: Sequence[str] | None) -> dict[str, tuple[int | tuple[int, ...], ...]]:
     """Parses repeated ``--input-shape name=1,3,224,224`` options.
+
+    A dim may be a range of sizes, ``1:8:128`` (the first is the size costs are measured at), and an input named
+    twice with different sizes at one axis gets both as a range: ``x=24,1,256`` and ``x=24,128,256`` are
+    ``x=24,1:128,256``.
 
     Raises:
         TasoError: on a malformed item.
     """
-    shapes: dict[str, tuple[int, ...]] = {}
+    shapes: dict[str, tuple[int | tuple[int, ...], ...]] = {}
     for item in items or ():
         name, sep, dims = item.rpartition("=")
         try:
-            shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip() != "")
+            shape = tuple(_dim_sizes(d) for d in dims.replace("x", ",").split(",") if d.strip() != "")
         except ValueError:
             shape = ()
-        if not sep or not name or not shape or any(d <= 0 for d in shape):
-            raise TasoError(f"--input-shape {item!r}: expected NAME=D0,D1,... with positive integers, e.g. input=1,3,224,224")
-        if math.prod(shape) > MAX_INPUT_ELEMENTS:
-            raise TasoError(f"--input-shape {item!r}: {math.prod(shape):,} elements is more than any machine can hold (at most {MAX_INPUT_ELEMENTS:,})")
-        shapes[name] = shape
+        if not sep or not name or not shape:
+            raise TasoError(f"--input-shape {item!r}: expected NAME=D0,D1,... with positive integers (a range as 1:8:128), "
+                            "e.g. input=1,3,224,224")
+        if math.prod(max(d) for d in shape) > MAX_INPUT_ELEMENTS:
+            raise TasoError(f"--input-shape {item!r}: {math.prod(max(d) for d in shape):,} elements is more than any machine can hold "
+                            f"(at most {MAX_INPUT_ELEMENTS:,})")
+        if name in shapes:
+            earlier = shapes[name]
+            if len(earlier) != len(shape):
+                raise TasoError(f"--input-shape {item!r}: {name} was given rank {len(earlier)} before")
+            shape = tuple(_merged(a if isinstance(a, tuple) else (a,), b) for a, b in zip(earlier, shape))
+        shapes[name] = tuple(d[0] if len(d) == 1 else d for d in (s if isinstance(s, tuple) else (s,) for s in shape))
     return shapes
+
+
+def _dim_sizes(text: str) -> tuple[int, ...]:
+    """``8`` -> (8,), ``1:8:128`` -> (1, 8, 128); raises ValueError on anything else (sizes must be positive, distinct)."""
+    sizes = tuple(int(part) for part in text.split(":"))
+    if any(size <= 0 for size in sizes) or len(set(sizes)) != len(sizes):
+        raise ValueError(text)
+    return sizes
+
+
+def _merged(first: tuple[int, ...], more: tuple[int, ...]) -> tuple[int, ...]:
+    return first + tuple(size for size in more if size not in first)
 
 
 # The sub-commands, in the order `taso --help` lists them: each a module of this package.
@@ -56,7 +79,8 @@ COMMANDS = ("info", "import_taso", "generate", "verify", "optimize", "bench", "m
 
 def add_input_shape_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
-                        help="the size of an input to measure (info) or import (import-taso) at; symbolic dims stay symbolic (repeatable)")
+                        help="the size of an input to measure (info) or import (import-taso) at; symbolic dims stay symbolic; "
+                             "a dim may be a range, 1:8:128 (repeatable)")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -36,7 +36,8 @@ def add_parser(sub) -> None:
     p.add_argument("--time-limit", type=float, default=SearchConfig.time_limit, help="search seconds (default %(default)s)")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads the model will run with (default 1)")
     p.add_argument("--input-shape", action="append", metavar="NAME=D0,D1,...",
-                   help="the sizes to measure costs at (repeatable); symbolic dims stay symbolic in the output (default: 1 for a dim at axis 0, 128 for others)")
+                   help="the sizes to measure costs at (repeatable); symbolic dims stay symbolic in the output; a dim may be a range, "
+                        "x=24,1:8:128,256: searched and timed at each size (default: a batch at 1 and a large batch, 128 for others)")
     p.add_argument("--static", action="store_true", help="freeze every symbolic dim at its measurement size: the output runs at that size only")
     p.add_argument("--inputs", metavar="FILE.npz", help="also check the optimized model on these inputs")
     p.add_argument("--report", metavar="FILE.json", help="write the search report as JSON")
@@ -108,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
             say(f"taso: {len(source.graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
             if source.graph.meta.sizes:
                 say(f"taso: symbolic dims kept; costs measured at {', '.join(f'{k}={v}' for k, v in source.graph.meta.sizes)}")
+            if source.sizes.ranged:
+                say(f"taso: searched and timed at each size of {source.sizes.describe()} ({len(source.sizes.valuations())} searches)")
             outcome = optimize_model(source, rules, cost_model, SearchConfig(args.alpha, args.budget, args.time_limit, groups=not args.no_groups, engine=args.engine), args.threads,
                                      confirm=False if args.no_confirm else None, extra_inputs=extra, progress=progress.search_progress, clock=clock,
                                      retime=args.retime)
@@ -228,6 +231,7 @@ def _write_report(path: str, before, outcome, plan, cost_fingerprint: str) -> No
             "folding": {"folded": len(plan.folded), "unfolded": [{"op": n.op.name, "output": n.outputs[0], "why": why} for n, why in plan.unfolded]},
             "measured_speedups": outcome.speedups, "remembered_verdicts": sorted(outcome.remembered), "notes": outcome.notes, "check": outcome.comparison.describe() if outcome.comparison else None,
             "measurement_sizes": dict(before.meta.sizes), "checked_sizes": outcome.checked_sizes,
+            "size_speedups": outcome.size_speedups, "dispatch": outcome.dispatch,
             "cost_model": cost_fingerprint, **outcome.clock.to_json()}
     write_model(json.dumps(data, indent=2).encode(), path)
 
@@ -265,19 +269,41 @@ def _search_line(report) -> str:
             f"stopped: {report.stop_reason.value}")
 
 
+def _kept(outcome) -> str:
+    if outcome.kept == "dispatch":
+        return f"one file choosing by size at run time ({outcome.dispatch})"
+    if outcome.kept.startswith("optimized@"):
+        return f"the model optimized at {outcome.kept.partition('@')[2]} (the fastest at every size)"
+    return _KEPT[outcome.kept]
+
+
+def _size_lines(outcome) -> list[str]:
+    """Each candidate's measured speedup at each size of the range (``taso.pipeline.size_guard``)."""
+    if not outcome.size_speedups:
+        return []
+    labels = list(next(iter(outcome.size_speedups.values())))
+    width = max(len(name) for name in outcome.size_speedups)
+    lines = [f"  measured end to end on ONNX Runtime vs the input file at each size: {'  '.join(f'{label:>10}' for label in labels)}"]
+    for name, row in outcome.size_speedups.items():
+        figures = "  ".join(f"{row[label]:>9.2f}x" for label in labels)
+        lines.append(f"    {name:<{width}} {' ' * max(0, 58 - width)}{figures}  ({'kept' if outcome.kept == name else 'not kept'})")
+    return lines
+
+
 def _format_report(args, before, outcome, folding) -> str:
     from ..measure.inputs import describe_sizes
     from ..search import StopReason
 
     report, after = outcome.report, outcome.graph
     lines = [
-        f"wrote {args.output}: {_KEPT[outcome.kept]}",
+        f"wrote {args.output}: {_kept(outcome)}",
         f"  cost     {report.initial_cost * 1e3:.3f} ms -> {report.best_cost * 1e3:.3f} ms  (predicted speedup {report.predicted_speedup:.2f}x, {args.cost})",
     ]
     if report.input_overhead:
         lines.append(f"  input    {report.input_overhead * 1e3:+.3f} ms in the file for the shapes only its value_info declares "
                      "(the prediction counts it; taso's output declares none)")
-    for name, speedup in outcome.speedups.items():
+    lines += _size_lines(outcome)
+    for name, speedup in ({} if outcome.size_speedups else outcome.speedups).items():
         lines.append(f"  measured {speedup:.2f}x end to end on ONNX Runtime vs the input file: {name} "
                      f"({'kept' if outcome.kept == name else 'not kept'}"
                      f"{'; remembered from an earlier run on this machine, --retime times it again' if name in outcome.remembered else ''})")
@@ -291,7 +317,10 @@ def _format_report(args, before, outcome, folding) -> str:
     if outcome.comparison is not None:
         at = f" at {describe_sizes([dict(before.meta.sizes), *outcome.checked_sizes])}" if outcome.checked_sizes else ""
         lines.append(f"  check    {outcome.comparison.describe()}{at} ({outcome.check_seconds:.1f} s)")
-    if report.applied and outcome.kept != "optimized":
+    if report.applied and outcome.kept == "dispatch":
+        lines.append(f"  rules applied in the branches optimized at the measurement sizes ({outcome.dispatch}):")
+        lines += [f"    {count:>3}  {rule}  {report.rule_texts.get(rule, '')}".rstrip() for rule, count in report.applied.most_common()]
+    elif report.applied and outcome.kept != "optimized":
         lines.append(f"  rules applied: none kept ({sum(report.applied.values())} rewrites found did not pay end to end)")
     elif report.applied:
         lines.append("  rules applied:")

@@ -2,7 +2,8 @@
 
 A model as it ships declares some input dims by name (``batch``, ``seq``) or not at all. Each
 becomes a size symbol (:mod:`taso.ir.dims`) measured at a size: the one ``input_shapes`` gives,
-else :data:`DEFAULT_BATCH` for a dim at axis 0 and :data:`DEFAULT_SIZE` for any other. Exporters
+else :data:`DEFAULT_BATCH` for a batch (a dim at axis 0, or one named like a batch wherever it
+sits: :func:`is_batch_like`) and :data:`DEFAULT_SIZE` for any other. Exporters
 compute shapes at run time from those dims (``Shape -> Gather -> Concat -> Reshape``); such a
 computation is folded here into a tensor of symbolic sizes, which the Reshape, Expand,
 ConstantOfShape and Slice importers read as parameters, so the graph has no shape constant
@@ -12,6 +13,7 @@ the sizes from a ``dims`` node, which export computes from the shapes at run tim
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -23,11 +25,28 @@ from ..ir import OpaqueType, TensorType
 from ..ir.dims import Dim, UndecidableDim, decide_equal, floordiv, holds_dims, prod, symbol
 from .values import type_of
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_SIZE", "input_types", "fold_symbolic", "symbolic_types", "dim_labels", "range_length"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_SIZE", "is_batch_like", "measured_sizes_of", "input_types", "fold_symbolic", "symbolic_types", "dim_labels", "range_length"]
 
 # Measurement sizes of a symbol that --input-shape does not give.
-DEFAULT_BATCH = 1  # a symbol at axis 0 of an input
+DEFAULT_BATCH = 1  # a symbol at axis 0 of an input, or one named like a batch
 DEFAULT_SIZE = 128  # any other symbol
+
+# What exporters and users name a batch: batch, batch_size, batch_dim, N, B, bs (and with a suffix: batch_0).
+_BATCH_NAME = re.compile(r"(?i)^(?:.*batch.*|n|b|bs|nb|num_?samples?)(?:_?\d+)?$")
+# What they name a sequence or time axis, which a model at axis 0 may also have (a steps-first layout).
+_SEQUENCE_NAME = re.compile(r"(?i).*(?:seq|time|step|len|token|frame|past|total|cache).*")
+
+
+def is_batch_like(symbol: str, axis: int) -> bool:
+    """Whether a size symbol is a batch: named like one wherever it sits (``[steps, batch, features]``), or any symbol
+    at axis 0 not named like a sequence (``seq`` of a steps-first layout is not; tf2onnx's ``unk__7`` is)."""
+    return bool(_BATCH_NAME.match(symbol)) or (axis == 0 and not _SEQUENCE_NAME.match(symbol))
+
+
+def measured_sizes_of(given: Sequence) -> tuple[int, ...]:
+    """The sizes an input is measured at when ``--input-shape`` gives a range for some dims (``(24, (1, 8, 128), 256)``):
+    each range's first size."""
+    return tuple(int(d[0]) if isinstance(d, tuple) else int(d) for d in given)
 
 
 def is_static_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
@@ -54,6 +73,7 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
         ImportError_: an unknown input name, a rank or size that contradicts the declaration, two
             sizes for one symbol, an input with no declared shape and none given, an unsupported type.
     """
+    input_shapes = {name: measured_sizes_of(given) for name, given in input_shapes.items()}
     initializers = {i.name for i in model.graph.initializer}
     real_inputs = [i for i in model.graph.input if i.name not in initializers]
     names = {i.name for i in real_inputs}
@@ -120,7 +140,7 @@ def _measurement_sizes(declared: Mapping[str, tuple[list, str]], input_shapes: M
     for name, (dims, _) in declared.items():
         for axis, d in enumerate(dims):
             if type(d) is not int and d not in sizes:
-                sizes[d] = DEFAULT_BATCH if axis == 0 else DEFAULT_SIZE
+                sizes[d] = DEFAULT_BATCH if axis == 0 or is_batch_like(d, axis) else DEFAULT_SIZE
     return sizes
 
 

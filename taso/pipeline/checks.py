@@ -99,6 +99,10 @@ class Checks:
         other_sizes: the positions in ``reference`` of the sets at that valuation.
         sessions: the ONNX Runtime session of each candidate whose check passed, which timing takes
             over instead of loading the model again (ALBERT-xxlarge: seconds a load).
+        sized_feeds: one drawn set at each further valuation of the model's size range (:mod:`taso.pipeline.sizes`),
+            by position in the range; each is also in ``reference`` (at ``range_sets``), so every candidate is
+            checked at every size it will be timed at.
+        dropped: the range's valuations the input model does not run at, with the reason.
     """
 
     timing_feeds: dict
@@ -107,10 +111,37 @@ class Checks:
     other_sizes: list = field(default_factory=list)
     sessions: dict = field(default_factory=dict)  # candidate -> its session, open since its check passed
     drawn: bool = True  # False: the model does not run on drawn inputs, and the check runs on the user's alone
+    sized_feeds: dict = field(default_factory=dict)
+    range_sets: list = field(default_factory=list)
+    dropped: list = field(default_factory=list)
 
     @classmethod
-    def prepare(cls, source: ModelSource, extra_inputs: Mapping[str, np.ndarray] | None, threads: int, check: bool) -> Checks:
-        """Raises TasoError: ONNX Runtime cannot run the input model, or not at any of the check's sizes (exit 2)."""
+    def prepare(cls, source: ModelSource, extra_inputs: Mapping[str, np.ndarray] | None, threads: int, check: bool,
+                valuations=()) -> Checks:
+        """The check's sets, and one at each of ``valuations`` (the size range's, past the measurement sizes).
+
+        Raises TasoError: ONNX Runtime cannot run the input model, or not at any of the check's sizes (exit 2).
+        """
+        from ..measure.outputs import ReferenceFailure
+
+        checks, reference, drawer = cls._prepare(source, extra_inputs, threads, check)
+        for position, valuation in enumerate(valuations):
+            feeds = drawer.draw(0, valuation)
+            if reference is None:
+                checks.sized_feeds[position] = feeds
+                continue
+            try:
+                run = reference.run([feeds])
+            except ReferenceFailure as e:
+                checks.dropped.append((valuation, e.reason))
+                continue
+            checks.sized_feeds[position] = feeds
+            checks.range_sets.append(len(checks.reference.input_sets))
+            checks.reference = checks.reference + run
+        return checks
+
+    @classmethod
+    def _prepare(cls, source: ModelSource, extra_inputs: Mapping[str, np.ndarray] | None, threads: int, check: bool):
         from ..measure.inputs import InputDrawer, check_sizes
         from ..measure.outputs import Reference, ReferenceFailure
 
@@ -118,7 +149,7 @@ class Checks:
         drawer = InputDrawer(source.graph, source.model)
         measured = [drawer.draw(seed) for seed in ((0,) if choices else (0, 1))]
         if not check:
-            return cls(measured[0])
+            return cls(measured[0]), None, drawer
         user = [dict(extra_inputs)] if extra_inputs else []
         try:
             reference = Reference(source.timing_source(), threads)
@@ -147,17 +178,18 @@ class Checks:
                 continue
             first = len(measured)
             return cls(measured[0], run.select(range(first)) + sized_run + run.select(range(first, first + len(user))), [valuation],
-                       list(range(first, first + len(sized))))
+                       list(range(first, first + len(sized)))), reference, drawer
         if failures:
             from ..measure.inputs import describe_sizes
 
             where = " nor at ".join(", ".join(f"{k}={v}" for k, v in sorted(valuation.items())) for valuation, _ in failures)
             raise TasoError(f"the input model declares symbolic dims (measured at {describe_sizes([dict(source.graph.meta.sizes)])}) but does not run at {where}: "
                             f"{failures[0][1]}; measure where it runs with --input-shape, or write a fixed-size copy with --static")
-        return cls(measured[0], run)
+        return cls(measured[0], run), reference, drawer
 
     def at_measurement_sizes(self):
-        return self.reference.select([k for k in range(len(self.reference.input_sets)) if k not in self.other_sizes])
+        elsewhere = set(self.other_sizes) | set(self.range_sets)
+        return self.reference.select([k for k in range(len(self.reference.input_sets)) if k not in elsewhere])
 
     def at_other_sizes(self):
         return self.reference.select(self.other_sizes)

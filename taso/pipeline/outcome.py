@@ -35,6 +35,9 @@ class Outcome:
         notes: what the user should know (a candidate dropped and why).
         checked_sizes: the valuations of the size symbols the output check ran at besides the
             measurement sizes (empty for a static model).
+        size_speedups: with a size range (:mod:`taso.pipeline.size_guard`), each candidate's speedup at each size,
+            by the size's label (``batch=128``); ``speedups`` then holds each candidate's slowest.
+        dispatch: the plan of the size-choosing file, when one was built ("batch<=11: optimized; above: input").
     """
 
     graph: Graph
@@ -48,6 +51,8 @@ class Outcome:
     check_seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     checked_sizes: list[dict[str, int]] = field(default_factory=list)
+    size_speedups: dict[str, dict[str, float]] = field(default_factory=dict)
+    dispatch: str | None = None
     cleanup: CleanupReport | None = None
     clock: StageClock = field(default_factory=StageClock)
 

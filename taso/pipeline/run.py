@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
+import onnx
 
 from ..cost import CostModel, make_cost_model
 from ..errors import TasoError
@@ -30,10 +31,12 @@ from ..rules import Rule
 from ..search import SearchConfig, SearchReport
 from ..search.cleanup import CleanupReport
 from .checks import Checks, OutputMismatchError, check_candidate, check_into
-from .guard import Verdicts, keep_fastest, keep_if_faster_on_device
+from .guard import Verdicts, keep_fastest, keep_if_faster_on_device, reexport_matches
 from .library import load_rules
 from .outcome import Outcome
 from .passes import CleanUpPass, run_passes, search_passes
+from .size_guard import keep_fastest_at_sizes
+from .sizes import label
 from .source import CandidateModel, ModelSource, add_candidate
 from .stages import StageClock
 
@@ -87,9 +90,12 @@ def optimize_model(
         TasoError: ONNX Runtime cannot run the input model.
     """
     clock = clock if clock is not None else StageClock()
-    with clock.stage("check"):
-        checks = Checks.prepare(source, extra_inputs, threads, check)
     model = make_cost_model(cost, threads=threads) if isinstance(cost, str) else cost
+    confirm = (model.name.startswith("ort-cpu") or model.deployed_elsewhere) if confirm is None else confirm
+    # Several sizes are searched and timed where the guard times on ONNX Runtime and the outputs are checked.
+    sized = source.sizes.valuations()[1:] if confirm and check and not model.deployed_elsewhere else []
+    with clock.stage("check"):
+        checks = Checks.prepare(source, extra_inputs, threads, check, sized)
     config = config or SearchConfig()
     rules = load_rules() if rules is None else rules
     input_clean_up = CleanUpPass()
@@ -98,7 +104,6 @@ def optimize_model(
     try:
         searcher = ConfiguredSearch(rules, model, config, progress, model.input_overhead(source.model))
         best, report = searcher.run(start, cleanup, clock)
-        confirm = (model.name.startswith("ort-cpu") or model.deployed_elsewhere) if confirm is None else confirm
         outcome = Outcome(source.graph, None, "input", report, checked_sizes=checks.valuations, cleanup=cleanup, clock=clock)
         if model.estimated:
             outcome.notes.append(f"the search's time limit passed while nodes were still being measured: {model.estimated} node "
@@ -111,6 +116,8 @@ def optimize_model(
             if check and candidates:
                 with clock.stage("check"):
                     best = _checked_or_searched_again(outcome, source, start, candidates, searcher, checks, threads)
+        if checks.sized_feeds:
+            _search_other_sizes(outcome, source, candidates, searcher, checks, threads, clock)
     finally:
         model.close()
     if not confirm:
@@ -122,9 +129,49 @@ def optimize_model(
         return outcome
     # The re-export is only a fallback: exported when the optimized model did not pay (else "optimized" is the cleaned-up graph).
     fallback = start if source.path is not None and (best is not start or start is source.graph) else None
+    if checks.sized_feeds:
+        if not candidates and fallback is not None and start is not source.graph:
+            add_candidate(outcome, source, candidates, "re-export", start)
+            if "re-export" in candidates and not reexport_matches(outcome, candidates["re-export"][1], checks, threads):
+                del candidates["re-export"]
+        keep_fastest_at_sizes(outcome, source, candidates, checks, threads, clock)
+        return outcome
     verdicts = Verdicts.of(source, checks, threads, retime) if remember else None
     keep_fastest(outcome, source, candidates, fallback, checks, threads, clock, verdicts)
     return outcome
+
+
+def _search_other_sizes(outcome: Outcome, source: ModelSource, candidates: dict, searcher: ConfiguredSearch, checks: Checks,
+                        threads: int, clock: StageClock) -> None:
+    """Searches the model measured at each further size of its range (:mod:`taso.pipeline.sizes`); each result that
+    differs from the candidates already made is one more, ``optimized@batch=128``, checked like the first."""
+    from .verdicts import layout_digest
+
+    valuations = source.sizes.valuations()
+    made = {layout_digest(model) for _, model in candidates.values() if isinstance(model, onnx.ModelProto)}
+    for position in sorted(checks.sized_feeds):
+        valuation = valuations[position + 1]
+        with clock.stage("load"):
+            graph = source.at_sizes(valuation)
+        clean_up = CleanUpPass()
+        start = run_passes(graph, [clean_up], clock)
+        best, _ = searcher.run(start, clean_up.report, clock)
+        if best is start:  # no rewrite paid at this size
+            continue
+        name = f"optimized@{label(valuation, source.sizes)}"
+        with clock.stage("export"):
+            add_candidate(outcome, source, candidates, name, best)
+        model = candidates.get(name, (None, None))[1]
+        if isinstance(model, onnx.ModelProto) and layout_digest(model) in made:
+            del candidates[name]
+            continue
+        if name in candidates:
+            made.add(layout_digest(model) if isinstance(model, onnx.ModelProto) else name)
+            with clock.stage("check"):
+                check_into(outcome, model, checks, threads, name)
+    outcome.checked_sizes += [valuations[position + 1] for position in sorted(checks.sized_feeds)]
+    for valuation, reason in checks.dropped:
+        outcome.notes.append(f"not timed at {label(valuation, source.sizes)}: the input model does not run there ({reason})")
 
 
 @dataclass(frozen=True)

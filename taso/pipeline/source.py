@@ -13,7 +13,9 @@ import onnx
 from ..errors import TasoError
 from ..ir import Graph
 from ..onnx.files import EXTERNAL_DATA_BYTES, SPILL_BYTES, Scratch, SpilledModel, embedded_weight_bytes, write_atomically
+from ..ir.dims import evaluate
 from .outcome import Outcome
+from .sizes import SizeRange
 
 __all__ = ["ModelSource", "CandidateModel", "runnable", "model_bytes", "export_onnx", "add_candidate", "write_model", "copy_model_file"]
 
@@ -29,17 +31,22 @@ class ModelSource:
             or None for a graph given through the Python API.
         spilled: the input saved with its weights as external data, for ONNX Runtime to map
             (:mod:`taso.onnx.files`), when its file embeds many weight bytes; else None.
+        sizes: the sizes of its size symbols it is searched and timed at (:mod:`taso.pipeline.sizes`); the graph is
+            imported at the first valuation.
     """
 
     graph: Graph
     model: onnx.ModelProto
     path: str | None = None
     spilled: SpilledModel | None = None
+    sizes: SizeRange = field(default_factory=SizeRange)
+    base_dir: str | None = None
     _scratch: Scratch | None = field(default=None, repr=False)
 
     @classmethod
-    def from_file(cls, path: str, input_shapes: Mapping[str, Sequence[int]] | None = None, static: bool = False) -> ModelSource:
-        """The model in ``path``; ``input_shapes`` are the sizes to measure at, ``static`` freezes the symbolic dims there.
+    def from_file(cls, path: str, input_shapes: Mapping[str, Sequence] | None = None, static: bool = False) -> ModelSource:
+        """The model in ``path``; ``input_shapes`` are the sizes to measure at (a dim may be a range of sizes, a tuple: the
+        first is the measurement size), ``static`` freezes the symbolic dims there.
 
         Weights in external data files are mapped, never read whole (:func:`taso.onnx.importer.external_array`);
         a file embedding many weight bytes is spilled once, so ONNX Runtime can map them too.
@@ -56,7 +63,14 @@ class ModelSource:
             spilled = scratch.spill(model, "input")
             model, directory = spilled.model, scratch.path  # the read proto is dropped: its weights live in the spilled file
         graph = load_onnx(model, dict(input_shapes or {}), static=static, base_dir=directory)  # weights mapped, small ones inlined
-        return cls(graph, model, path, spilled, _scratch=scratch)
+        return cls(graph, model, path, spilled, SizeRange.of(graph, input_shapes, static), directory, _scratch=scratch)
+
+    def at_sizes(self, valuation: Mapping[str, int]) -> Graph:
+        """The model imported again with its size symbols measured at ``valuation`` (the same symbolic graph, other sizes)."""
+        from ..onnx import load_onnx
+
+        shapes = {name: tuple(evaluate(d, valuation) for d in t.shape) for name, t in self.graph.inputs.items() if hasattr(t, "shape")}
+        return load_onnx(self.model, shapes, base_dir=self.base_dir)
 
     @classmethod
     def from_graph(cls, graph: Graph) -> ModelSource:

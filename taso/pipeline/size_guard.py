@@ -1,0 +1,180 @@
+"""The end-to-end guard at every size of a model's range: each candidate timed against the input at each size, one file
+kept that is slower at none, and where the best graph differs between sizes, one file that chooses by size.
+
+The single-size guard (:mod:`taso.pipeline.guard`) times one set of feeds. A file with a symbolic batch ships for
+every batch, and a merge that pays at batch 1 can lose at 128 (a GRUCell loop: 2.54x at 1, 0.91x at 128). Here a
+candidate is kept only when it is within the guard's margin of the input at every size of the range
+(:data:`NEVER_SLOWER`) and beats the input by the margin at one; among those, the fastest by the geometric mean of
+its speedups. Where each size has another winner (the batch-1 search's graph at 1, the input at 128), the winners
+become one file that picks by the symbol's value at run time (:func:`taso.onnx.dispatch.size_dispatch`): checked
+at every size of the range like any candidate, timed at each, and kept when it beats the best single file.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ..errors import TasoError
+from .checks import Checks, OutputMismatchError, check_into
+from .guard import MIN_CONFIRMED_SPEEDUP, _fresh_pairs_agree, _one_pair_agrees, _SHORT_RUN, _time_beside_input
+from .outcome import Outcome
+from .sizes import SizeRange, label
+from .source import ModelSource, runnable
+from .stages import StageClock
+
+__all__ = ["NEVER_SLOWER", "keep_fastest_at_sizes", "choose_single", "size_winners", "Dispatch"]
+
+NEVER_SLOWER = 1 / MIN_CONFIRMED_SPEEDUP  # a kept file is at least this fast as the input at every size (0.98x)
+INPUT = "input"
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """A size-choosing file's plan: ``branches[k]`` runs up to ``thresholds[k]`` of ``symbol`` (the last one above)."""
+
+    branches: tuple[str, ...]
+    thresholds: tuple[int, ...]
+
+    def describe(self, symbol: str) -> str:
+        parts = [f"{symbol}<={t}: {name}" for name, t in zip(self.branches, self.thresholds)]
+        return "; ".join([*parts, f"above: {self.branches[-1]}"])
+
+
+def keep_fastest_at_sizes(outcome: Outcome, source: ModelSource, candidates: dict, checks: Checks, threads: int,
+                          clock: StageClock) -> None:
+    """Times every candidate at every size of ``source.sizes`` the input runs at, keeps the best that is slower at none,
+    or a size-choosing file of each size's winner when that is faster (see the module docstring)."""
+    sizes = _timed_sizes(source.sizes, checks)
+    labels = [label(valuation, source.sizes) for _, valuation, _ in sizes]
+    with clock.stage("timing"):
+        for name, (_, model) in candidates.items():
+            checks.sessions.pop(name, None)
+            outcome.size_speedups[name] = dict(zip(labels, (_speedup_at(outcome, source, name, model, feeds, checks, threads)
+                                                            for _, _, feeds in sizes)))
+    best = choose_single({name: list(row.values()) for name, row in outcome.size_speedups.items()})
+    ranged = source.sizes.ranged
+    if len(ranged) == 1:
+        winners = size_winners({name: list(row.values()) for name, row in outcome.size_speedups.items()})
+        if len(set(winners)) > 1:
+            symbol = ranged[0]
+            plan = _plan(outcome, source, candidates, checks, threads, clock, winners, [v[symbol.symbol] for _, v, _ in sizes])
+            if plan is not None and _dispatch_kept(outcome, source, candidates, checks, threads, clock, plan, sizes, labels, best):
+                return
+    if best is not None:
+        outcome.graph, outcome.model, outcome.kept = *candidates[best], best
+    for name, row in outcome.size_speedups.items():
+        outcome.speedups[name] = min(row.values())
+
+
+def choose_single(rows: Mapping[str, Sequence[float]]) -> str | None:
+    """The candidate to keep as one file: within the margin of the input at every size and faster by the margin at one,
+    the fastest of those by the geometric mean of its speedups; None when no candidate is."""
+    kept = [name for name, row in rows.items() if min(row) >= NEVER_SLOWER and max(row) >= MIN_CONFIRMED_SPEEDUP]
+    return max(kept, key=lambda name: _geomean(rows[name]), default=None)
+
+
+def size_winners(rows: Mapping[str, Sequence[float]]) -> list[str]:
+    """Each size's fastest candidate, or the input where none beats it by the margin."""
+    count = len(next(iter(rows.values()))) if rows else 0
+    winners = []
+    for k in range(count):
+        name = max(rows, key=lambda n: rows[n][k])
+        winners.append(name if rows[name][k] >= MIN_CONFIRMED_SPEEDUP else INPUT)
+    return winners
+
+
+def _geomean(row: Sequence[float]) -> float:
+    return math.exp(statistics.fmean(math.log(max(s, 1e-9)) for s in row))
+
+
+def _timed_sizes(range_: SizeRange, checks: Checks) -> list[tuple[int, dict[str, int], dict]]:
+    """(position, valuation, feeds) of each size of the range the input runs at: the measurement sizes' timing feeds
+    first, then the check's set at each further valuation."""
+    valuations = range_.valuations()
+    out = [(0, valuations[0], checks.timing_feeds)]
+    out += [(k + 1, valuations[k + 1], feeds) for k, feeds in sorted(checks.sized_feeds.items())]
+    return out
+
+
+def _speedup_at(outcome: Outcome, source: ModelSource, name: str, model, feeds: dict, checks: Checks, threads: int) -> float:
+    """The candidate's speedup over the input on ``feeds``, judged as the single-size guard judges one (a short model on
+    the median of fresh pairs of sessions, a longer one on two series); a scratch outcome keeps the guard's records."""
+    scratch = Outcome(source.graph, None, INPUT, outcome.report)
+    at_size = replace(checks, timing_feeds=feeds, sessions={})
+    timer = _time_beside_input(scratch, source, None, name, runnable(model), feeds, threads)
+    if timer is None:
+        return 0.0
+    agree = _fresh_pairs_agree if scratch.input_seconds < _SHORT_RUN else _one_pair_agrees
+    timer, _ = agree(scratch, source, timer, name, model, at_size, threads)
+    for position in (0, 1):
+        if timer is not None:
+            timer.close(position)
+    outcome.notes.extend(note for note in scratch.notes if note not in outcome.notes)
+    return scratch.speedups.get(name, 0.0)
+
+
+def _plan(outcome: Outcome, source: ModelSource, candidates: dict, checks: Checks, threads: int, clock: StageClock,
+          winners: list[str], sizes: list[int]) -> Dispatch | None:
+    """Consecutive sizes with one winner share a branch; between two branches the threshold is the geometric middle of
+    their sizes where the smaller size's winner is still at least as fast there (timed), else the smaller size."""
+    branches, thresholds = [winners[0]], []
+    for k in range(1, len(winners)):
+        if winners[k] == branches[-1]:
+            continue
+        low, high = sizes[k - 1], sizes[k]
+        middle = round(math.sqrt(low * high))
+        threshold = low
+        if low < middle < high:
+            valuation = {**source.sizes.valuations()[0], source.sizes.ranged[0].symbol: middle}
+            from ..measure.inputs import InputDrawer
+
+            feeds = InputDrawer(source.graph, source.model).draw(0, valuation)
+            with clock.stage("timing"):
+                small, large = (1.0 if name == INPUT else _speedup_at(outcome, source, name, candidates[name][1], feeds, checks, threads)
+                                for name in (branches[-1], winners[k]))
+            if small >= large:
+                threshold = middle
+        thresholds.append(threshold)
+        branches.append(winners[k])
+    return Dispatch(tuple(branches), tuple(thresholds))
+
+
+def _dispatch_kept(outcome: Outcome, source: ModelSource, candidates: dict, checks: Checks, threads: int, clock: StageClock,
+                   plan: Dispatch, sizes, labels: list[str], best: str | None) -> bool:
+    """Builds, checks and times the size-choosing file; keeps it when it is slower at no size than the input and
+    faster than the best single file by the geometric mean of its speedups."""
+    from ..onnx.dispatch import size_dispatch
+
+    symbol = source.sizes.ranged[0]
+    try:
+        branches = [source.model if name == INPUT else candidates[name][1] for name in plan.branches]
+        with clock.stage("export"):
+            model = size_dispatch(branches, symbol.input, symbol.axis, plan.thresholds)
+    except (TasoError, TypeError) as e:
+        outcome.notes.append(f"no size-choosing file ({plan.describe(symbol.symbol)}): {e}")
+        return False
+    try:
+        with clock.stage("check"):
+            check_into(outcome, model, checks, threads, "dispatch")
+    except OutputMismatchError as e:
+        outcome.notes.append(f"the size-choosing file was not kept: {e}")
+        return False
+    with clock.stage("timing"):
+        checks.sessions.pop("dispatch", None)
+        row = [_speedup_at(outcome, source, "dispatch", model, feeds, checks, threads) for _, _, feeds in sizes]
+    outcome.size_speedups["dispatch"] = dict(zip(labels, row))
+    outcome.dispatch = plan.describe(symbol.symbol)
+    best_row = list(outcome.size_speedups[best].values()) if best is not None else [1.0] * len(row)
+    kept = min(row) >= NEVER_SLOWER and max(row) >= MIN_CONFIRMED_SPEEDUP and _geomean(row) > _geomean(best_row)
+    for name, speedups in outcome.size_speedups.items():
+        outcome.speedups[name] = min(speedups.values())
+    if kept:
+        first = plan.branches[0]
+        outcome.graph = source.graph if first == INPUT else candidates[first][0]
+        outcome.model, outcome.kept = model, "dispatch"
+    elif best is not None:
+        outcome.graph, outcome.model, outcome.kept = *candidates[best], best
+    return True
