@@ -104,6 +104,9 @@ def format_description(summary: dict[str, Any], title: str) -> str:
     if summary["measurement_sizes"]:
         sizes = ", ".join(f"{k}={v}" for k, v in summary["measurement_sizes"].items())
         lines.append(f"symbolic dims (kept in an optimized file), measured at: {sizes}")
+    if summary.get("sizes"):
+        lines.append("sizes taso optimize searches and times at:")
+        lines += [f"  {line}" for line in summary["sizes"]]
     lines.append("operators:")
     width = max((len(k) for k in summary["ops"]), default=0)
     lines += [f"  {k:<{width}}  {v}" for k, v in summary["ops"].items()]
@@ -164,6 +167,9 @@ def run(args: argparse.Namespace) -> int:
     model, shapes = read_model(args.file), parse_input_shapes(args.input_shape)
     graph = load_onnx(model, shapes)
     summary = describe_graph(graph)
+    from ..pipeline.sizes import SizeRange
+
+    summary["sizes"] = SizeRange.of(graph, shapes).explain()
     print(to_json(summary) if args.json else format_description(summary, args.file))
     return 0
 

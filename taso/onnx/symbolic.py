@@ -73,6 +73,7 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
         ImportError_: an unknown input name, a rank or size that contradicts the declaration, two
             sizes for one symbol, an input with no declared shape and none given, an unsupported type.
     """
+    _refuse_ranges_on_fixed_dims(model, input_shapes)
     input_shapes = {name: measured_sizes_of(given) for name, given in input_shapes.items()}
     initializers = {i.name for i in model.graph.initializer}
     real_inputs = [i for i in model.graph.input if i.name not in initializers]
@@ -115,6 +116,17 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
         shape = tuple(d if type(d) is int else (sizes[d] if static else symbol(d, sizes[d])) for d in dims)
         types[vi.name] = TensorType(shape, dtype)
     return types, ({} if static else sizes)
+
+
+def _refuse_ranges_on_fixed_dims(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence]) -> None:
+    for vi in model.graph.input:
+        given = input_shapes.get(vi.name)
+        if given is None or not vi.type.tensor_type.HasField("shape"):
+            continue
+        for axis, (sizes, dim) in enumerate(zip(given, vi.type.tensor_type.shape.dim)):
+            if isinstance(sizes, tuple) and is_static_dim(dim):
+                raise ImportError_(f"--input-shape {vi.name}: axis {axis} has a range ({':'.join(map(str, sizes))}) but the model fixes "
+                                   f"that dim at {dim.dim_value}; a range needs a symbolic dim")
 
 
 # Names converters write for "some size" that say nothing about which: each such dim is a symbol of its own.
