@@ -133,7 +133,7 @@ def test_a_round_in_which_the_reference_ran_slow_is_dropped_and_more_rounds_take
     deltas = copies.per_round_differences(proto, copies.with_copies(proto, 33), 32, feeds, 1, None, reference)
     assert len(calls) == 2, "3 calm rounds of 7: another 7 taken"
     assert deltas == pytest.approx([calm] * 6)
-    seconds, _ = copies._median_and_band(deltas)
+    seconds, _ = copies.median_and_band(deltas)
     assert seconds == pytest.approx(calm)
 
     rounds[:] = [slowed] * 7  # never calm: every round rescaled, as a stretch slowing both alike would need

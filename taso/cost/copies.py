@@ -35,7 +35,7 @@ from .cache import noise_band
 from .in_place import InPlaceWeights, in_place_session
 
 __all__ = ["COPIES", "WALL_CLOCK_ROUNDS", "WALL_CLOCK_RUN_SECONDS", "WallReference",
-           "copies_session", "spin_up_feeds", "per_round_differences", "wall_clock_marginal", "cold_read_penalty", "interquartile_range"]
+           "copies_session", "spin_up_feeds", "per_round_differences", "Pair", "many_round_differences", "median_and_band", "wall_clock_marginal", "cold_read_penalty", "interquartile_range"]
 
 COPIES = 33
 WALL_CLOCK_ROUNDS = 7
@@ -142,7 +142,7 @@ def wall_clock_marginal(model: bytes, feeds: dict, threads: int, in_place: InPla
     each round is rescaled to the reference's calibrated speed.
     """
     proto = onnx.load_model_from_string(model)
-    return _median_and_band(per_round_differences(proto, with_copies(proto, copies), copies - 1, feeds, threads, in_place,
+    return median_and_band(per_round_differences(proto, with_copies(proto, copies), copies - 1, feeds, threads, in_place,
                                                   reference))
 
 
@@ -162,7 +162,7 @@ def cold_read_penalty(model: bytes, feeds: dict, threads: int, weight: str, cycl
     cycled = cycled_copies(proto, weight, cycle, copies)
     if cycled is None:
         return None
-    return _median_and_band(per_round_differences(with_copies(proto, copies), cycled, copies, feeds, threads, in_place, reference))
+    return median_and_band(per_round_differences(with_copies(proto, copies), cycled, copies, feeds, threads, in_place, reference))
 
 
 
@@ -183,28 +183,61 @@ def per_round_differences(base: onnx.ModelProto, more: onnx.ModelProto, per: int
     rounds, the rounds it ran calm in (:meth:`WallReference.calm_rounds`), more rounds taken while most were disturbed,
     and all of them rescaled when none was calm. With more than one thread, both run after a split product
     (:func:`spun_up`) unless not ``spin_up``."""
+    return many_round_differences([Pair(base, more, per, feeds, in_place)], threads, reference, spin_up)[0]
+
+
+@dataclass
+class Pair:
+    """Two models timed against each other by the wall clock: ``more`` runs ``per`` more of what is priced than ``base``."""
+
+    base: onnx.ModelProto
+    more: onnx.ModelProto
+    per: int
+    feeds: dict
+    in_place: InPlaceWeights | None = None
+
+
+def many_round_differences(pairs: list[Pair], threads: int, reference: WallReference | None = None,
+                           spin_up: bool = True, run_seconds: float = WALL_CLOCK_RUN_SECONDS) -> list[list[float]]:
+    """:func:`per_round_differences` for several pairs at once, all timed in the same rounds beside one reference: a
+    measurement in bulk (:mod:`taso.cost.bulk`) times the reference once a round, not once a pair. A pair's rounds are
+    taken again while most of them were disturbed, as one pair's are."""
     if threads > 1 and spin_up:
-        base, more, feeds = spun_up(base), spun_up(more), spin_up_feeds(feeds)
-    sessions = [copies_session(m, threads, in_place) for m in (base, more)]
-    for session in sessions:
-        for _ in range(3):
-            session.run(None, feeds)
-    measures = [functools.partial(fastest_run, session, feeds, 3, WALL_CLOCK_RUN_SECONDS) for session in sessions]
+        pairs = [Pair(spun_up(p.base), spun_up(p.more), p.per, spin_up_feeds(p.feeds), p.in_place) for p in pairs]
+    measures = []
+    for p in pairs:
+        for model in (p.base, p.more):
+            session = copies_session(model, threads, p.in_place)
+            for _ in range(3):
+                session.run(None, p.feeds)
+            measures.append(functools.partial(fastest_run, session, p.feeds, 3, run_seconds))
     if reference is None:
         samples = interleaved_samples(measures, WALL_CLOCK_ROUNDS)
-        return [(m - o) / per for o, m in zip(samples[0], samples[1])]
-    deltas, references = [], []
+        return [[(m - o) / p.per for o, m in zip(samples[2 * i], samples[2 * i + 1])] for i, p in enumerate(pairs)]
+    deltas: list[list[float]] = [[] for _ in pairs]
+    references: list[float] = []
+    done: dict[int, list[float]] = {}
     for _ in range(ROUND_SETS):  # until most rounds ran at the reference's calibrated speed
-        samples = interleaved_samples(measures + [reference.time], WALL_CLOCK_ROUNDS)
-        deltas += [(m - o) / per for o, m in zip(samples[0], samples[1])]
-        references += samples[2]
-        calm = reference.calm_rounds(deltas, references)
-        if 2 * len(calm) > WALL_CLOCK_ROUNDS:
-            return calm
-    return calm or reference.rescaled(deltas, references)
+        open_pairs = [i for i in range(len(pairs)) if i not in done]
+        timed = [m for i in open_pairs for m in measures[2 * i: 2 * i + 2]]
+        samples = interleaved_samples(timed + [reference.time], WALL_CLOCK_ROUNDS)
+        for j, i in enumerate(open_pairs):
+            deltas[i] += [(m - o) / pairs[i].per for o, m in zip(samples[2 * j], samples[2 * j + 1])]
+        references += samples[-1]
+        for i in open_pairs:
+            calm = reference.calm_rounds(deltas[i], references[-len(deltas[i]):])
+            if 2 * len(calm) > WALL_CLOCK_ROUNDS:
+                done[i] = calm
+        if len(done) == len(pairs):
+            break
+    for i in range(len(pairs)):
+        if i not in done:
+            calm = reference.calm_rounds(deltas[i], references[-len(deltas[i]):])
+            done[i] = calm or reference.rescaled(deltas[i], references[-len(deltas[i]):])
+    return [done[i] for i in range(len(pairs))]
 
 
-def _median_and_band(deltas: list[float]) -> tuple[float, float]:
+def median_and_band(deltas: list[float]) -> tuple[float, float]:
     """Seconds (the median difference, at least 0) and their noise band (the middle half's spread)."""
     seconds = max(float(np.median(deltas)), 0.0)
     return seconds, noise_band(seconds, interquartile_range(deltas))

@@ -30,7 +30,7 @@ import platform
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import onnx
@@ -42,6 +42,7 @@ from ..measure.timing import median_run, open_session
 from ..onnx.probes import negations
 from ..onnx.sizing import declared_only
 from ..ops import HAS_ACTIVATION, get
+from .bulk import BULK_BYTES, BULK_NODES, Single, bulk_profile, bulk_wall_clock
 from .cache import BAND_FLOOR, CALIBRATION, CostCache, Measure, noise_band
 from .cold_reads import _CYCLE_PENALTY_KEY, _PENALTY_KEY, _PENALTY_PAIRS, profile_cold_penalty
 from .copies import WallReference, cold_read_penalty, interquartile_range, wall_clock_marginal
@@ -201,6 +202,57 @@ class OrtCpuCost(CostModel):
         self.calibrate_estimates(node, graph, key, consts, seconds)
         return seconds
 
+    def measure_ahead(self, nodes: Iterable[tuple[Node, Neighbourhood]]) -> int:
+        """Measures in bulk (:mod:`taso.cost.bulk`) the nodes the table holds no entry of, ``BULK_NODES`` to a
+        session, while the search's time allows; their entries are then taken as measured here, without a spot-check.
+        A node past ``BULK_BYTES`` of tensors, or one that cannot share a session (an opaque one, one without a computed
+        input), is left to be measured alone when priced."""
+        wanted: dict[str, tuple[Node, Graph, frozenset[str] | set[str]]] = {}
+        for node, around in nodes:
+            for plain in self._measured_forms(node, around.pricing):
+                if all(v in around.consts for v in plain.inputs) or plain.op.name == "opaque" \
+                        or _tensor_bytes(plain, around.pricing) > BULK_BYTES:
+                    continue
+                key = node_key(plain, around.pricing, around.consts)
+                if key not in self._table and key not in self._memo and key not in wanted:
+                    wanted[key] = (plain, around.pricing, around.consts)
+        if not wanted:
+            return 0
+        self.calibrate()
+        reference, measured, items = self.wall_reference(), 0, list(wanted.items())
+        for start in range(0, len(items), BULK_NODES):
+            chunk = items[start:start + BULK_NODES]
+            if time.perf_counter() + sum(self._expected_measuring(n, g) for _, (n, g, _) in chunk) > self.deadline:
+                break
+            singles = [Single(*self._single_model(n, g, c)) for _, (n, g, c) in chunk]
+            profiled = bulk_profile(singles, self.threads, self._unit, self._dispatch)
+            if profiled is None:
+                continue
+            small = [i for i, (seconds, _, _) in enumerate(profiled) if seconds < wall_clock_below(self.threads)]
+            timed = dict(zip(small, bulk_wall_clock([singles[i] for i in small], [profiled[i][0] for i in small],
+                                                    self.threads, reference))) if small else {}
+            for i, (key, (node, graph, consts)) in enumerate(chunk):
+                seconds, band = timed.get(i, profiled[i][:2])
+                self.cache.record(self._fingerprint, key, seconds, band)
+                if self.threads > 1:
+                    self.cache.record(self._fingerprint, key + SPLITS, 1.0 if profiled[i][2] else 0.0)
+                self._memo[key] = seconds
+                self.calibrate_estimates(node, graph, key, consts, seconds)
+                measured += 1
+        self.measured += measured
+        return measured
+
+    @staticmethod
+    def _measured_forms(node: Node, graph) -> tuple[Node, ...]:
+        """The nodes :meth:`measure` times for ``node``: itself, or a fused activation's plain op and the activation."""
+        if node.op.name not in HAS_ACTIVATION or node.params["activation"] == "none":
+            return (node,)
+        plain = _plain(node)
+        if node.op.name == "conv2d":
+            return (plain,)  # FusedConv: the activation runs in the convolution's epilogue
+        activation = get(node.params["activation"])
+        return plain, Node(activation, activation.make_params(), (node.outputs[0],), (f"{node.outputs[0]}~activation",), node.name)
+
     def _expected_measuring(self, node: Node, graph: Graph) -> float:
         """About how long measuring ``node`` would take: exporting, loading and filling its tensors grows with their
         bytes (a 1 GB weight takes seconds), at the slowest rate seen in this process, or 0.5 GB/s at first."""
@@ -287,12 +339,7 @@ class OrtCpuCost(CostModel):
         a Conv timed alone under one load and timed with its ReLU under another must not make
         the search "find" conv+ReLU fusions (1.60x predicted on SqueezeNet, 0.99x measured).
         """
-        cost = self.node_cost(_plain(node), graph, consts)
-        if node.op.name == "conv2d":
-            return cost  # FusedConv: the activation runs in the convolution's epilogue
-        activation = get(node.params["activation"])
-        alone = Node(activation, activation.make_params(), (node.outputs[0],), (f"{node.outputs[0]}~activation",), node.name)
-        return cost + self.node_cost(alone, graph, consts)
+        return sum(self.node_cost(form, graph, consts) for form in self._measured_forms(node, graph))
 
     def absorbed(self, node: Node, around: Neighbourhood) -> bool:
         """:func:`ort_absorbs`."""

@@ -139,8 +139,8 @@ class RegionCost(CostModel):
             delta = max(delta, _significant_difference(*interleaved_samples(timed, _ROUNDS)))
         return delta
 
-    def prepare(self, graphs) -> None:
-        self.base.prepare(graphs)
+    def measure_ahead(self, nodes) -> int:
+        return self.base.measure_ahead(nodes)
 
     def close(self) -> None:
         self.base.close()

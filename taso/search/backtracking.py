@@ -53,6 +53,12 @@ class _Pricer:
         self.seconds += time.perf_counter() - started
         return cost
 
+    def measure_ahead(self, graph: Graph, plans: Sequence[Plan]) -> None:
+        """Measures at once what pricing ``plans`` would measure one by one (:meth:`CostModel.measure_ahead`)."""
+        started = time.perf_counter()
+        self.cost_model.measure_plans_ahead(graph, plans)
+        self.seconds += time.perf_counter() - started
+
     def delta(self, graph: Graph, plan: Plan) -> float:
         """What applying ``plan`` to ``graph`` changes the cost by."""
         started = time.perf_counter()
@@ -65,15 +71,14 @@ def _all_options(graph: Graph, compiled: Sequence[CompiledRule], pricer: _Pricer
                  apart: dict[int, tuple[int, int]] | None = None) -> list[_Option]:
     """Every rewrite of ``graph``, priced; those not reached by ``deadline`` are left out, and so are those that take
     two sites of one group (``apart``: see :class:`~taso.search.groups.Groups`)."""
+    plans = [plan for crule in compiled if crule.may_match(graph)
+             for plan in (plan_match(graph, match) for match in find_matches(graph, crule, apart=apart)) if plan is not None]
+    pricer.measure_ahead(graph, plans)
     options = []
-    for crule in compiled:
-        if crule.may_match(graph):
-            for match in find_matches(graph, crule, apart=apart):
-                if time.perf_counter() > deadline:
-                    return options  # pricing new nodes measures them: a cold cost cache must not overrun the time limit
-                plan = plan_match(graph, match)
-                if plan is not None:
-                    options.append((plan, pricer.delta(graph, plan)))
+    for plan in plans:
+        if time.perf_counter() > deadline:
+            break  # pricing new nodes measures them: a cold cost cache must not overrun the time limit
+        options.append((plan, pricer.delta(graph, plan)))
     return options
 
 
@@ -140,19 +145,19 @@ def _inherited_options(graph: Graph, plan: Plan, parent_options: list[_Option], 
         touched = {v for n in (*plan.removed, *plan.added) for v in (*n.inputs, *n.outputs)} - plan.parent.constant_values()
         options = [(o, pricer.delta(graph, o.on(graph))) if _touches(o, touched) else (o, d) for o, d in options]
     seen = {(o.label, o.removed_ids) for o, _ in options}
+    new_plans = []
     for node in plan.added:
         for crule, index in seeds.patterns_for(node):
             for match in find_matches(graph, crule, seed=(index, node), apart=apart):
-                if time.perf_counter() > deadline:
-                    return options
                 new_plan = plan_match(graph, match)
-                if new_plan is None:
-                    continue
-                key = (new_plan.label, new_plan.removed_ids)
-                if key in seen:
-                    continue
-                seen.add(key)
-                options.append((new_plan, pricer.delta(graph, new_plan)))
+                if new_plan is not None and (new_plan.label, new_plan.removed_ids) not in seen:
+                    seen.add((new_plan.label, new_plan.removed_ids))
+                    new_plans.append(new_plan)
+    pricer.measure_ahead(graph, new_plans)
+    for new_plan in new_plans:
+        if time.perf_counter() > deadline:
+            break
+        options.append((new_plan, pricer.delta(graph, new_plan)))
     return options
 
 
@@ -185,6 +190,7 @@ def backtracking_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost
     rule_index = RuleIndex(rules, config.connected_only, config.excluded)
     pricer = _Pricer(cost_model)
     groups = GroupLibrary.shipped() if config.groups else None
+    cost_model.measure_graph_ahead(graph)  # the input's nodes, in bulk, before they are priced one by one
     best, best_cost = graph, pricer.graph_cost(graph)
     report = SearchReport(StopReason.SATURATED, best_cost, best_cost)
     tie = itertools.count()
