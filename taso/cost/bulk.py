@@ -24,16 +24,15 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ..onnx.probes import FLOOR, REFERENCE, add_reference, append_copy, waiting_on, with_copies
+from ..onnx.probes import REFERENCE, add_reference, append_copy, waiting_on, with_copies
 from .cache import noise_band
-from .copies import WALL_CLOCK_RUN_SECONDS, Pair, WallReference, interquartile_range, many_round_differences, median_and_band
+from .copies import Pair, WallReference, interquartile_range, many_round_differences, median_and_band
 from .in_place import InPlaceWeights
-from .wake import splits_over_threads
 from .profiling import FULL_SECONDS, NOISY_BAND, WARM_UP_RUNS, _robust_mean, copies_for, profiled_runs, role_times
+from .wake import splits_over_threads
 
-__all__ = ["Single", "BULK_BYTES", "BULK_NODES", "bulk_profile", "bulk_wall_clock", "bulk_model"]
+__all__ = ["BULK_BYTES", "BULK_NODES", "Single", "bulk_model", "bulk_profile", "bulk_wall_clock"]
 
-BULK_RUN_SECONDS = WALL_CLOCK_RUN_SECONDS
 # A node with more bytes of tensors than this is measured alone. In bulk, SqueezeNet's convolutions (0.1-3 MB) came
 # out 0.83-1.39x their figures alone, and slower to measure than alone: a microsecond node's session is mostly fixed
 # costs that bulk shares, a large node's is mostly its own runs, and sharing a session changes what its caches hold.
@@ -52,6 +51,10 @@ class Single:
 
 def _warm(i: int) -> str:
     return f"__taso_bulk{i}/warm/"
+
+
+def _starts_with(prefix: str):
+    return lambda name: name.startswith(prefix)
 
 
 def _floor(i: int) -> str:
@@ -136,7 +139,7 @@ def bulk_profile(singles: Sequence[Single], threads: int, unit: float, dispatch:
     for i in range(len(singles)):
         ratios = [(k - f) / r for k, f, r in zip(times[_warm(i)], times[_floor(i)], times[REFERENCE])]
         seconds = max(_robust_mean(ratios) * unit, 0.0) + dispatch
-        splits = splits_over_threads(events, lambda name, own=_warm(i): name.startswith(own))
+        splits = threads > 1 and splits_over_threads(events, _starts_with(_warm(i)))
         priced.append((seconds, noise_band(seconds, interquartile_range(ratios) * unit), splits))
     return priced
 
@@ -154,7 +157,7 @@ def bulk_wall_clock(singles: Sequence[Single], profiled: Sequence[float], thread
         return made
 
     def timed(indices: list[int]) -> dict[int, tuple[float, float]]:
-        deltas = many_round_differences(pairs(indices), threads, reference, run_seconds=BULK_RUN_SECONDS)
+        deltas = many_round_differences(pairs(indices), threads, reference)
         return {i: median_and_band(d) for i, d in zip(indices, deltas)}
 
     result = timed(list(range(len(singles))))

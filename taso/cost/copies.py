@@ -198,7 +198,7 @@ class Pair:
 
 
 def many_round_differences(pairs: list[Pair], threads: int, reference: WallReference | None = None,
-                           spin_up: bool = True, run_seconds: float = WALL_CLOCK_RUN_SECONDS) -> list[list[float]]:
+                           spin_up: bool = True) -> list[list[float]]:
     """:func:`per_round_differences` for several pairs at once, all timed in the same rounds beside one reference: a
     measurement in bulk (:mod:`taso.cost.bulk`) times the reference once a round, not once a pair. A pair's rounds are
     taken again while most of them were disturbed, as one pair's are."""
@@ -210,7 +210,7 @@ def many_round_differences(pairs: list[Pair], threads: int, reference: WallRefer
             session = copies_session(model, threads, p.in_place)
             for _ in range(3):
                 session.run(None, p.feeds)
-            measures.append(functools.partial(fastest_run, session, p.feeds, 3, run_seconds))
+            measures.append(functools.partial(fastest_run, session, p.feeds, 3, WALL_CLOCK_RUN_SECONDS))
     if reference is None:
         samples = interleaved_samples(measures, WALL_CLOCK_ROUNDS)
         return [[(m - o) / p.per for o, m in zip(samples[2 * i], samples[2 * i + 1])] for i, p in enumerate(pairs)]
