@@ -13,7 +13,6 @@ from taso import ops
 from taso.cost import AnalyticCost, CostCache, node_key
 from taso.cost.bulk import BULK_BYTES, Single, bulk_model
 from taso.cost.copies import Pair, many_round_differences, with_copies
-from taso.cost.model import Neighbourhood
 from taso.cost.ort_cpu import OrtCpuCost
 from taso.ir import Graph, Node, TensorType
 from taso.onnx.probes import REFERENCE
@@ -70,7 +69,7 @@ def test_a_node_without_a_computed_input_to_chain_by_is_not_put_in_a_bulk_sessio
 def test_nodes_measured_ahead_are_in_the_table_with_their_bands_and_are_not_measured_again(tmp_path, monkeypatch):
     graph = _cell_step(64)
     model = OrtCpuCost(1, CostCache(str(tmp_path / "costs.json")))
-    measured = model.measure_ahead((node, Neighbourhood.of(graph)) for node in graph.nodes)
+    measured = model.measure_graph_ahead(graph)
     consts = graph.constant_values()
     keys = {node_key(node, graph, consts) for node in graph.nodes}
     assert measured == len(keys) == model.measured  # the two Adds differ (a weight, a computed value): 7 keys
@@ -82,7 +81,7 @@ def test_nodes_measured_ahead_are_in_the_table_with_their_bands_and_are_not_meas
 
     monkeypatch.setattr(model, "fresh", not_again)
     assert model.graph_cost(graph) > 0
-    assert model.measure_ahead((node, Neighbourhood.of(graph)) for node in graph.nodes) == 0, "nothing left to measure"
+    assert model.measure_graph_ahead(graph) == 0, "nothing left to measure"
 
 
 def test_a_node_too_large_for_a_shared_session_is_left_to_be_measured_alone(tmp_path):
@@ -90,7 +89,7 @@ def test_a_node_too_large_for_a_shared_session_is_left_to_be_measured_alone(tmp_
     graph = _cell_step(width)
     model = OrtCpuCost(1, CostCache(str(tmp_path / "costs.json")))
     assert 4 * width * 4 * width > BULK_BYTES
-    model.measure_ahead((node, Neighbourhood.of(graph)) for node in graph.nodes)
+    model.measure_graph_ahead(graph)
     product = node_key(graph.nodes[0], graph, graph.constant_values())
     assert product not in model._table and len(model._table) > 2
 
@@ -99,7 +98,7 @@ def test_past_the_searchs_deadline_nothing_is_measured_ahead(tmp_path):
     graph = _cell_step(64)
     model = OrtCpuCost(1, CostCache(str(tmp_path / "costs.json")))
     model.deadline = time.perf_counter() - 1.0
-    assert model.measure_ahead((node, Neighbourhood.of(graph)) for node in graph.nodes) == 0
+    assert model.measure_graph_ahead(graph) == 0
 
 
 def test_pairs_timed_together_give_each_pair_its_own_rounds():
@@ -143,4 +142,4 @@ def test_a_fused_activation_is_measured_ahead_as_its_plain_op_and_the_activation
     graph = Graph({"x": TensorType((1, 64))}, {"w": np.ones((64, 64), np.float32)},
                   [_n("matmul", ["x", "w"], ["y"], activation="relu")], ["y"])
     model = OrtCpuCost(1, CostCache(str(tmp_path / "costs.json")))
-    assert model.measure_ahead([(graph.nodes[0], Neighbourhood.of(graph))]) == 2
+    assert model.measure_graph_ahead(graph) == 2

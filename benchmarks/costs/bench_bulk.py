@@ -23,10 +23,9 @@ import time
 
 from taso.models import build
 
-from taso.cost.bulk import BULK_BYTES
 from taso.cost.cache import CostCache, agrees
-from taso.cost.model import Neighbourhood, node_key
-from taso.cost.ort_cpu import OrtCpuCost, _tensor_bytes
+from taso.cost.model import node_key
+from taso.cost.ort_cpu import OrtCpuCost
 from taso.ir import Graph, Node
 from taso.onnx import load_onnx
 
@@ -44,7 +43,7 @@ def _measured_in_bulk(graph: Graph) -> dict[str, Node]:
     """The distinct nodes ``measure_ahead`` takes, by key."""
     consts, nodes = graph.constant_values(), {}
     for node in graph.nodes:
-        if all(v in consts for v in node.inputs) or node.op.name == "opaque" or _tensor_bytes(node, graph) > BULK_BYTES:
+        if not OrtCpuCost.measured_in_bulk(node, graph, consts):
             continue
         nodes.setdefault(node_key(node, graph, consts), node)
     return nodes
@@ -56,7 +55,7 @@ def _fresh_model(directory: str, calibrated: OrtCpuCost | None, threads: int) ->
         model.calibrate()
         model.wall_reference()
     else:
-        model._unit, model._dispatch, model._wall = calibrated._unit, calibrated._dispatch, calibrated._wall
+        model.calibrated_as(calibrated)
     return model
 
 
@@ -73,7 +72,7 @@ def main() -> None:
     for name in args.models.split(","):
         graph = _graph(name, args.exports)
         nodes = _measured_in_bulk(graph)
-        consts, around = graph.constant_values(), Neighbourhood.of(graph)
+        consts = graph.constant_values()
         alone_s, bulk_s, agreeing, ratios = [], [], 0, []
         for round_ in range(args.rounds):
             sides = ["alone", "bulk"] if round_ % 2 == 0 else ["bulk", "alone"]
@@ -84,8 +83,9 @@ def main() -> None:
                 if side == "alone":
                     results[side] = {key: model.fresh(node, graph, consts) for key, node in nodes.items()}
                 else:
-                    model.measure_ahead((node, around) for node in nodes.values())
-                    results[side] = {key: (model._table[key], model.cache.entry(model.fingerprint, key).band) for key in nodes}
+                    model.measure_ahead((node, graph, consts) for node in nodes.values())
+                    table = model.cache.table(model.fingerprint)
+                    results[side] = {key: (table[key], model.cache.entry(model.fingerprint, key).band) for key in nodes}
                 (alone_s if side == "alone" else bulk_s).append(time.perf_counter() - started)
             for key in nodes:
                 (a, band_a), (b, band_b) = results["alone"][key], results["bulk"][key]

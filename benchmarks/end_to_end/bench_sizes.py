@@ -10,6 +10,9 @@ b) the same with ``--time-limit 60`` (warm: after a)), and with an empty cost ca
    (``TASO_CACHE_DIR`` a fresh directory): the cold first run;
 c) ``taso optimize FILE -o at_B.onnx --input-shape x=24,B,256`` for each batch B: a file optimized for that size alone.
 
+A file of fixed sizes (``taso models build nasrnn``) is timed at its one size, where its default file is the file
+optimized for that size alone; its row repeats that size's figures in each batch's column.
+
 Then, for each batch B, the input, default.onnx, cold.onnx and at_B.onnx are opened in ONNX Runtime (1 thread,
 ENABLE_ALL) and timed in interleaved rounds (each round runs every model once, in an order rotated per round;
 ``--rounds`` rounds after a warm-up; the figure is the median). Printed: each file's speedup over the input at each
@@ -91,13 +94,14 @@ def bench_file(source: Path, work: Path, rounds: int) -> dict:
     runs["warm60"] = optimize(source, work / "warm60.onnx", ["--time-limit", "60"])
     with tempfile.TemporaryDirectory() as cold_cache:
         runs["cold"] = optimize(source, work / "cold.onnx", [], {"TASO_CACHE_DIR": cold_cache, "TASO_VERDICTS": f"{cold_cache}/v.json"})
-    for batch in BATCHES:
+    sized = None in shape  # a file of fixed sizes (NasRNN) is optimized for its one size by default: that is "alone"
+    for batch in BATCHES if sized else ():
         given = ",".join(str(batch if d is None else d) for d in shape)
         runs[f"at_{batch}"] = optimize(source, work / f"at_{batch}.onnx", ["--input-shape", f"{model.graph.input[0].name}={given}"])
     timed = {}
-    for batch in BATCHES:
+    for batch in BATCHES if sized else BATCHES[:1]:
         paths = {"input": source, "default": work / "default.onnx", "cold": work / "cold.onnx", "warm60": work / "warm60.onnx",
-                 "alone": work / f"at_{batch}.onnx"}
+                 "alone": work / (f"at_{batch}.onnx" if sized else "default.onnx")}
         timed[batch] = interleaved_speedups(paths, feeds_at(model, batch), rounds)
         print(f"  batch {batch:>3}: " + "  ".join(f"{k} {v:.2f}x" for k, v in timed[batch].items()), file=sys.stderr)
     return {"file": source.name, "runs": runs, "speedups": {str(b): t for b, t in timed.items()}}
@@ -109,6 +113,7 @@ def table(results: list[dict]) -> str:
              "|---|---|" + "---|" * len(BATCHES) + "---|---|---|"]
     for r in results:
         s = r["speedups"]
+        s = {str(b): s.get(str(b), s[str(BATCHES[0])]) for b in BATCHES}  # a file of fixed sizes: its one size in each column
         cells = [f"{s[str(b)]['default']:.2f}x / {s[str(b)]['alone']:.2f}x / {s[str(b)]['cold']:.2f}x / {s[str(b)]['warm60']:.2f}x" for b in BATCHES]
         worst = min(s[str(b)]["default"] for b in BATCHES)
         share = min(s[str(b)]["default"] / max(s[str(b)]["alone"], 1.0) for b in BATCHES)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import statistics
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
@@ -214,22 +215,23 @@ class CostModel(ABC):
                 found.add(v)
         return found
 
-    def measure_ahead(self, nodes: Iterable[tuple[Node, Neighbourhood]]) -> int:
-        """Measures at once the nodes (each with where it runs) this model would measure one by one when priced:
-        a measured model measures them in bulk (``OrtCpuCost``); how many it measured. None here."""
+    def measure_ahead(self, nodes: Iterable[tuple[Node, Any, Any]]) -> int:
+        """Measures at once the nodes this model would measure one by one when priced, each given with what types its
+        values (a graph, a search's plan) and the constant values there: a measured model measures them in bulk
+        (``OrtCpuCost``); how many it measured. None here."""
         return 0
 
     def measure_graph_ahead(self, graph: Graph) -> int:
         """:meth:`measure_ahead` of every node of ``graph``: the input's nodes, before a search prices them one by one."""
-        around = Neighbourhood.of(graph)
-        return self.measure_ahead((node, around) for node in graph.nodes)
+        consts = graph.constant_values()
+        return self.measure_ahead((node, graph, consts) for node in graph.nodes)
 
     def measure_plans_ahead(self, parent: Graph, plans) -> int:
         """:meth:`measure_ahead` of the nodes the search's ``plans`` (rewrites of ``parent``, not built) add."""
         def added():
             for plan in plans:
                 around = Neighbourhood.after(parent, plan.removed, plan.added, plan)
-                yield from ((node, around) for node in plan.added)
+                yield from ((node, around.pricing, around.consts) for node in plan.added)
 
         return self.measure_ahead(added())
 

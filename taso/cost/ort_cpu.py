@@ -31,6 +31,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import onnx
@@ -154,6 +155,12 @@ class OrtCpuCost(CostModel):
         for key, value in zip(keys, (self._unit, self._dispatch)):
             self.cache.record(self._fingerprint, key, value)
 
+    def calibrated_as(self, other: OrtCpuCost) -> None:
+        """Takes ``other``'s calibration (its unit, dispatch and wall-clock reference): two tables of this machine
+        compared entry by entry, without a calibration's noise between them (``benchmarks/costs/bench_bulk.py``)."""
+        other.calibrate()
+        self._unit, self._dispatch, self._wall = other._unit, other._dispatch, other.wall_reference()
+
     def wall_reference(self) -> WallReference:
         """The reference the wall-clock measurements are rescaled by, at its speed when first used with this table
         (an entry of its own: tables started before it keep their unit and dispatch)."""
@@ -202,20 +209,19 @@ class OrtCpuCost(CostModel):
         self.calibrate_estimates(node, graph, key, consts, seconds)
         return seconds
 
-    def measure_ahead(self, nodes: Iterable[tuple[Node, Neighbourhood]]) -> int:
+    def measure_ahead(self, nodes: Iterable[tuple[Node, Any, Any]]) -> int:
         """Measures in bulk (:mod:`taso.cost.bulk`) the nodes the table holds no entry of, ``BULK_NODES`` to a
         session, while the search's time allows; their entries are then taken as measured here, without a spot-check.
         A node past ``BULK_BYTES`` of tensors, or one that cannot share a session (an opaque one, one without a computed
         input), is left to be measured alone when priced."""
         wanted: dict[str, tuple[Node, Graph, frozenset[str] | set[str]]] = {}
-        for node, around in nodes:
-            for plain in self._measured_forms(node, around.pricing):
-                if all(v in around.consts for v in plain.inputs) or plain.op.name == "opaque" \
-                        or _tensor_bytes(plain, around.pricing) > BULK_BYTES:
+        for node, graph, consts in nodes:
+            for plain in self._measured_forms(node, graph):
+                if not self.measured_in_bulk(plain, graph, consts):
                     continue
-                key = node_key(plain, around.pricing, around.consts)
+                key = node_key(plain, graph, consts)
                 if key not in self._table and key not in self._memo and key not in wanted:
-                    wanted[key] = (plain, around.pricing, around.consts)
+                    wanted[key] = (plain, graph, consts)
         if not wanted:
             return 0
         self.calibrate()
@@ -241,6 +247,12 @@ class OrtCpuCost(CostModel):
                 measured += 1
         self.measured += measured
         return measured
+
+    @staticmethod
+    def measured_in_bulk(node: Node, graph, consts) -> bool:
+        """Whether :meth:`measure_ahead` takes ``node`` (one of the forms :meth:`measure` times): it runs on a computed
+        input, is not opaque, and has at most ``BULK_BYTES`` of tensors."""
+        return not all(v in consts for v in node.inputs) and node.op.name != "opaque" and _tensor_bytes(node, graph) <= BULK_BYTES
 
     @staticmethod
     def _measured_forms(node: Node, graph) -> tuple[Node, ...]:

@@ -249,13 +249,20 @@ class _Choice:
         measured either: as one node its output would be its input (ONNX Runtime measuring it failed
         with "value 'mul' is defined twice", on a GPT-2 export, when its key was not in the cache).
         """
-        if n.cls in n.children:
-            return math.inf
-        if n.kind != "app" or n.cls in self.consts:
-            return 0.0
-        if any(d not in self.names for d in n.children) or any(isinstance(self.classes.type(d), tuple) for d in n.children):
-            return math.inf
+        if not self._priced_alone(n):
+            return math.inf if n.cls in n.children or n.kind == "app" and n.cls not in self.consts else 0.0
         return self.cost_model.node_cost(self.node(n), self.pricing, self.pricing.constant_values())
+
+    def _priced_alone(self, n: ENode) -> bool:
+        """Whether :meth:`cost` prices ``n`` with the cost model (not at zero, nor as never chosen)."""
+        if n.cls in n.children or n.kind != "app" or n.cls in self.consts:
+            return False
+        return all(d in self.names for d in n.children) and not any(isinstance(self.classes.type(d), tuple) for d in n.children)
+
+    def measure_ahead(self) -> None:
+        """Measures the e-nodes the choice prices in bulk, before they are priced one by one (:meth:`CostModel.measure_ahead`)."""
+        consts = self.pricing.constant_values()
+        self.cost_model.measure_ahead((self.node(n), self.pricing, consts) for n in self.enodes if self._priced_alone(n))
 
 
 def extract(egraph: EGraph, cost_model: CostModel, seconds: float,
@@ -273,6 +280,7 @@ def extract(egraph: EGraph, cost_model: CostModel, seconds: float,
     roots = list(dict.fromkeys(classes.class_of_handle[egraph.handles[o]] for o in graph.outputs))
     choice = _Choice(classes, cost_model, graph, roots)
     enodes = choice.enodes
+    choice.measure_ahead()
     costs = [choice.cost(n) for n in enodes]
     # Every way of computing a weight from weights is free (export folds it), and the integer program took any: BERT's
     # scaled attention weights came out as products with a scaled identity, which export then folded with 0.3 GB more
