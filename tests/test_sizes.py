@@ -130,7 +130,7 @@ def test_the_default_run_searches_each_size_and_writes_a_file_choosing_by_size(t
     planted = {"optimized": {1: 1.8, 11: 1.2, 128: 0.9}, "dispatch": {1: 1.75, 128: 1.0}}
     timed = []
 
-    def speedup_at(outcome, source, name, model, feeds, checks, threads):
+    def speedup_at(outcome, source, name, model, feeds, checks, threads, series=3):
         batch = int(feeds["x"].shape[0])
         timed.append((name, batch))
         return planted.get(name.partition("@")[0], {}).get(batch, 1.0)
@@ -150,13 +150,37 @@ def test_the_default_run_searches_each_size_and_writes_a_file_choosing_by_size(t
         np.testing.assert_allclose(chosen.run(None, feeds)[0], original.run(None, feeds)[0], rtol=1e-4, atol=1e-5)
 
 
+def test_a_size_choosing_file_below_the_bar_where_it_runs_the_input_is_timed_again_with_twice_the_series(tmp_path, monkeypatch):
+    """Its first three series read 0.95x at batch 128, where it runs the input's own graph; six more read 1.0x: kept."""
+    from taso.cost import AnalyticCost
+    from taso.pipeline.run import optimize_model
+    from taso.pipeline.source import ModelSource
+    from taso.search import SearchConfig
+
+    retimed = []
+
+    def speedup_at(outcome, source, name, model, feeds, checks, threads, series=3):
+        batch = int(feeds["x"].shape[0])
+        if name == "dispatch" and batch == 128:
+            retimed.append(series)
+            return 0.95 if series == 3 else 1.0
+        if name == "dispatch":
+            return 1.75
+        return {1: 1.8, 11: 1.2, 128: 0.9}[batch] if name == "optimized" else 1.0
+
+    monkeypatch.setattr(size_guard, "_speedup_at", speedup_at)
+    outcome = optimize_model(ModelSource.from_file(CELL_LOOP), cost=AnalyticCost(), config=SearchConfig(budget=20, time_limit=5), confirm=True)
+    assert retimed == [3, 6] and outcome.kept == "dispatch" and outcome.size_speedups["dispatch"]["batch=128"] == 1.0
+    assert size_guard.Dispatch(("optimized", "input"), (11,)).branch_at(12) == "input"
+
+
 def test_a_file_slower_at_a_size_is_not_written(tmp_path, monkeypatch):
     from taso.cost import AnalyticCost
     from taso.pipeline.run import optimize_model
     from taso.pipeline.source import ModelSource
     from taso.search import SearchConfig
 
-    monkeypatch.setattr(size_guard, "_speedup_at", lambda outcome, source, name, model, feeds, checks, threads:
+    monkeypatch.setattr(size_guard, "_speedup_at", lambda outcome, source, name, model, feeds, checks, threads, series=3:
                         2.0 if feeds["x"].shape[0] == 1 else 0.9)
     outcome = optimize_model(ModelSource.from_file(CELL_LOOP), cost=AnalyticCost(), config=SearchConfig(budget=20, time_limit=5), confirm=True)
     assert outcome.kept == "input" and outcome.model is None, "the dispatch too is planted 0.9x at batch 128"
