@@ -34,8 +34,9 @@ from .wake import splits_over_threads
 __all__ = ["BULK_BYTES", "BULK_NODES", "Single", "bulk_model", "bulk_profile", "bulk_wall_clock"]
 
 # A node with more bytes of tensors than this is measured alone. In bulk, SqueezeNet's convolutions (0.1-3 MB) came
-# out 0.83-1.39x their figures alone, and slower to measure than alone: a microsecond node's session is mostly fixed
-# costs that bulk shares, a large node's is mostly its own runs, and sharing a session changes what its caches hold.
+# out 0.83-1.39x their figures alone, and products on one row 1.19-1.65x at 2-8 MB weights, and slower to measure
+# than alone: a microsecond node's session is mostly fixed costs that bulk shares, a large node's is mostly its own
+# runs, and sharing a session changes what the caches hold when its warm copy runs.
 BULK_BYTES = 1 << 18
 BULK_NODES = 24  # nodes per bulk session: a profiled run stays a few milliseconds, a session's model a few MB
 
