@@ -202,12 +202,16 @@ class OrtCpuCost(CostModel):
             started = time.perf_counter()
             seconds, band = self.fresh(node, graph, consts)
             self._note_measuring(node, graph, time.perf_counter() - started)
-            self.cache.record(self._fingerprint, key, seconds, band)
-            if self.threads > 1:
-                self.cache.record(self._fingerprint, key + SPLITS, 1.0 if self._last_splits else 0.0)
-            self.measured += 1
+            self._record(key, seconds, band, self._last_splits)
         self.calibrate_estimates(node, graph, key, consts, seconds)
         return seconds
+
+    def _record(self, key: str, seconds: float, band: float, splits: bool) -> None:
+        """A node measured now: its entry, with its noise band and (at more than one thread) whether it split."""
+        self.cache.record(self._fingerprint, key, seconds, band)
+        if self.threads > 1:
+            self.cache.record(self._fingerprint, key + SPLITS, 1.0 if splits else 0.0)
+        self.measured += 1
 
     def measure_ahead(self, nodes: Iterable[tuple[Node, Any, Any]]) -> int:
         """Measures in bulk (:mod:`taso.cost.bulk`) the nodes the table holds no entry of, ``BULK_NODES`` to a
@@ -225,7 +229,7 @@ class OrtCpuCost(CostModel):
         if not wanted:
             return 0
         self.calibrate()
-        reference, measured, items = self.wall_reference(), 0, list(wanted.items())
+        reference, measured_before, items = self.wall_reference(), self.measured, list(wanted.items())
         for start in range(0, len(items), BULK_NODES):
             chunk = items[start:start + BULK_NODES]
             if time.perf_counter() + sum(self._expected_measuring(n, g) for _, (n, g, _) in chunk) > self.deadline:
@@ -239,14 +243,10 @@ class OrtCpuCost(CostModel):
                                                     self.threads, reference))) if small else {}
             for i, (key, (node, graph, consts)) in enumerate(chunk):
                 seconds, band = timed.get(i, profiled[i][:2])
-                self.cache.record(self._fingerprint, key, seconds, band)
-                if self.threads > 1:
-                    self.cache.record(self._fingerprint, key + SPLITS, 1.0 if profiled[i][2] else 0.0)
+                self._record(key, seconds, band, profiled[i][2])
                 self._memo[key] = seconds
                 self.calibrate_estimates(node, graph, key, consts, seconds)
-                measured += 1
-        self.measured += measured
-        return measured
+        return self.measured - measured_before
 
     @staticmethod
     def measured_in_bulk(node: Node, graph, consts) -> bool:

@@ -53,10 +53,14 @@ class _Pricer:
         self.seconds += time.perf_counter() - started
         return cost
 
-    def measure_ahead(self, graph: Graph, plans: Sequence[Plan]) -> None:
-        """Measures at once what pricing ``plans`` would measure one by one (:meth:`CostModel.measure_ahead`)."""
+    def measure_ahead(self, graph: Graph, plans: Sequence[Plan] | None = None) -> None:
+        """Measures at once what pricing ``plans`` (rewrites of ``graph``), or ``graph`` itself, would measure one by
+        one (:meth:`CostModel.measure_ahead`)."""
         started = time.perf_counter()
-        self.cost_model.measure_plans_ahead(graph, plans)
+        if plans is None:
+            self.cost_model.measure_graph_ahead(graph)
+        else:
+            self.cost_model.measure_plans_ahead(graph, plans)
         self.seconds += time.perf_counter() - started
 
     def delta(self, graph: Graph, plan: Plan) -> float:
@@ -190,7 +194,7 @@ def backtracking_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost
     rule_index = RuleIndex(rules, config.connected_only, config.excluded)
     pricer = _Pricer(cost_model)
     groups = GroupLibrary.shipped() if config.groups else None
-    cost_model.measure_graph_ahead(graph)  # the input's nodes, in bulk, before they are priced one by one
+    pricer.measure_ahead(graph)  # the input's nodes, in bulk, before they are priced one by one
     best, best_cost = graph, pricer.graph_cost(graph)
     report = SearchReport(StopReason.SATURATED, best_cost, best_cost)
     tie = itertools.count()

@@ -249,20 +249,25 @@ class _Choice:
         measured either: as one node its output would be its input (ONNX Runtime measuring it failed
         with "value 'mul' is defined twice", on a GPT-2 export, when its key was not in the cache).
         """
-        if not self._priced_alone(n):
-            return math.inf if n.cls in n.children or n.kind == "app" and n.cls not in self.consts else 0.0
+        fixed = self._fixed_price(n)
+        if fixed is not None:
+            return fixed
         return self.cost_model.node_cost(self.node(n), self.pricing, self.pricing.constant_values())
 
-    def _priced_alone(self, n: ENode) -> bool:
-        """Whether :meth:`cost` prices ``n`` with the cost model (not at zero, nor as never chosen)."""
-        if n.cls in n.children or n.kind != "app" or n.cls in self.consts:
-            return False
-        return all(d in self.names for d in n.children) and not any(isinstance(self.classes.type(d), tuple) for d in n.children)
+    def _fixed_price(self, n: ENode) -> float | None:
+        """What :meth:`cost` gives ``n`` without the cost model (infinite, or zero), or None where the model prices it."""
+        if n.cls in n.children:
+            return math.inf
+        if n.kind != "app" or n.cls in self.consts:
+            return 0.0
+        if any(d not in self.names for d in n.children) or any(isinstance(self.classes.type(d), tuple) for d in n.children):
+            return math.inf
+        return None
 
     def measure_ahead(self) -> None:
         """Measures the e-nodes the choice prices in bulk, before they are priced one by one (:meth:`CostModel.measure_ahead`)."""
         consts = self.pricing.constant_values()
-        self.cost_model.measure_ahead((self.node(n), self.pricing, consts) for n in self.enodes if self._priced_alone(n))
+        self.cost_model.measure_ahead((self.node(n), self.pricing, consts) for n in self.enodes if self._fixed_price(n) is None)
 
 
 def extract(egraph: EGraph, cost_model: CostModel, seconds: float,
