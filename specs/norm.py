@@ -19,14 +19,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Axiom, OpSpec, Slot, all_of
+from .base import Axiom, OpSpec, Slot, Unsupported, all_of
 from .conv import CONV, POOL
 from .sampling import Sampler, conv_case
 from .terms import dim, eq, ints, le, op, rank, tensors
 
-__all__ = ["specs", "axioms", "EPSILONS"]
+__all__ = ["specs", "axioms", "EPSILONS", "LAYER_NORM_EPSILONS"]
 
 EPSILONS = (1e-5, 1e-3)
+LAYER_NORM_EPSILONS = (1e-5, 1e-6, 1e-12)  # PyTorch's and transformers' defaults (BERT and DistilBERT write 1e-12)
 
 
 def _batch_norm_rule(dims, p):
@@ -43,14 +44,32 @@ def _bn_shift_rule(dims, p):
     return [list(dims[0])], all_of([d[0] == dims[0][0] for d in dims[1:]])
 
 
+def _layer_norm_rule(dims, p):
+    if p["stats"]:
+        raise Unsupported("layer_norm with its statistics outputs")
+    return [list(dims[0])], []  # its requirements on gamma and beta are left out: always safe
+
+
+def _skip_layer_norm_rule(dims, p):
+    x = list(dims[0])
+    if len(x) not in (2, 3):
+        raise Unsupported(f"skip_layer_norm of rank {len(x)}")
+    return [x], all_of([len(dims[1]) == len(x), *[a == b for a, b in zip(dims[1], x)],
+                        *[d for t in dims[2:] for d in (len(t) == 1, t[0] == x[-1])]])
+
+
 _EPSILON = (Slot("epsilon", "real"),)
 specs = [
     OpSpec("batch_norm", _EPSILON, _batch_norm_rule, doc="inference batch norm: (x - mean) * scale / sqrt(|var| + eps) + bias per channel"),
     OpSpec("bn_kernel", _EPSILON, _bn_kernel_rule, doc="a kernel's output channels scaled by batch norm's gain"),
     OpSpec("bn_shift", _EPSILON, _bn_shift_rule, doc="batch norm's per-channel shift, bias - mean * gain"),
+    OpSpec("layer_norm", (Slot("axis", "int"), *_EPSILON, Slot("stats", "int")), _layer_norm_rule,
+           doc="normalises over the axes from `axis` on, then scales and shifts"),
+    OpSpec("skip_layer_norm", _EPSILON, _skip_layer_norm_rule, doc="ONNX Runtime's SkipLayerNormalization, defined by its decomposition"),
 ]
 
 batch_norm, bn_kernel, bn_shift = op("batch_norm"), op("bn_kernel"), op("bn_shift")
+layer_norm, skip_layer_norm = op("layer_norm"), op("skip_layer_norm")
 conv2d, concat, add, mul, scalar_mul, enlarge = op("conv2d"), op("concat"), op("add"), op("mul"), op("scalar_mul"), op("enlarge")
 avg_pool2d, max_pool2d = op("avg_pool2d"), op("max_pool2d")
 x, y, w, v, c, s, sc, bi, mu, va = tensors("x y w v c s sc bi mu va")
@@ -168,8 +187,35 @@ def _epsilon_axioms(eps: float) -> list[Axiom]:
     ]
 
 
+def _residual_norm(rank_: int, affine: bool):
+    """An input x and a skip s of one shape of ``rank_``, and gamma (and beta) as long as its last axis."""
+
+    def sample(rng: np.random.Generator):
+        x_shape = tuple(int(d) for d in rng.integers(1, 4, size=rank_))
+        return {"x": x_shape, "y": x_shape, "sc": x_shape[-1:], **({"bi": x_shape[-1:]} if affine else {})}
+
+    return sample
+
+
+def _skip_layer_norm_axioms(eps: float) -> list[Axiom]:
+    """SkipLayerNormalization's definition (ONNX Runtime's contrib kernel, checked against it in tests/test_ort_target.py):
+    layer norm over the last axis of the input plus the skip, where both have one shape and gamma, beta its last axis."""
+    axioms_ = []
+    for rank_ in (2, 3):
+        for affine in (True, False):
+            affine_inputs = (sc, bi) if affine else (sc,)
+            guards = (eq(rank(x), rank_), eq(rank(y), rank_), *[eq(dim(y, k), dim(x, k)) for k in range(rank_)],
+                      *[eq(dim(t, 0), dim(x, rank_ - 1)) for t in affine_inputs])  # (then any other rank fails both sides)
+            axioms_.append(Axiom(f"skip_layer_norm-{rank_}d{'' if affine else '-no-beta'}[{eps:g}]",
+                                 skip_layer_norm(x, y, *affine_inputs, epsilon=eps),
+                                 layer_norm(add(x, y), *affine_inputs, axis=rank_ - 1, epsilon=eps),
+                                 _residual_norm(rank_, affine), when=guards, unfold=True))
+    return axioms_
+
+
 axioms = [
     *[a for eps in EPSILONS for a in _epsilon_axioms(eps)],
+    *[a for eps in LAYER_NORM_EPSILONS for a in _skip_layer_norm_axioms(eps)],
     # scaling a channel commutes with per-channel linear ops (zero padding stays zero)
     Axiom("avg_pool2d-channel-scale", avg_pool2d(mul(x, c), **POOL, count_include_pad=cip), mul(avg_pool2d(x, **POOL, count_include_pad=cip), c),
           _channel_vector(), when=CHANNEL_VECTOR),

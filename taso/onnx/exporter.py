@@ -58,6 +58,7 @@ class ExportContext:
         self._shape_tensors: dict[tuple, str] = {}  # a list of sizes -> its 1-D tensor
         self._shapes: dict[str, str] = {}  # a value -> its Shape tensor
         self._sources: dict[str, list[tuple[str, int]]] | None = None
+        self.domains: set[str] = set()  # the other operator domains the nodes emitted use
 
     def fresh(self, hint: str) -> str:
         while True:
@@ -76,19 +77,22 @@ class ExportContext:
     def onnx_dtype(self, dtype: str) -> int:
         return helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
 
-    def emit(self, op_type: str, inputs: list[str], outputs: list[str], **attrs: Any) -> None:
-        """Writes one ai.onnx node.
+    def emit(self, op_type: str, inputs: list[str], outputs: list[str], domain: str = "", **attrs: Any) -> None:
+        """Writes one node: an ai.onnx one, or one of another ``domain`` (version 1 of it, as ONNX Runtime's contrib
+        operators are), whose opset the model then imports.
 
         Raises:
             ExportError: at this opset ``op_type`` is a version whose meaning taso does not know
                 (:mod:`taso.ops.onnx_versions`): Add-6 broadcasts only with ``broadcast=1``, say.
         """
-        if not understood(op_type, self.opset):
+        if domain:
+            self.domains.add(domain)
+        elif not understood(op_type, self.opset):
             raise ExportError(f"taso cannot write {op_type} at opset {self.opset}: its version there "
                               f"({op_type}-{version_in_force(op_type, self.opset)}) is not one taso models")
         name = self.fresh(self._node_name or op_type)
         attrs = {k: numpy_helper.from_array(v) if isinstance(v, np.ndarray) else v for k, v in attrs.items()}
-        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, **attrs))
+        self.nodes.append(helper.make_node(op_type, inputs, outputs, name=name, domain=domain or None, **attrs))
         self.defined.update(outputs)
 
     # ---- shape operands that hold at every size ---------------------------------------------------
@@ -383,7 +387,9 @@ def to_onnx_model(graph: Graph, opset: int | None = None, check: bool = True, we
             t = TensorType.of(weights[name])
             inputs.append(helper.make_tensor_value_info(name, ctx.onnx_dtype(t.dtype), t.shape))
     onnx_graph = helper.make_graph(ctx.nodes, graph.meta.graph_name, inputs, outputs, initializer=list(ctx.initializers.values()))
-    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in graph.meta.extra_opsets]
+    extra = dict(graph.meta.extra_opsets)
+    extra.update({d: extra.get(d, 1) for d in ctx.domains})
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, v) for d, v in extra.items()]
     model = helper.make_model(onnx_graph, opset_imports=opsets, producer_name="taso")
     # NOTE: at least IR 4, where an initializer need not be a graph input: IR 3 wants every initializer listed as one,
     # and a weight taso folds or derives is none (opset 9 and newer need IR 4 anyway).

@@ -36,6 +36,7 @@ COMMUTATIVE = group("commutative")
 CONSTANT = group("constant")
 SHAPE_ONLY = group("shape_only")
 HAS_ACTIVATION = group("has_activation")
+ORT_CONTRIB = group("ort")  # ONNX Runtime's contrib operators: written only for `--target ort`
 
 __all__ = ["OPS", "get", "group", "Op", "Param", "OnnxMapping", "ACTIVATIONS", "onnx_importers",
-           "ELEMENTWISE", "ACTIVATION_OPS", "COMMUTATIVE", "CONSTANT", "SHAPE_ONLY", "HAS_ACTIVATION"]
+           "ELEMENTWISE", "ACTIVATION_OPS", "COMMUTATIVE", "CONSTANT", "SHAPE_ONLY", "HAS_ACTIVATION", "ORT_CONTRIB"]

@@ -250,6 +250,48 @@ layer_norm = define(
 )
 
 
+# ---- ONNX Runtime's fused residual + layer norm (com.microsoft) -----------------------------------------
+
+ORT_DOMAIN = "com.microsoft"
+
+
+def _skip_layer_norm_shape(types, p) -> TensorType:
+    x, skip = types[0], types[1]
+    require(x.rank in (2, 3), f"skip_layer_norm: ONNX Runtime's kernel takes a 2-D or 3-D input, not rank {x.rank}")
+    require(skip.shape == x.shape, f"skip_layer_norm: the skip {skip.shape} is not the input's shape {x.shape}")
+    for t in types[2:]:
+        require(t.shape == x.shape[-1:], f"skip_layer_norm: gamma and beta are ({x.shape[-1]},), not {t.shape}")
+    return x
+
+
+def _skip_layer_norm(xs, p):
+    """The definition: layer norm over the last axis of the input plus the skip."""
+    x, skip = xs[0], xs[1]
+    return _layer_norm([(x + skip).astype(x.dtype), *xs[2:]], dict(axis=-1, epsilon=p["epsilon"], stats=0))
+
+
+def _skip_layer_norm_torch(rt, xs, p):
+    x = xs[0] + xs[1]
+    return rt.F.layer_norm(x, x.shape[-1:], xs[2], xs[3] if len(xs) == 4 else None, p["epsilon"])
+
+
+def _export_skip_layer_norm(ctx, node) -> None:
+    ctx.emit("SkipLayerNormalization", list(node.inputs), list(node.outputs), domain=ORT_DOMAIN, epsilon=node.params["epsilon"])
+
+
+skip_layer_norm = define(
+    "skip_layer_norm",
+    arity=(3, 4),
+    params=[Param("epsilon", "float", 1e-5)],
+    shape=_skip_layer_norm_shape,
+    numpy=_skip_layer_norm,
+    torch=_skip_layer_norm_torch,
+    onnx=OnnxMapping((), None, _export_skip_layer_norm),
+    groups=("normalization", "ort"),
+    doc="ONNX Runtime's SkipLayerNormalization: layer norm over the last axis of input + skip (written with --target ort)",
+)
+
+
 def _softmax(xs, p):
     x = xs[0]
     axis = p["axis"]
@@ -383,4 +425,4 @@ REDUCE_OPS = {
 }
 reduce_mean, reduce_sum = REDUCE_OPS["mean"], REDUCE_OPS["sum"]
 
-__all__ = ["batch_norm", "bn_kernel", "bn_shift", "layer_norm", "softmax", "reduce_mean", "reduce_sum", "REDUCE_OPS", "same_type"]
+__all__ = ["batch_norm", "bn_kernel", "bn_shift", "layer_norm", "skip_layer_norm", "ORT_DOMAIN", "softmax", "reduce_mean", "reduce_sum", "REDUCE_OPS", "same_type"]
