@@ -54,7 +54,7 @@ def _skip_layer_norm_rule(dims, p):
     x = list(dims[0])
     if len(x) not in (2, 3):
         raise Unsupported(f"skip_layer_norm of rank {len(x)}")
-    return [x], all_of([len(dims[1]) == len(x), *[a == b for a, b in zip(dims[1], x)],
+    return [x, x] if p["sum"] else [x], all_of([len(dims[1]) == len(x), *[a == b for a, b in zip(dims[1], x)],
                         *[d for t in dims[2:] for d in (len(t) == 1, t[0] == x[-1])]])
 
 
@@ -65,7 +65,7 @@ specs = [
     OpSpec("bn_shift", _EPSILON, _bn_shift_rule, doc="batch norm's per-channel shift, bias - mean * gain"),
     OpSpec("layer_norm", (Slot("axis", "int"), *_EPSILON, Slot("stats", "int")), _layer_norm_rule,
            doc="normalises over the axes from `axis` on, then scales and shifts"),
-    OpSpec("skip_layer_norm", _EPSILON, _skip_layer_norm_rule, doc="ONNX Runtime's SkipLayerNormalization, defined by its decomposition"),
+    OpSpec("skip_layer_norm", (*_EPSILON, Slot("sum", "int")), _skip_layer_norm_rule, doc="ONNX Runtime's SkipLayerNormalization, defined by its decomposition"),
 ]
 
 batch_norm, bn_kernel, bn_shift = op("batch_norm"), op("bn_kernel"), op("bn_shift")
@@ -192,13 +192,21 @@ def _residual_norm(rank_: int, affine: bool):
 
     def sample(rng: np.random.Generator):
         x_shape = tuple(int(d) for d in rng.integers(1, 4, size=rank_))
-        return {"x": x_shape, "y": x_shape, "sc": x_shape[-1:], **({"bi": x_shape[-1:]} if affine else {})}
+        valuation = {"x": x_shape, "y": x_shape, "sc": x_shape[-1:], **({"bi": x_shape[-1:]} if affine else {})}
+        # Near misses, one in five: a rank more (its last axis as long as the one before, so that layer norm from
+        # that axis on still applies), or a gamma of rank 2.
+        miss = int(rng.integers(0, 15))
+        if miss < 2:
+            valuation["xy"[miss]] = x_shape + x_shape[-1:]
+        elif miss == 2:
+            valuation["sc"] = x_shape[-1:] * 2
+        return valuation
 
     return sample
 
 
 def _skip_layer_norm_axioms(eps: float) -> list[Axiom]:
-    """SkipLayerNormalization's definition (ONNX Runtime's contrib kernel, checked against it in tests/test_ort_target.py):
+    """SkipLayerNormalization's definition, for each of its outputs (ONNX Runtime's contrib kernel, checked against it in tests/test_ort_target.py):
     layer norm over the last axis of the input plus the skip, where both have one shape and gamma, beta its last axis."""
     axioms_ = []
     for rank_ in (2, 3):
@@ -206,10 +214,18 @@ def _skip_layer_norm_axioms(eps: float) -> list[Axiom]:
             affine_inputs = (sc, bi) if affine else (sc,)
             guards = (eq(rank(x), rank_), eq(rank(y), rank_), *[eq(dim(y, k), dim(x, k)) for k in range(rank_)],
                       *[eq(dim(t, 0), dim(x, rank_ - 1)) for t in affine_inputs])  # (then any other rank fails both sides)
-            axioms_.append(Axiom(f"skip_layer_norm-{rank_}d{'' if affine else '-no-beta'}[{eps:g}]",
-                                 skip_layer_norm(x, y, *affine_inputs, epsilon=eps),
+            tag = f"{rank_}d{'' if affine else '-no-beta'}[{eps:g}]"
+            axioms_.append(Axiom(f"skip_layer_norm-{tag}", skip_layer_norm(x, y, *affine_inputs, epsilon=eps),
                                  layer_norm(add(x, y), *affine_inputs, axis=rank_ - 1, epsilon=eps),
                                  _residual_norm(rank_, affine), when=guards, unfold=True))
+            # with sum=1, output 0 is the same and output 1 the input + skip sum
+            with_sum = skip_layer_norm(x, y, *affine_inputs, epsilon=eps, sum=1)
+            axioms_.append(Axiom(f"skip_layer_norm-sum-{tag}", with_sum, layer_norm(add(x, y), *affine_inputs, axis=rank_ - 1, epsilon=eps),
+                                 _residual_norm(rank_, affine), when=guards, unfold=True))
+            # (the sum does not read gamma and beta: that they are vectors is a guard of its own here)
+            vectors = tuple(eq(rank(t), 1) for t in affine_inputs)
+            axioms_.append(Axiom(f"skip_layer_norm-sum-{tag}-1", with_sum[1], add(x, y), _residual_norm(rank_, affine), when=guards + vectors,
+                                 unfold=True))
     return axioms_
 
 

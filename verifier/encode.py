@@ -113,9 +113,9 @@ class _Builder:
             self.facts.extend((f"shape of {label}", fact) for fact in _constant_shape(op, params, outs[0].term))
         if self.well_typed:
             self.facts.extend((f"{label}[{k}] is well typed", app(OK, out.term)) for k, out in enumerate(outs))
-        if len(outs) == 1:
-            for axiom in UNFOLDINGS.get(op, ()):
-                self._unfold(axiom, params, args, outs[0], label)
+        for axiom in UNFOLDINGS.get(op, ()):  # a definition of output k (k = 0 for single-output ops)
+            if axiom.lhs.index < len(outs):
+                self._unfold(axiom, params, args, outs[axiom.lhs.index], label)
         return outs
 
     def _unfold(self, axiom: Axiom, params: Mapping[str, Any], args: list[_Value], out: _Value, label: str) -> None:

@@ -19,6 +19,7 @@ EXIT_MISMATCH = OutputMismatchError.exit_code
 
 def add_parser(sub) -> None:
     from ..cost import COST_MODELS
+    from ..pipeline.library import TARGETS
     from ..search import ENGINES, SearchConfig
 
     p = sub.add_parser("optimize", help="optimize an ONNX model with the verified rule library",
@@ -30,6 +31,9 @@ def add_parser(sub) -> None:
     p.add_argument("input", help="the .onnx model to optimize (never overwritten)")
     p.add_argument("-o", "--output", help="where to write the optimized model (required unless --explain)")
     p.add_argument("--library", help="a verified rule library (default: the one shipped with taso)")
+    p.add_argument("--target", choices=TARGETS, default="onnx",
+                   help="the runtime the written model is for: onnx (default), standard operators only; ort, ONNX Runtime, "
+                        "whose contrib operators (com.microsoft SkipLayerNormalization) it may use too")
     p.add_argument("--cost", choices=COST_MODELS, default="ort-cpu", help="cost model (default: ort-cpu, measured per node and cached; ort-cpu-region also times the region each rewrite changes)")
     p.add_argument("--alpha", type=float, default=SearchConfig.alpha, help="search relaxation (default %(default)s)")
     p.add_argument("--budget", type=int, default=SearchConfig.budget, help="most graphs expanded (default %(default)s)")
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     from ..measure.inputs import load_inputs
     from ..measure.timing import use_custom_ops
     from ..onnx import folding_plan
-    from ..pipeline.library import load_rules
+    from ..pipeline.library import for_target, load_rules
     from ..pipeline.run import optimize_model
     from ..pipeline.source import ModelSource, copy_model_file, write_model
     from ..pipeline.stages import StageClock
@@ -103,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             with clock.stage("load"):
                 source = ModelSource.from_file(args.input, shapes, static=args.static)
             with clock.stage("rules"):
-                rules = load_rules(args.library)
+                rules = for_target(load_rules(args.library), args.target)
             extra = load_inputs(args.inputs, source.graph.inputs) if args.inputs else None
             say = (lambda *a: None) if args.quiet else progress.say
             say(f"taso: {len(source.graph)} nodes, {len(rules)} proved rules, cost model {cost_model.fingerprint}")
@@ -165,12 +169,12 @@ def _write_unchanged(args: argparse.Namespace, why: str) -> int:
 def _explain(args: argparse.Namespace) -> int:
     """``--explain RULE``: why each directed rule the query names does or does not apply to the model."""
     from ..onnx import load_onnx
-    from ..pipeline.library import load_rules
+    from ..pipeline.library import for_target, load_rules
     from ..search.explain import explain_rule, find_rules
     from .main import parse_input_shapes
 
     graph = load_onnx(args.input, parse_input_shapes(args.input_shape), static=args.static)
-    for rule in find_rules(load_rules(args.library), args.explain)[:20]:
+    for rule in find_rules(for_target(load_rules(args.library), args.target), args.explain)[:20]:
         print("\n".join(explain_rule(graph, rule)))
     return 0
 

@@ -67,15 +67,18 @@ def _batch_norm_exact(xs, p):
     return (centred * gain + _channel_view(bias, x.ndim, 1)) % FINGERPRINT_PRIME
 
 
+def _epsilon(ctx) -> float:
+    """The node's epsilon as the exporter meant it. ONNX stores it as float32 (1e-5 reads back as 9.99999974e-06):
+    the shortest decimal that rounds to the same float32 is the one exporters wrote, and the one rules are stated at."""
+    return float(str(np.float32(ctx.attr("epsilon", 1e-5))))
+
+
 def _import_batch_norm(ctx) -> bool:
     if len([o for o in ctx.outputs if o]) != 1 or ctx.attr("training_mode", 0) or ctx.attr_names - {"epsilon", "momentum", "training_mode", "spatial", "is_test"}:
         return False
     if ctx.attr("spatial", 1) != 1:
         return False
-    # ONNX stores epsilon as float32 (1e-5 reads back as 9.99999974e-06): the shortest decimal that
-    # rounds to the same float32 is the epsilon the exporter meant, and the one rules are stated at.
-    epsilon = float(str(np.float32(ctx.attr("epsilon", 1e-5))))
-    ctx.emit(batch_norm, list(ctx.inputs[:5]), ctx.outputs[:1], epsilon=epsilon)
+    ctx.emit(batch_norm, list(ctx.inputs[:5]), ctx.outputs[:1], epsilon=_epsilon(ctx))
     return True
 
 
@@ -227,7 +230,7 @@ def _import_layer_norm(ctx) -> bool:
         return False
     x = ctx.type(ctx.inputs[0])
     ctx.emit(layer_norm, [i for i in ctx.inputs[:3] if i], outputs, stats=int(len(outputs) == 3),
-             axis=normalize_axis(int(ctx.attr("axis", -1)), x.rank), epsilon=float(ctx.attr("epsilon", 1e-5)))
+             axis=normalize_axis(int(ctx.attr("axis", -1)), x.rank), epsilon=_epsilon(ctx))
     return True
 
 
@@ -255,40 +258,44 @@ layer_norm = define(
 ORT_DOMAIN = "com.microsoft"
 
 
-def _skip_layer_norm_shape(types, p) -> TensorType:
+def _skip_layer_norm_shape(types, p) -> list[TensorType]:
     x, skip = types[0], types[1]
     require(x.rank in (2, 3), f"skip_layer_norm: ONNX Runtime's kernel takes a 2-D or 3-D input, not rank {x.rank}")
     require(skip.shape == x.shape, f"skip_layer_norm: the skip {skip.shape} is not the input's shape {x.shape}")
     for t in types[2:]:
         require(t.shape == x.shape[-1:], f"skip_layer_norm: gamma and beta are ({x.shape[-1]},), not {t.shape}")
-    return x
+    return [x, x] if p["sum"] else [x]
 
 
 def _skip_layer_norm(xs, p):
-    """The definition: layer norm over the last axis of the input plus the skip."""
-    x, skip = xs[0], xs[1]
-    return _layer_norm([(x + skip).astype(x.dtype), *xs[2:]], dict(axis=-1, epsilon=p["epsilon"], stats=0))
+    """The definition: layer norm over the last axis of the input plus the skip (and, with sum=1, that sum)."""
+    total = (xs[0] + xs[1]).astype(xs[0].dtype)
+    y = _layer_norm([total, *xs[2:]], dict(axis=-1, epsilon=p["epsilon"], stats=0))
+    return [*y, total] if p["sum"] else y
 
 
 def _skip_layer_norm_torch(rt, xs, p):
-    x = xs[0] + xs[1]
-    return rt.F.layer_norm(x, x.shape[-1:], xs[2], xs[3] if len(xs) == 4 else None, p["epsilon"])
+    total = xs[0] + xs[1]
+    y = rt.F.layer_norm(total, total.shape[-1:], xs[2], xs[3] if len(xs) == 4 else None, p["epsilon"])
+    return [y, total] if p["sum"] else y
 
 
 def _export_skip_layer_norm(ctx, node) -> None:
-    ctx.emit("SkipLayerNormalization", list(node.inputs), list(node.outputs), domain=ORT_DOMAIN, epsilon=node.params["epsilon"])
+    # outputs: the normalised sum, its mean and inverse deviation (not written), the input + skip sum
+    outputs = [node.outputs[0], "", "", node.outputs[1]] if node.params["sum"] else [node.outputs[0]]
+    ctx.emit("SkipLayerNormalization", list(node.inputs), outputs, domain=ORT_DOMAIN, epsilon=node.params["epsilon"])
 
 
 skip_layer_norm = define(
     "skip_layer_norm",
     arity=(3, 4),
-    params=[Param("epsilon", "float", 1e-5)],
+    params=[Param("epsilon", "float", 1e-5), Param("sum", "int", 0, (0, 1))],
     shape=_skip_layer_norm_shape,
     numpy=_skip_layer_norm,
     torch=_skip_layer_norm_torch,
     onnx=OnnxMapping((), None, _export_skip_layer_norm),
-    groups=("normalization", "ort"),
-    doc="ONNX Runtime's SkipLayerNormalization: layer norm over the last axis of input + skip (written with --target ort)",
+    groups=("normalization", "ort", "multi_output"),
+    doc="ONNX Runtime's SkipLayerNormalization: layer norm over the last axis of input + skip (sum=1 also outputs the sum)",
 )
 
 

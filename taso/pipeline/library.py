@@ -10,10 +10,14 @@ from ..errors import TasoError
 from ..rules import SHIPPED_DATA, LibraryFile, Rule, usable_reverse
 from ..search import LazyRules, RuleSlot
 
-__all__ = ["DEFAULT_LIBRARY", "load_rules", "both_directions"]
+__all__ = ["DEFAULT_LIBRARY", "ORT_FUSIONS", "TARGETS", "load_rules", "for_target", "both_directions"]
 
 
 DEFAULT_LIBRARY = os.path.join(SHIPPED_DATA, "library.jsonl.gz")
+# Proved rules into ONNX Runtime's contrib operators (built by `taso verify specs/rules/ort_fusions.json -o ...`).
+ORT_FUSIONS = os.path.join(SHIPPED_DATA, "ort_fusions.jsonl.gz")
+# The runtimes a written model may be for: ONNX's standard operators, or ONNX Runtime (its contrib operators too).
+TARGETS = ("onnx", "ort")
 
 
 # The rules of each library read in this process, by digest: a second search (the bench, tests) parses none again.
@@ -96,3 +100,21 @@ def both_directions(rules: Sequence[Rule]) -> list[Rule]:
                 seen.add(candidate.id)
                 out.append(candidate)
     return out
+
+
+def for_target(rules: Sequence[Rule], target: str) -> Sequence[Rule]:
+    """The rules a model written for ``target`` may use: ``rules`` alone for any ONNX runtime, and for ONNX Runtime
+    (``ort``) also the shipped rules into its contrib operators, both directions, so a fusion that does not pay is
+    undone like any other rewrite.
+
+    Raises:
+        TasoError: an unknown target.
+    """
+    if target not in TARGETS:
+        raise TasoError(f"unknown target {target!r}; choose from {', '.join(TARGETS)}")
+    if target == "onnx":
+        return rules
+    fusions = load_rules(ORT_FUSIONS)
+    if isinstance(rules, LazyRules):
+        return LazyRules(rules.slots + fusions.slots)
+    return [*rules, *fusions]
