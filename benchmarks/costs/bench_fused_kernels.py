@@ -1,0 +1,80 @@
+"""ONNX Runtime's fused kernels against the standard operators they replace, on this CPU (issue 56).
+
+For each size, two one-node-pattern models are timed side by side in alternating rounds (1 thread, ENABLE_ALL):
+
+* ``Add`` then ``LayerNormalization`` with the sum also an output (the residual the next block reads, so ONNX Runtime's
+  own SkipLayerNormFusion leaves it alone), against ``com.microsoft.SkipLayerNormalization`` writing that sum too;
+* the plain pair without the sum output, which ONNX Runtime fuses into SkipLayerNormalization at load, run with that
+  fusion (SkipLayerNormFusion) disabled against run as ONNX Runtime runs it.
+
+It prints plain time / fused time per case (above 1: the fused kernel is faster), the median of the rounds. This is
+what taso's measured costs see, and why `taso optimize --target ort` writes SkipLayerNormalization only where a
+measurement says it pays.
+
+Run: python benchmarks/costs/bench_fused_kernels.py [--sizes 1x64x256 1x128x768] [--rounds 9] [--runs 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+
+def _session(fused: bool, with_sum: bool, hidden: int, disabled: tuple[str, ...] = ()) -> ort.InferenceSession:
+    weights = [numpy_helper.from_array(np.ones(hidden, np.float32), "g"), numpy_helper.from_array(np.zeros(hidden, np.float32), "b")]
+    outputs = ["y", "r"] if with_sum else ["y"]
+    if fused:
+        nodes = [helper.make_node("SkipLayerNormalization", ["x", "s", "g", "b"], ["y", "", "", "r"] if with_sum else ["y"],
+                                  domain="com.microsoft", epsilon=1e-5)]
+    else:
+        nodes = [helper.make_node("Add", ["x", "s"], ["r"]), helper.make_node("LayerNormalization", ["r", "g", "b"], ["y"], axis=-1, epsilon=1e-5)]
+    typed = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "seq", hidden]) for n in ("x", "s", *outputs)]
+    graph = helper.make_graph(nodes, "residual_norm", typed[:2], typed[2:], initializer=weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled))
+
+
+def _seconds(session: ort.InferenceSession, feeds: dict, runs: int) -> float:
+    start = time.perf_counter()
+    for _ in range(runs):
+        session.run(None, feeds)
+    return (time.perf_counter() - start) / runs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", nargs="+", default=["1x64x256", "1x128x768", "8x128x768"])
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--runs", type=int, default=200)
+    args = parser.parse_args()
+    print(f"onnxruntime {ort.__version__}, 1 thread; plain / fused time, median of {args.rounds} alternating rounds\n")
+    print("| batch x seq x hidden | with the sum output: plain / SkipLayerNormalization | without: unfused / ONNX Runtime's own fusion |")
+    print("|---|---|---|")
+    rng = np.random.default_rng(0)
+    for size in args.sizes:
+        batch, seq, hidden = (int(d) for d in size.split("x"))
+        feeds = {n: rng.standard_normal((batch, seq, hidden)).astype(np.float32) for n in ("x", "s")}
+        cells = []
+        for with_sum in (True, False):
+            if with_sum:
+                plain, fused = _session(False, True, hidden), _session(True, True, hidden)
+            else:
+                plain, fused = _session(False, False, hidden, ("SkipLayerNormFusion",)), _session(False, False, hidden)
+            for a, b in zip(plain.run(None, feeds), fused.run(None, feeds)):
+                np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+            ratios = []
+            for _ in range(args.rounds):
+                ratios.append(_seconds(plain, feeds, args.runs) / _seconds(fused, feeds, args.runs))
+            cells.append(f"{statistics.median(ratios):.2f}x")
+        print(f"| {size} | {cells[0]} | {cells[1]} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
