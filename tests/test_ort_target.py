@@ -83,3 +83,11 @@ def test_an_unknown_target_is_one_line_and_a_non_zero_exit(tmp_path):
     done = subprocess.run([sys.executable, "-m", "taso", "optimize", "in.onnx", "-o", str(tmp_path / "o.onnx"), "--target", "trt"],
                           capture_output=True, text=True)
     assert done.returncode != 0 and "Traceback" not in done.stderr and "--target" in done.stderr
+
+
+def test_the_shipped_fusions_are_the_rule_file_proved():
+    """taso/data/ort_fusions.jsonl.gz is `taso verify specs/rules/ort_fusions.json`'s output: the same rules, none left out."""
+    from pathlib import Path
+
+    candidates = Library.load(str(Path(__file__).resolve().parents[1] / "specs" / "rules" / "ort_fusions.json")).rules
+    assert [r.id for r in candidates] == [r.id for r in _fusions()]
