@@ -1,4 +1,4 @@
-"""Element-wise operators: activations, negation, broadcasting add/sub/mul, scalar multiplication.
+"""Element-wise operators: activations, negation, broadcasting add/sub/mul (and sum, add as ONNX writes Sum), scalar multiplication.
 
 Axioms: add and mul form a commutative semiring under NumPy broadcasting; sub is add of a
 negation; scalar_mul (a one-element scale) commutes with scaling and distributes over the
@@ -36,6 +36,7 @@ def _scalar_mul_rule(dims, params):
 
 specs = [OpSpec(name, (), same_shape_rule, doc=f"element-wise {name}") for name in UNARY]
 specs += [OpSpec(name, (), _broadcast_rule, doc=f"broadcasting {name}") for name in ("add", "sub", "mul")]
+specs += [OpSpec("sum", (), _broadcast_rule, doc="ONNX's Sum of two tensors, defined as add")]
 specs += [OpSpec("scalar_mul", (), _scalar_mul_rule, doc="x times a one-element tensor")]
 
 add, sub, mul, neg, scalar_mul = op("add"), op("sub"), op("mul"), op("neg"), op("scalar_mul")
@@ -77,4 +78,6 @@ axioms = [
     Axiom("smul-mul", scalar_mul(mul(x, y), s), mul(x, scalar_mul(y, s)), _with_scales(broadcasting("x y"), "s"),
           when=(le(rank(s), rank(y)),)),
     Axiom("smul-neg", neg(scalar_mul(x, s)), scalar_mul(neg(x), s), _with_scales(same("x"), "s")),
+    # sum is add written as ONNX's Sum (taso.ops.elementwise: no load-time fusion of ONNX Runtime takes it in)
+    Axiom("sum-is-add", op("sum")(x, y), add(x, y), broadcasting("x y"), unfold=True),
 ]

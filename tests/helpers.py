@@ -76,14 +76,15 @@ def fake_timer(series, by_label: bool = False):
     return FakeTimer
 
 
-def library_rewrites(graph):
-    """(rule, plan, child) for every place a rule of the shipped library rewrites ``graph`` into a graph it can build:
-    what the tests that hold a rewrite's price from its parent to the built child's own walk over."""
-    from taso.pipeline.library import load_rules
+def library_rewrites(graph, target: str | None = None):
+    """(rule, plan, child) for every place a rule of the shipped library (with ``target``'s rules too, as
+    :func:`taso.pipeline.library.for_target` adds them) rewrites ``graph`` into a graph it can build: what the tests
+    that hold a rewrite's price from its parent to the built child's own walk over."""
+    from taso.pipeline.library import for_target, load_rules
     from taso.search.rewrite import CompiledRule, plans
 
     present = {n.op.name for n in graph.nodes}
-    for rule in load_rules():
+    for rule in (load_rules() if target is None else for_target(load_rules(), target)):
         if not {rn.op for rn in rule.source} <= present:
             continue
         for plan in plans(graph, CompiledRule(rule)):

@@ -12,7 +12,7 @@ import pytest
 
 from taso.errors import TasoError
 from taso.onnx import to_onnx_model
-from taso.pipeline.library import DEFAULT_LIBRARY, ORT_FUSIONS, for_target, load_rules
+from taso.pipeline.library import DEFAULT_LIBRARY, ORT_FUSIONS, RUNTIME_FORMS, for_target, load_rules
 from taso.rules import Library
 
 
@@ -70,11 +70,12 @@ def _with_target_epsilon(rule, epsilon: float):
     return replace(rule, target=target, status="candidate", proof=None)
 
 
-def test_the_onnx_target_adds_no_rule_and_the_ort_target_adds_the_fusions():
+def test_the_onnx_target_adds_the_runtime_forms_and_the_ort_target_the_fusions_too():
     shipped = load_rules(DEFAULT_LIBRARY)
-    assert for_target(shipped, "onnx") is shipped
+    forms = len(load_rules(RUNTIME_FORMS).slots)
+    assert len(for_target(shipped, "onnx").slots) == len(shipped.slots) + forms
     with_fusions = for_target(shipped, "ort")
-    assert len(with_fusions.slots) == len(shipped.slots) + len(load_rules(ORT_FUSIONS).slots)
+    assert len(with_fusions.slots) == len(shipped.slots) + forms + len(load_rules(ORT_FUSIONS).slots)
     with pytest.raises(TasoError, match="unknown target"):
         for_target(shipped, "tensorrt")
 

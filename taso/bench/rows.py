@@ -53,13 +53,13 @@ def load_model(name: str, batch: int) -> tuple[str, onnx.ModelProto, str | None]
 def optimize_for_bench(model: onnx.ModelProto, path: str | None, cost: str, threads: int, args):
     """The model through taso optimize's own pipeline (search, output check, end-to-end guard with measured CPU costs)."""
     from ..onnx import load_onnx
-    from ..pipeline.library import load_rules
+    from ..pipeline.library import for_target, load_rules
     from ..pipeline.run import optimize_model
     from ..pipeline.source import ModelSource
     from ..search import SearchConfig
 
     source = ModelSource(load_onnx(model), model, path)
-    return source, optimize_model(source, load_rules(args.library), cost, SearchConfig(args.alpha, args.budget, args.time_limit), threads)
+    return source, optimize_model(source, for_target(load_rules(args.library), "onnx"), cost, SearchConfig(args.alpha, args.budget, args.time_limit), threads)
 
 
 def finish_chart(fig, ax, ticks: list, labels: list[str], ylabel: str, title: str, path: str, title_size: int = 9,

@@ -50,7 +50,18 @@ from .copies import WallReference, cold_read_penalty, interquartile_range, wall_
 from .declared import declared_shape_seconds
 from .in_place import IN_PLACE_BYTES, InPlaceWeights
 from .model import CostModel, Neighbourhood, node_key
-from .ort_fusions import _GELU_OPS, _erfs_near, fusion_pass, gather_siblings, gelu_parts, ort_absorbs, split_gathers
+from .ort_fusions import (
+    _GELU_OPS,
+    _erfs_near,
+    fusion_pass,
+    gather_siblings,
+    gelu_parts,
+    norms_near,
+    ort_absorbs,
+    skip_norm_of,
+    skip_norm_parts,
+    split_gathers,
+)
 from .profiling import (
     _SESSION_SECONDS,
     FULL_SECONDS,
@@ -360,9 +371,38 @@ class OrtCpuCost(CostModel):
     def shared_price(self, node: Node, around: Neighbourhood) -> float | None:
         """A Gather that ONNX Runtime makes one Split with its siblings (:func:`split_gathers`) costs its share of that
         Split, and the Squeeze after its part where its index is a scalar: an unrolled cell's per-step Gathers of its
-        input run so (a GRU h128x64's 64 came to 23 us priced as Gathers, 59 us so)."""
-        group = split_gathers(node, around) if node.op.name == "gather" else None
-        return None if group is None else self._split_share(node, len(group), around)
+        input run so (a GRU h128x64's 64 came to 23 us priced as Gathers, 59 us so).
+
+        A LayerNormalization that ONNX Runtime makes one SkipLayerNormalization with the residual Add before it
+        (:func:`skip_norm_parts`) costs that kernel, and the Adds it takes in nothing: on an AMD EPYC core the kernel
+        is 4-7x slower than the pair it replaces (benchmarks/costs/bench_fused_kernels.py), which priced node by node
+        the search never saw."""
+        if node.op.name == "gather":
+            group = split_gathers(node, around)
+            return None if group is None else self._split_share(node, len(group), around)
+        if node.op.name == "add":
+            return 0.0 if skip_norm_of(node, around) is not None else None
+        if node.op.name == "layer_norm":
+            parts = skip_norm_parts(node, around)
+            return None if parts is None else self._skip_norm_price(node, parts[0], around)
+        return None
+
+    def _skip_norm_price(self, norm: Node, residual: Node, around: Neighbourhood) -> float:
+        """The SkipLayerNormalization ONNX Runtime runs for ``norm`` and the Adds before it, measured as one node of
+        their types (a bias Add taken in is priced inside it: the kernel adds one vector more)."""
+        data = around.type(residual.inputs[0])
+        affine = [(v, around.type(v)) for v in norm.inputs[1:]]
+        weights = {v: around.graph.weights[v] for v, _ in affine if v in around.graph.weights}
+        key = ("skip_layer_norm", data, norm.params["epsilon"], tuple(t for _, t in affine), tuple(sorted(weights)))
+        if key not in self._shared:
+            op = get("skip_layer_norm")
+            fused = Node(op, op.make_params(epsilon=norm.params["epsilon"]), ("x", "skip", *(v for v, _ in affine)), ("y",), norm.name)
+            inputs = {"x": data, "skip": data, **{v: t for v, t in affine if v not in weights}}
+            price = self.node_cost(fused, Graph(inputs, weights, [fused], ["y"]))
+            if self._estimate_used:
+                return price  # an estimate past the deadline is not remembered
+            self._shared[key] = price
+        return self._shared[key]
 
     def _split_share(self, gather: Node, parts: int, around: Neighbourhood) -> float:
         """A Split of the Gather's data into ``parts`` along its axis, over ``parts``; plus, for a scalar index, the
@@ -394,6 +434,12 @@ class OrtCpuCost(CostModel):
             return id(n) not in gone and parent.producer(n.outputs[0]) is n
 
         neighbours.update(gather_siblings(parent, removed, added))
+        # A rewrite of a residual Add, of what it reads or of what reads it makes or breaks a SkipLayerNormalization:
+        # the LayerNormalizations near it and the Adds each takes in, before and after (a new one only after).
+        for node, where in [*((n, before) for n in removed), *((n, after) for n in added)]:
+            for norm in norms_near(node, where):
+                for near in ((before, after) if kept(norm) else (where,)):
+                    neighbours.update({id(n): n for n in (norm, *(skip_norm_parts(norm, near) or ())) if kept(n)})
         erfs = {id(erf): erf for node in (*removed, *added) if node.op.name in _GELU_OPS
                 for erf in _erfs_near(node, before if id(node) in gone else after) if kept(erf)}
         for erf in erfs.values():

@@ -1,6 +1,8 @@
 """ONNX Runtime's CPU fusions at ENABLE_ALL, as the ort-cpu cost model knows them: which node runs inside another's kernel
-(Conv + BatchNormalization, Conv + activation, MatMul + bias as a Gemm, the five nodes of an exact GELU), and which
-Gathers ONNX Runtime runs as one Split, so that a rewrite does not pay for a fusion the runtime would make anyway.
+(Conv + BatchNormalization, Conv + activation, MatMul + bias as a Gemm, the five nodes of an exact GELU), which
+Gathers ONNX Runtime runs as one Split, and which residual Adds it makes one SkipLayerNormalization with the
+LayerNormalization after them; so that a rewrite does not pay for a fusion the runtime would make anyway, and a
+fusion that makes the graph slower is priced as it runs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from ..ops import ACTIVATION_OPS
 from .model import Neighbourhood
 from .residency import graph_run_order, main_weight
 
-__all__ = ["ort_absorbs", "split_gathers", "gather_siblings", "fusion_pass", "gelu_parts"]
+__all__ = ["ort_absorbs", "split_gathers", "gather_siblings", "fusion_pass", "gelu_parts", "skip_norm_parts", "skip_norm_of", "norms_near"]
 
 
 def ort_absorbs(node: Node, around: Neighbourhood) -> bool:
@@ -92,6 +94,62 @@ def gather_siblings(parent: Graph, removed, added) -> dict[int, Node]:
     gone = {id(n) for n in removed}
     return {id(sibling): sibling for node in (*removed, *added) if node.op.name == "gather"
             for sibling, _ in parent.uses(node.inputs[0]) if sibling.op.name == "gather" and id(sibling) not in gone}
+
+
+def skip_norm_parts(norm: Node, around: Neighbourhood) -> tuple[Node, ...] | None:
+    """The Adds that ONNX Runtime's SkipLayerNormFusion makes one SkipLayerNormalization with ``norm`` (a layer_norm), or
+    None: the residual Add it reads, and the bias Add before that one where there is one.
+
+    As ONNX Runtime 1.32 matches them: a LayerNormalization (opset 17) over the last axis of a 3-D float tensor whose
+    input is an Add; the Add's two inputs 3-D of one shape (each dimension the same number, the first also the same
+    symbol), the LayerNormalization its only reader and its sum no graph output. Where one of the Add's inputs is
+    itself an Add of a constant vector as long as the last axis, read only there, that Add is taken in as the
+    kernel's bias. An ONNX Sum is not an Add: ``sum`` is how a rewrite keeps the two apart (taso.ops.elementwise).
+    """
+    if (norm.op.name != "layer_norm" or norm.params["stats"] or around.graph.meta.opset < 17
+            or around.type(norm.inputs[0]).rank != 3 or norm.params["axis"] % 3 != 2 or around.type(norm.inputs[0]).dtype not in _SKIP_NORM_DTYPES):
+        return None
+    residual = around.producer(norm.inputs[0])
+    if residual is None or not _plain_add_read_by(residual, norm, around):
+        return None
+    shapes = [around.type(v).shape for v in residual.inputs]
+    if any(len(shape) != 3 for shape in shapes) or shapes[0] != shapes[1] or any(type(d) is not int for d in shapes[0][1:]):
+        return None
+    for side in residual.inputs:
+        bias = around.producer(side)
+        if bias is not None and _plain_add_read_by(bias, residual, around) and bias.inputs[1] in around.consts and (
+                around.type(bias.inputs[1]).shape == shapes[0][-1:] and around.type(bias.inputs[0]).rank == 3):
+            return residual, bias
+    return (residual,)
+
+
+_SKIP_NORM_DTYPES = frozenset(("float32", "float16", "bfloat16"))
+
+
+def _plain_add_read_by(add: Node, reader: Node, around: Neighbourhood) -> bool:
+    return add.op.name == "add" and len(add.inputs) == 2 and _sole_reader(reader, add.outputs[0], around)
+
+
+def skip_norm_of(add: Node, around: Neighbourhood) -> Node | None:
+    """The layer_norm whose SkipLayerNormalization takes ``add`` in (:func:`skip_norm_parts`), or None."""
+    reader = _sole_reader_of(add.outputs[0], around) if add.op.name == "add" else None
+    for _ in range(2):  # the residual Add, then the bias Add before it
+        if reader is None:
+            return None
+        if reader.op.name == "layer_norm":
+            return reader if add in (skip_norm_parts(reader, around) or ()) else None
+        reader = _sole_reader_of(reader.outputs[0], around) if reader.op.name == "add" else None
+    return None
+
+
+def norms_near(node: Node, around: Neighbourhood) -> list[Node]:
+    """The layer_norms whose SkipLayerNormFusion a change at ``node`` may make or break: ``node`` itself, and those
+    reading, directly or through one or two Adds, a value ``node`` reads or writes."""
+    found, frontier = [], [r for v in (*node.inputs, *node.outputs) for r in around.readers(v)] + [node]
+    for _ in range(3):
+        found += [n for n in frontier if n.op.name == "layer_norm"]
+        frontier = [r for n in frontier if n.op.name in ("add", "sum") for r in around.readers(n.outputs[0])]
+    return list({id(n): n for n in found}.values())
 
 
 def _single_index(gather: Node, around: Neighbourhood) -> int | None:

@@ -440,6 +440,22 @@ for _name, (_fn, _onnx_type, _groups) in _BINARY.items():
 
 add, sub, mul, div = BINARY_OPS["add"], BINARY_OPS["sub"], BINARY_OPS["mul"], BINARY_OPS["div"]
 
+# The same sum written as ONNX's Sum: ONNX Runtime's load-time fusions match Add by its op type, and on some machines
+# the kernel one makes is slower than the Add and the node it reads (SkipLayerNormalization, 4-7x on an AMD EPYC
+# core: benchmarks/costs/bench_fused_kernels.py). Only a rewrite writes it, where the measured costs say the fusion
+# does not pay; a Sum in a file is read as adds.
+sum_ = define(
+    "sum",
+    arity=2,
+    shape=broadcast_shape,
+    numpy=lambda xs, p: as_array(np.add(xs[0], xs[1])),
+    onnx=OnnxMapping(("Sum",), None, _exporter_as("Sum")),
+    groups=("elementwise", "commutative", "linear"),
+    doc="x + y with NumPy broadcasting, written as ONNX Sum, which no load-time fusion of ONNX Runtime takes in",
+    exact="polynomial",
+    torch=lambda rt, xs, p: rt.torch.add(xs[0], xs[1]),
+)
+
 
 def _scalar_mul_shape(types, p):
     require(types[1].size == 1, f"scalar_mul: the scale must hold one element, got shape {types[1].shape}")

@@ -10,12 +10,16 @@ from ..errors import TasoError
 from ..rules import SHIPPED_DATA, LibraryFile, Rule, usable_reverse
 from ..search import LazyRules, RuleSlot
 
-__all__ = ["DEFAULT_LIBRARY", "ORT_FUSIONS", "TARGETS", "load_rules", "for_target", "both_directions"]
+__all__ = ["DEFAULT_LIBRARY", "ORT_FUSIONS", "RUNTIME_FORMS", "TARGETS", "load_rules", "for_target", "both_directions"]
 
 
 DEFAULT_LIBRARY = os.path.join(SHIPPED_DATA, "library.jsonl.gz")
 # Proved rules into ONNX Runtime's contrib operators (built by `taso verify specs/rules/ort_fusions.json -o ...`).
 ORT_FUSIONS = os.path.join(SHIPPED_DATA, "ort_fusions.jsonl.gz")
+# Proved rules between equal standard forms that a runtime's load-time fusions take differently (the residual Add
+# before a LayerNormalization as a Sum, which ONNX Runtime does not fuse), for every target:
+# `taso verify specs/rules/runtime_forms.json -o ...`.
+RUNTIME_FORMS = os.path.join(SHIPPED_DATA, "runtime_forms.jsonl.gz")
 # The runtimes a written model may be for: ONNX's standard operators, or ONNX Runtime (its contrib operators too).
 TARGETS = ("onnx", "ort")
 
@@ -103,18 +107,16 @@ def both_directions(rules: Sequence[Rule]) -> list[Rule]:
 
 
 def for_target(rules: Sequence[Rule], target: str) -> Sequence[Rule]:
-    """The rules a model written for ``target`` may use: ``rules`` alone for any ONNX runtime, and for ONNX Runtime
-    (``ort``) also the shipped rules into its contrib operators, both directions, so a fusion that does not pay is
-    undone like any other rewrite.
+    """The rules a model written for ``target`` may use: ``rules``, the shipped runtime forms (standard operators, so
+    for any target), and for ONNX Runtime (``ort``) also the shipped rules into its contrib operators; each in both
+    directions, so a form or a fusion that does not pay is undone like any other rewrite.
 
     Raises:
         TasoError: an unknown target.
     """
     if target not in TARGETS:
         raise TasoError(f"unknown target {target!r}; choose from {', '.join(TARGETS)}")
-    if target == "onnx":
-        return rules
-    fusions = load_rules(ORT_FUSIONS)
+    extra = [load_rules(RUNTIME_FORMS)] + ([load_rules(ORT_FUSIONS)] if target == "ort" else [])
     if isinstance(rules, LazyRules):
-        return LazyRules(rules.slots + fusions.slots)
-    return [*rules, *fusions]
+        return LazyRules(rules.slots + [slot for more in extra for slot in more.slots])
+    return [*rules, *(rule for more in extra for rule in more)]

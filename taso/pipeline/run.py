@@ -32,7 +32,7 @@ from ..search import SearchConfig, SearchReport
 from ..search.cleanup import CleanupReport
 from .checks import Checks, OutputMismatchError, check_candidate, check_into
 from .guard import Verdicts, keep_fastest, keep_if_faster_on_device, reexport_matches
-from .library import load_rules
+from .library import for_target, load_rules
 from .outcome import Outcome
 from .passes import CleanUpPass, run_passes, search_passes
 from .size_guard import keep_fastest_at_sizes
@@ -97,7 +97,7 @@ def optimize_model(
     with clock.stage("check"):
         checks = Checks.prepare(source, extra_inputs, threads, check, sized)
     config = config or SearchConfig()
-    rules = load_rules() if rules is None else rules
+    rules = for_target(load_rules(), "onnx") if rules is None else rules
     input_clean_up = CleanUpPass()
     start = run_passes(source.graph, [input_clean_up], clock)
     cleanup = input_clean_up.report
