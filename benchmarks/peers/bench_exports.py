@@ -24,8 +24,12 @@ measured the BERT encoder's taso output at 0.97x, 1.11x when timed again). The b
 is picked by a first, shorter interleaved timing of the two. Prints one Markdown table and the
 geometric means, writes JSON after every model, prints progress on stderr.
 
+``--peers all --target ort --model transformers``: the ten transformer exports against every peer (ONNX Runtime's
+transformers optimizer and onnxscript's optimizer and rewriter too), taso allowed ONNX Runtime's contrib operators.
+
 Run: python -m taso.models.corpus build && python benchmarks/peers/bench_exports.py [--threads 1 --threads 2]
-     [--model torch-script/lstm_cell_unrolled16 --model zoo/nasrnn ...] [--time-limit 9] [--rounds 9] [--series 3] [--json FILE]
+     [--model torch-script/lstm_cell_unrolled16 --model zoo/nasrnn ... | --model transformers] [--peers all] [--target ort]
+     [--time-limit 9] [--rounds 9] [--series 3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ TRANSFORMERS = ("transformer_encoder", "transformer_decoder", "gpt2_decoder", "d
 RECURRENT = ("lstm_cell_unrolled16", "lstm_cell_unrolled64", "gru_cell_unrolled32", "lstm_2layer")
 DEFAULT_MODELS = (*(f"{source}/{arch}" for arch in TRANSFORMERS + RECURRENT for source in ("torch-script", "torch-dynamo")),
                   "torch-dynamo/nasnet_a_cell", "pypi-wheel/captcha_crnn", "zoo/nasrnn", "zoo/squeezenet", "zoo/bert_base")
-PEERS = ("onnxslim", "onnxsim")
+TRANSFORMER_MODELS = tuple(f"{source}/{arch}" for source in ("torch-dynamo", "torch-script") for arch in TRANSFORMERS)  # --model transformers
+PEERS = ("onnxslim", "onnxsim")  # the default peers; --peers chooses among taso.bench.peers.PEERS
 LEVEL = 0.02  # within 2% of each other: level
 
 
@@ -116,10 +121,11 @@ def run_peer(peer: str, model: onnx.ModelProto, input_sets: list[dict], out: Pat
     return ""
 
 
-def _optimize(path: Path, out: Path, report: Path, time_limit: float, threads: int, shape_args: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+def _optimize(path: Path, out: Path, report: Path, time_limit: float, threads: int, shape_args: list[str],
+              target: str = "onnx") -> tuple[subprocess.CompletedProcess, float]:
     """Runs ``taso optimize`` through the CLI as a user would (measured costs); the process and its seconds."""
     command = [sys.executable, "-m", "taso", "optimize", str(path), "-o", str(out), "--cost", "ort-cpu", "--threads", str(threads),
-               "--time-limit", str(time_limit), "--report", str(report), "--quiet", *shape_args]
+               "--time-limit", str(time_limit), "--report", str(report), "--quiet", "--target", target, *shape_args]
     start = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True)
     return proc, time.perf_counter() - start
@@ -138,14 +144,15 @@ def _change(report: dict) -> tuple[bool, str]:
     return False, f"no ({'re-export kept' if kept == 're-export' else 'input kept'}; {why})"
 
 
-def bench_model(entry: corpus.Entry, threads: list[int], time_limit: float, rounds: int, workdir: Path, log, series: int = 3) -> list[Row]:
+def bench_model(entry: corpus.Entry, threads: list[int], time_limit: float, rounds: int, workdir: Path, log, series: int = 3,
+                peers: tuple[str, ...] = PEERS, target: str = "onnx") -> list[Row]:
     """One model at every thread count: the peers once, taso per thread count (alone and after the best peer), all timed interleaved."""
     model = onnx.load(str(entry.path()))
     static = corpus.with_static_inputs(model, entry.input_shapes)
     input_sets = random_input_sets(static, (0, 1))
     stem = workdir / entry.name.replace("/", "__")
     peer_paths, peer_notes = {}, {}
-    for peer in PEERS:
+    for peer in peers:
         start, path = time.perf_counter(), stem.with_suffix(f".{peer}.onnx")
         peer_notes[peer] = run_peer(peer, static, input_sets, path)
         log(f"  {peer}: {peer_notes[peer] or 'ok'} ({time.perf_counter() - start:.1f} s)")
@@ -156,7 +163,7 @@ def bench_model(entry: corpus.Entry, threads: list[int], time_limit: float, roun
     for t in threads:
         row = Row(entry.name, t, len(model.graph.node), peer_notes={k: v for k, v in peer_notes.items() if v})
         out, report_path = stem.with_suffix(f".taso{t}.onnx"), stem.with_suffix(f".taso{t}.json")
-        proc, row.optimize_seconds = _optimize(entry.path(), out, report_path, time_limit, t, shape_args)
+        proc, row.optimize_seconds = _optimize(entry.path(), out, report_path, time_limit, t, shape_args, target)
         report = read_report(report_path)
         if proc.returncode != 0:
             row.taso_note = f"taso exit {proc.returncode}: {_one_line(proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else '')}"
@@ -166,12 +173,12 @@ def bench_model(entry: corpus.Entry, threads: list[int], time_limit: float, roun
         same = proc.returncode == 0 and out.read_bytes() == entry.path().read_bytes()
         variants = [("input", entry.path()), *peer_paths.items()]
         try:
-            row.best_peer = _faster_peer(variants, input_sets[0], t) if len(peer_paths) > 1 else next(iter(peer_paths), "")
+            row.best_peer = _faster_peer(variants, input_sets[0], t, peers) if len(peer_paths) > 1 else next(iter(peer_paths), "")
         except TimingError as e:
             row.errors.append(str(e))
         if row.best_peer:
             after = stem.with_suffix(f".{row.best_peer}.taso{t}.onnx")
-            after_proc, _ = _optimize(peer_paths[row.best_peer], after, stem.with_suffix(f".after{t}.json"), time_limit, t, shape_args)
+            after_proc, _ = _optimize(peer_paths[row.best_peer], after, stem.with_suffix(f".after{t}.json"), time_limit, t, shape_args, target)
             if after_proc.returncode == 0:
                 variants.append(("taso after the best peer", after))
         if proc.returncode == 0 and not same:
@@ -186,7 +193,7 @@ def bench_model(entry: corpus.Entry, threads: list[int], time_limit: float, roun
             continue
         speedups = dict(zip((v[0] for v in variants), ratios))
         row.input_ms = input_seconds * 1e3
-        row.peers = {peer: speedups.get(peer) for peer in PEERS}
+        row.peers = {peer: speedups.get(peer) for peer in peers}
         if "taso" in speedups:
             row.taso = speedups["taso"]
         elif same:
@@ -199,11 +206,11 @@ def bench_model(entry: corpus.Entry, threads: list[int], time_limit: float, roun
     return rows
 
 
-def _faster_peer(variants: list[tuple[str, Path]], feeds: dict, threads: int) -> str:
-    """The peer whose output runs faster, by a short interleaved timing of the peers' outputs."""
-    peers = [(name, path) for name, path in variants if name in PEERS]
-    seconds = interleaved_times([str(p) for _, p in peers], feeds, threads, 3, labels=[n for n, _ in peers])
-    return min(zip(seconds, (n for n, _ in peers)))[1]
+def _faster_peer(variants: list[tuple[str, Path]], feeds: dict, threads: int, peers: tuple[str, ...] = PEERS) -> str:
+    """The peer whose output runs fastest, by a short interleaved timing of the peers' outputs."""
+    timed = [(name, path) for name, path in variants if name in peers]
+    seconds = interleaved_times([str(p) for _, p in timed], feeds, threads, 3, labels=[n for n, _ in timed])
+    return min(zip(seconds, (n for n, _ in timed)))[1]
 
 
 def _ratio(x: float | None) -> str:
@@ -224,24 +231,24 @@ def verdict(row: Row) -> str:
     return "behind" if row.taso < peer * (1 - LEVEL) else "level"
 
 
-def markdown(rows: list[Row]) -> str:
-    lines = ["| model | threads | ORT ENABLE_ALL (input) | " + " | ".join(f"{p} → ENABLE_ALL" for p in PEERS)
+def markdown(rows: list[Row], peers: tuple[str, ...] = PEERS) -> str:
+    lines = ["| model | threads | ORT ENABLE_ALL (input) | " + " | ".join(f"{p} → ENABLE_ALL" for p in peers)
              + " | taso → ENABLE_ALL | taso after the best peer | taso predicted | taso changed the graph | taso vs the best peer |",
-             "|---|---:|---:|" + "---:|" * len(PEERS) + "---:|---:|---:|---|---|"]
+             "|---|---:|---:|" + "---:|" * len(peers) + "---:|---:|---:|---|---|"]
     for r in rows:
         base = "—" if r.input_ms is None else f"1.00x ({r.input_ms:.3f} ms)"
-        peers = [_ratio(r.peers.get(p)) if r.peers.get(p) is not None else _one_line(r.peer_notes.get(p, "—"), 60) for p in PEERS]
+        cells = [_ratio(r.peers.get(p)) if r.peers.get(p) is not None else _one_line(r.peer_notes.get(p, "—"), 60) for p in peers]
         taso = _ratio(r.taso) + (" (input kept)" if r.taso_note == "input bytes kept" else "") if r.taso is not None else r.taso_note or "—"
         after = f"{_ratio(r.taso_after_peer)} (after {r.best_peer})" if r.taso_after_peer is not None else "—"
         if r.errors:
             base = f"timing failed: {_one_line(r.errors[0])}"
-        lines.append(f"| {r.model} | {r.threads} | {base} | {' | '.join(peers)} | {taso} | {after} | {_ratio(r.predicted)} | {r.change or '—'} | {verdict(r)} |")
+        lines.append(f"| {r.model} | {r.threads} | {base} | {' | '.join(cells)} | {taso} | {after} | {_ratio(r.predicted)} | {r.change or '—'} | {verdict(r)} |")
     lines.append("")
     for t in sorted({r.threads for r in rows}):
         timed = [r for r in rows if r.threads == t and r.taso is not None and r.input_ms is not None]
         if not timed:
             continue
-        means = ", ".join(f"{p} {_geomean([r.peers.get(p) or 1.0 for r in timed]):.3f}x" for p in PEERS)
+        means = ", ".join(f"{p} {_geomean([r.peers.get(p) or 1.0 for r in timed]):.3f}x" for p in peers)
         counts = {v: sum(verdict(r) == v for r in timed) for v in ("ahead", "level", "behind")}
         after = [r for r in timed if r.taso_after_peer is not None]
         gains = [r.taso_after_peer / r.taso for r in after]
@@ -261,13 +268,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=9, help="interleaved timing rounds per series (default 9)")
     parser.add_argument("--series", type=int, default=3, help="timing series, each in fresh sessions; the median ratio is reported (default 3)")
     parser.add_argument("--json", type=Path, default=Path("bench_exports.json"), help="where to write the rows (default bench_exports.json)")
+    parser.add_argument("--peers", default=",".join(PEERS), help="comma-separated peers (taso.bench.peers: onnxslim, onnxsim, "
+                                                                  "ort-transformers, onnxscript) or all (default %(default)s)")
+    parser.add_argument("--target", choices=("onnx", "ort"), default="onnx", help="taso optimize's --target (default onnx)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     threads = args.threads or [1, 2]
-    names = args.model or list(DEFAULT_MODELS)
+    names = [n for name in (args.model or DEFAULT_MODELS) for n in (TRANSFORMER_MODELS if name == "transformers" else (name,))]
+    peers = tuple(peer_runs.parse_peers(args.peers))
     rows: list[Row] = []
 
     def log(line: str) -> None:
@@ -282,10 +293,10 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"  skipped: {entry}")
                 rows += [Row(name, t, 0, taso_note=entry) for t in threads]
                 continue
-            rows += bench_model(entry, threads, args.time_limit, args.rounds, Path(tmp), log, args.series)
+            rows += bench_model(entry, threads, args.time_limit, args.rounds, Path(tmp), log, args.series, peers, args.target)
             args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")  # kept after every model
     rows.sort(key=lambda r: (r.threads, names.index(r.model)))
-    print(markdown(rows))
+    print(markdown(rows, peers))
     log(f"done in {time.perf_counter() - start:.0f} s")
     return 0
 

@@ -59,7 +59,7 @@ def optimize_for_bench(model: onnx.ModelProto, path: str | None, cost: str, thre
     from ..search import SearchConfig
 
     source = ModelSource(load_onnx(model), model, path)
-    return source, optimize_model(source, for_target(load_rules(args.library), "onnx"), cost, SearchConfig(args.alpha, args.budget, args.time_limit), threads)
+    return source, optimize_model(source, for_target(load_rules(args.library), getattr(args, "target", "onnx")), cost, SearchConfig(args.alpha, args.budget, args.time_limit), threads)
 
 
 def finish_chart(fig, ax, ticks: list, labels: list[str], ylabel: str, title: str, path: str, title_size: int = 9,

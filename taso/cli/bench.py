@@ -17,6 +17,7 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub) -> None:
     from ..cost import COST_MODELS
+    from ..pipeline.library import TARGETS
     from ..search import SearchConfig
 
     p = sub.add_parser("bench", help="measure end-to-end speedups against ONNX Runtime's optimizer")
@@ -24,6 +25,8 @@ def add_parser(sub) -> None:
     p.add_argument("--threads", default="1", help="comma-separated intra-op thread counts (default 1)")
     p.add_argument("--out", default="bench-results", help="directory for bench.json, bench.md and bench.png (default %(default)s)")
     p.add_argument("--library", help="a verified rule library (default: the shipped one)")
+    p.add_argument("--target", choices=TARGETS, default="onnx",
+                   help="the runtime taso's output is for, as in taso optimize: onnx (default) or ort (ONNX Runtime's contrib operators too)")
     p.add_argument("--cost", choices=COST_MODELS, default="ort-cpu")
     p.add_argument("--alpha", type=float, default=SearchConfig.alpha)
     p.add_argument("--budget", type=int, default=SearchConfig.budget)
