@@ -70,12 +70,18 @@ def _with_target_epsilon(rule, epsilon: float):
     return replace(rule, target=target, status="candidate", proof=None)
 
 
-def test_the_onnx_target_adds_the_runtime_forms_and_the_ort_target_the_fusions_too():
+def test_the_onnx_target_undoes_the_fusions_and_the_ort_target_makes_them_too():
+    """Both targets get the runtime forms; --target onnx only the fusions' reverses (a file's SkipLayerNormalization
+    taken apart, never one made), --target ort the fusions both ways."""
     shipped = load_rules(DEFAULT_LIBRARY)
-    forms = len(load_rules(RUNTIME_FORMS).slots)
-    assert len(for_target(shipped, "onnx").slots) == len(shipped.slots) + forms
+    forms, fusions = len(load_rules(RUNTIME_FORMS).slots), len(load_rules(ORT_FUSIONS).slots)
+    for_onnx = for_target(shipped, "onnx")
+    assert len(for_onnx.slots) == len(shipped.slots) + forms + fusions // 2
+    added = list(for_onnx)[len(list(shipped)):]
+    assert not any(n.op == "skip_layer_norm" for rule in added for n in rule.target)
+    assert sum(any(n.op == "skip_layer_norm" for n in rule.source) for rule in added) == len(_fusions())
     with_fusions = for_target(shipped, "ort")
-    assert len(with_fusions.slots) == len(shipped.slots) + forms + len(load_rules(ORT_FUSIONS).slots)
+    assert len(with_fusions.slots) == len(shipped.slots) + forms + fusions
     with pytest.raises(TasoError, match="unknown target"):
         for_target(shipped, "tensorrt")
 
@@ -92,3 +98,64 @@ def test_the_shipped_fusions_are_the_rule_file_proved():
 
     candidates = Library.load(str(Path(__file__).resolve().parents[1] / "specs" / "rules" / "ort_fusions.json")).rules
     assert [r.id for r in candidates] == [r.id for r in _fusions()]
+
+
+def _skip_layer_norm_file(with_bias: bool, with_sum: bool, beta: bool = True):
+    """A file holding a com.microsoft SkipLayerNormalization as ONNX Runtime's transformers optimizer writes one."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weights = {n: rng.standard_normal(8).astype(np.float32) for n in ("g", "b", "bias")}
+    inputs = ["x", "s", "g", "b" if beta else "", "bias" if with_bias else ""]
+    while not inputs[-1]:
+        inputs.pop()
+    outputs = ["y", "", "", "r"] if with_sum else ["y"]
+    node = helper.make_node("SkipLayerNormalization", inputs, outputs, domain="com.microsoft", epsilon=1e-5)
+    typed = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 4, 8]) for n in ("x", "s", *[o for o in outputs if o])]
+    graph = helper.make_graph([node], "sln", typed[:2], typed[2:], initializer=[numpy_helper.from_array(v, k) for k, v in weights.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)], ir_version=10), onnx
+
+
+@pytest.mark.parametrize("with_bias,with_sum,beta", [(False, False, True), (False, True, True), (True, False, True), (True, True, False)],
+                         ids=["plain", "with the sum", "with a bias", "bias, sum, no beta"])
+def test_a_files_skip_layer_norm_is_read_into_taso_and_written_back_equal(with_bias, with_sum, beta):
+    """ONNX Runtime's transformers optimizer writes SkipLayerNormalization into files; taso reads it (its bias as an
+    Add before it) so that the fusions' reverses can take it apart, and writes it back running as the file does."""
+    import taso
+
+    model, _ = _skip_layer_norm_file(with_bias, with_sum, beta)
+    graph = taso.load_onnx(model)
+    assert [n.op.name for n in graph.nodes] == ["add"] * with_bias + ["skip_layer_norm"]
+    assert graph.nodes[-1].params["sum"] == int(with_sum) and graph.nodes[-1].params["epsilon"] == 1e-5
+    rng = np.random.default_rng(1)
+    feeds = {n: rng.standard_normal((2, 4, 8)).astype(np.float32) for n in ("x", "s")}
+    for a, b in zip(_run(model, feeds), _run(taso.export_onnx(graph), feeds), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_a_skip_layer_norm_with_its_statistics_outputs_stays_opaque():
+    import taso
+    from onnx import helper
+
+    model, _ = _skip_layer_norm_file(False, False)
+    node = model.graph.node[0]
+    node.output.extend(["mean"])
+    model.graph.output.append(helper.make_tensor_value_info("mean", 1, None))
+    assert [n.op.name for n in taso.load_onnx(model).nodes] == ["opaque"]
+
+
+def test_an_opaque_contrib_node_gets_its_domain_declared_where_the_file_left_it_out():
+    """ONNX Runtime's transformers optimizer writes FastGelu without importing com.microsoft (ONNX Runtime runs it); the
+    written file declares the domain, so onnx.checker passes once the rewrites took every SkipLayerNormalization out."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    import taso
+
+    node = helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft")
+    typed = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 8]) for n in ("x", "y")]
+    model = helper.make_model(helper.make_graph([node], "g", typed[:1], typed[1:]), opset_imports=[helper.make_opsetid("", 17)])
+    written = taso.export_onnx(taso.load_onnx(model))
+    assert ("com.microsoft", 1) in [(o.domain, o.version) for o in written.opset_import]
+    onnx.checker.check_model(written)

@@ -217,6 +217,8 @@ class ExportContext:
         for capture, value in zip(p["captures"], list(present)):
             if capture != value:  # the subgraph reads the old name: keep it defined
                 self.nodes.append(helper.make_node("Identity", [value], [capture], name=self.fresh("capture")))
+        if proto.domain not in ("", "ai.onnx"):  # declared even where the file left it out (ONNX Runtime runs such files)
+            self.domains.add(proto.domain)
         self.nodes.append(proto)
 
 

@@ -26,7 +26,7 @@ from onnx import helper, numpy_helper
 
 from ..errors import GraphError, ImportError_, ShapeError, TasoError, Unsupported
 from ..ir import Graph, GraphMeta, Node, TensorType, is_numeric
-from ..ops import onnx_importers
+from ..ops import contrib_importers, onnx_importers
 from ..ops.onnx_versions import OLDEST_OPSET, REVIEWED_THROUGH, understood
 from ..ops.shape import dims as dims_op
 from . import symbolic
@@ -297,24 +297,30 @@ def _declared_dims(graph: onnx.GraphProto, branch_inputs: set[str]) -> dict[str,
             "declared_outputs": {vi.name: dims(vi) for vi in graph.output}}
 
 
+_CONTRIB = contrib_importers()
+
+
 def _import_node(state: ImportState, node: onnx.NodeProto, importers, all_opsets) -> None:
     standard = node.domain in ONNX_DOMAINS
     if standard and _fold_constant_node(state, node):
         return
     shape_errors: list[str] = []
     if standard and understood(node.op_type, state.opset) and _numeric_node(state, node):
-        for _op, importer in importers.get(node.op_type, ()):
-            ctx = ImportContext(state, node)
-            try:
-                handled = importer(ctx)
-            except ShapeError as e:
-                handled = False  # kept: it explains a probe failure (an Add of shapes that do not broadcast)
-                shape_errors.append(str(e))
-            except (KeyError, IndexError, TypeError, ValueError):
-                handled = False  # an attribute combination this importer does not model
-            if handled:
-                state.commit(ctx)
-                return
+        candidates = [importer for _op, importer in importers.get(node.op_type, ())]
+    else:  # another domain's operator taso specifies (ONNX Runtime's SkipLayerNormalization), else opaque
+        candidates = _CONTRIB.get((node.domain, node.op_type), []) if _numeric_node(state, node) else []
+    for importer in candidates:
+        ctx = ImportContext(state, node)
+        try:
+            handled = importer(ctx)
+        except ShapeError as e:
+            handled = False  # kept: it explains a probe failure (an Add of shapes that do not broadcast)
+            shape_errors.append(str(e))
+        except (KeyError, IndexError, TypeError, ValueError):
+            handled = False  # an attribute combination this importer does not model
+        if handled:
+            state.commit(ctx)
+            return
     import_opaque(state, node, all_opsets, shape_errors)
 
 

@@ -8,7 +8,7 @@ groups are named once here, as frozensets of canonical names, and reused everywh
 from __future__ import annotations
 
 from . import constants, conv, elementwise, linalg, norm, opaque, resize, shape  # noqa: F401 - declare every op
-from .base import ACTIVATIONS, OnnxMapping, Op, Param, onnx_importers, registry
+from .base import ACTIVATIONS, OnnxMapping, Op, Param, contrib_importers, onnx_importers, registry
 
 OPS: dict[str, Op] = registry()
 
@@ -36,7 +36,7 @@ COMMUTATIVE = group("commutative")
 CONSTANT = group("constant")
 SHAPE_ONLY = group("shape_only")
 HAS_ACTIVATION = group("has_activation")
-ORT_CONTRIB = group("ort")  # ONNX Runtime's contrib operators: written only for `--target ort`
+ORT_CONTRIB = group("ort")  # ONNX Runtime's contrib operators: rewrites make them only for `--target ort`; files may hold them
 
-__all__ = ["OPS", "get", "group", "Op", "Param", "OnnxMapping", "ACTIVATIONS", "onnx_importers",
+__all__ = ["OPS", "get", "group", "Op", "Param", "OnnxMapping", "ACTIVATIONS", "onnx_importers", "contrib_importers",
            "ELEMENTWISE", "ACTIVATION_OPS", "COMMUTATIVE", "CONSTANT", "SHAPE_ONLY", "HAS_ACTIVATION", "ORT_CONTRIB"]

@@ -21,7 +21,7 @@ from ..ir import Params, TensorType
 from ..ir.dims import Dim, holds_dims, other_sizes, rebind_value, value_symbols
 from .onnx_versions import VERSIONS
 
-__all__ = ["Param", "Op", "OnnxMapping", "REQUIRED", "define", "registry", "onnx_importers", "FINGERPRINT_PRIME", "modular_inverse", "as_dims"]
+__all__ = ["Param", "Op", "OnnxMapping", "REQUIRED", "define", "registry", "onnx_importers", "define_contrib_importer", "contrib_importers", "FINGERPRINT_PRIME", "modular_inverse", "as_dims"]
 
 REQUIRED = object()
 
@@ -303,6 +303,20 @@ def define_importer(op_types: Sequence[str], importer: Callable) -> None:
     _require_versions(getattr(importer, "__name__", "importer"), op_types)
     for op_type in op_types:
         _ONNX_IMPORTERS.setdefault(op_type, []).append((None, importer))
+
+
+# (domain, op type) -> importers of another domain's operators (ONNX Runtime's com.microsoft): version 1 is the only one.
+_CONTRIB_IMPORTERS: dict[tuple[str, str], list[Callable]] = {}
+
+
+def define_contrib_importer(domain: str, op_type: str, importer: Callable) -> None:
+    """Registers an importer of an operator of another domain than ONNX's, into taso's ops (a contrib kernel taso
+    specifies, so that a file holding it can be rewritten out of it)."""
+    _CONTRIB_IMPORTERS.setdefault((domain, op_type), []).append(importer)
+
+
+def contrib_importers() -> dict[tuple[str, str], list[Callable]]:
+    return {k: list(v) for k, v in _CONTRIB_IMPORTERS.items()}
 
 
 def _require_versions(what: str, op_types: Sequence[str]) -> None:

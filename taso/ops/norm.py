@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import FINGERPRINT_PRIME, OnnxMapping, Param, as_array, define, normalize_axis, require, same_type
+from .base import FINGERPRINT_PRIME, OnnxMapping, Param, as_array, define, define_contrib_importer, normalize_axis, require, same_type
+from .elementwise import add
 
 
 def _batch_norm_shape(types, p) -> TensorType:
@@ -67,10 +68,10 @@ def _batch_norm_exact(xs, p):
     return (centred * gain + _channel_view(bias, x.ndim, 1)) % FINGERPRINT_PRIME
 
 
-def _epsilon(ctx) -> float:
+def _epsilon(ctx, default: float = 1e-5) -> float:
     """The node's epsilon as the exporter meant it. ONNX stores it as float32 (1e-5 reads back as 9.99999974e-06):
     the shortest decimal that rounds to the same float32 is the one exporters wrote, and the one rules are stated at."""
-    return float(str(np.float32(ctx.attr("epsilon", 1e-5))))
+    return float(str(np.float32(ctx.attr("epsilon", default))))
 
 
 def _import_batch_norm(ctx) -> bool:
@@ -286,6 +287,23 @@ def _export_skip_layer_norm(ctx, node) -> None:
     ctx.emit("SkipLayerNormalization", list(node.inputs), outputs, domain=ORT_DOMAIN, epsilon=node.params["epsilon"])
 
 
+def _import_skip_layer_norm(ctx) -> bool:
+    """A SkipLayerNormalization a file holds (ONNX Runtime's transformers optimizer writes them), so that the rules can
+    take it back apart where the pair runs faster. Its bias input, where there is one, is an Add before it; its mean
+    and inverse deviation outputs are not modelled (such a node stays opaque)."""
+    inputs, outputs = list(ctx.inputs), list(ctx.outputs) + [""] * (4 - len(ctx.outputs))
+    if ctx.attr_names - {"epsilon"} or not 3 <= len(inputs) <= 5 or not all(inputs[:3]) or any(outputs[1:3]) or not outputs[0]:
+        return False
+    x, skip, gamma = inputs[:3]
+    beta, bias = (inputs[3:] + ["", ""])[:2]
+    if bias:
+        x = ctx.emit(add, [x, bias])[0]
+    sum_output = outputs[3]
+    ctx.emit(skip_layer_norm, [x, skip, gamma, *([beta] if beta else [])], [outputs[0], *([sum_output] if sum_output else [])],
+             epsilon=_epsilon(ctx, 1e-12), sum=int(bool(sum_output)))  # ONNX Runtime's default epsilon is 1e-12
+    return True
+
+
 skip_layer_norm = define(
     "skip_layer_norm",
     arity=(3, 4),
@@ -297,6 +315,7 @@ skip_layer_norm = define(
     groups=("normalization", "ort", "multi_output"),
     doc="ONNX Runtime's SkipLayerNormalization: layer norm over the last axis of input + skip (sum=1 also outputs the sum)",
 )
+define_contrib_importer(ORT_DOMAIN, "SkipLayerNormalization", _import_skip_layer_norm)
 
 
 def _softmax(xs, p):

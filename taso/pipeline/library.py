@@ -28,8 +28,9 @@ TARGETS = ("onnx", "ort")
 _LOADED: dict[str, LazyRules] = {}
 
 
-def load_rules(path: str | None = None) -> LazyRules:
-    """The proved rules of a library file in both directions (default: the library shipped with taso).
+def load_rules(path: str | None = None, backward_only: bool = False) -> LazyRules:
+    """The proved rules of a library file in both directions (default: the library shipped with taso); with
+    ``backward_only``, only their reverses (what undoes each rule, and never does it).
 
     Only rules whose status is "proved" are used: soundness is the product, and an unproved
     candidate never rewrites a model. The file's digest is checked (one hash of its rule
@@ -47,15 +48,19 @@ def load_rules(path: str | None = None) -> LazyRules:
     library = LibraryFile.read(path)
     if library.digest is None:
         raise TasoError(f"{path}: has no integrity digest, so nothing says its rules were proved; re-prove them with `taso verify {path} -o NEW.jsonl.gz`")
-    cached = _LOADED.get(library.digest)
+    loaded = f"{library.digest}|backward" if backward_only else library.digest
+    cached = _LOADED.get(loaded)
     if cached is not None:
         return cached
     proved = [k for k, entry in enumerate(library.index) if entry.status == "proved"]
     if not proved:
         raise TasoError(f"{path}: holds no proved rule ({len(library)} rules, none proved); run `taso verify` on it first")
     _require_known_operators(library, proved, path)
+    if backward_only:
+        rules = _LOADED[loaded] = LazyRules([_directed_slots(library, k)[1] for k in proved])
+        return rules
     slots = [slot for k in proved for slot in _directed_slots(library, k)]
-    rules = _LOADED[library.digest] = LazyRules(slots, library.directed_count(proved) if library.trusted else None)
+    rules = _LOADED[loaded] = LazyRules(slots, library.directed_count(proved) if library.trusted else None)
     return rules
 
 
@@ -107,16 +112,17 @@ def both_directions(rules: Sequence[Rule]) -> list[Rule]:
 
 
 def for_target(rules: Sequence[Rule], target: str) -> Sequence[Rule]:
-    """The rules a model written for ``target`` may use: ``rules``, the shipped runtime forms (standard operators, so
-    for any target), and for ONNX Runtime (``ort``) also the shipped rules into its contrib operators; each in both
-    directions, so a form or a fusion that does not pay is undone like any other rewrite.
+    """The rules a model written for ``target`` may use: ``rules`` and the shipped runtime forms (standard operators),
+    each in both directions, so a form that does not pay is undone like any other rewrite; and the shipped rules into
+    ONNX Runtime's contrib operators, for ONNX Runtime (``ort``) both ways, for any ONNX runtime (``onnx``) only
+    backwards: a SkipLayerNormalization a file holds may be taken apart into standard operators, never made.
 
     Raises:
         TasoError: an unknown target.
     """
     if target not in TARGETS:
         raise TasoError(f"unknown target {target!r}; choose from {', '.join(TARGETS)}")
-    extra = [load_rules(RUNTIME_FORMS)] + ([load_rules(ORT_FUSIONS)] if target == "ort" else [])
+    extra = [load_rules(RUNTIME_FORMS), load_rules(ORT_FUSIONS) if target == "ort" else load_rules(ORT_FUSIONS, backward_only=True)]
     if isinstance(rules, LazyRules):
         return LazyRules(rules.slots + [slot for more in extra for slot in more.slots])
     return [*rules, *(rule for more in extra for rule in more)]
