@@ -130,3 +130,28 @@ def test_a_sum_runs_on_onnx_runtime_as_the_add_it_stands_for():
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     expected = graph.run(feeds)
     np.testing.assert_allclose(session.run(None, feeds)[0], expected["y"], rtol=1e-5, atol=1e-5)
+
+
+class _FusedCheaper(_Priced):
+    """The roofline's prices, the fused kernel a quarter of its own: a machine where --target ort would pay."""
+
+    def measure(self, node, graph, key, consts):
+        seconds = super().measure(node, graph, key, consts)
+        return seconds / 4 if node.op.name == "skip_layer_norm" else seconds
+
+
+def test_the_report_says_what_the_ort_target_would_add_where_the_fused_kernel_is_priced_faster(tmp_path, monkeypatch):
+    from taso.pipeline.targets import ort_gain
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    graph = _residual_norm("sum read again")  # the sum read on: ONNX Runtime does not fuse it at load, a rule can
+    cheaper = ort_gain(graph, _FusedCheaper())
+    assert cheaper.places >= 1 and cheaper.seconds > 0 and "--target ort" in cheaper.note()
+    slower = ort_gain(graph, _Slower())
+    assert slower.places == 0 and slower.note() is None
+
+
+class _Slower(_Priced):
+    def measure(self, node, graph, key, consts):
+        seconds = super().measure(node, graph, key, consts)
+        return seconds * 5 if node.op.name == "skip_layer_norm" else seconds

@@ -2,7 +2,8 @@
 
     python -m taso.verifier.reprove [-j 2] [--timeout 10] [--groups-timeout 60] [--sample N]
 
-Every rule of ``taso/data/library.jsonl.gz`` and every group rule of ``taso/data/groups.jsonl.gz``
+Every rule of ``taso/data/library.jsonl.gz``, of the runtime forms and ONNX Runtime fusions
+(``runtime_forms.jsonl.gz``, ``ort_fusions.jsonl.gz``) and every group rule of ``taso/data/groups.jsonl.gz``
 is verified again from its source and target, as ``taso verify`` would a candidate, with the
 settings the builders use. The run fails (exit 1) when a rule is not proved again, or is proved
 only as another rule (a proof that needed shape constraints the shipped rule does not state):
@@ -19,6 +20,7 @@ import time
 from collections.abc import Sequence
 
 from taso.errors import TasoError
+from taso.pipeline.library import ORT_FUSIONS, RUNTIME_FORMS
 from taso.rules import Library, Rule
 from taso.search.groups import GROUP_LIBRARY
 
@@ -59,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--sample and --jobs must be at least 1")
     failures = 0
     try:
-        for path, timeout in ((SHIPPED_LIBRARY, args.timeout), (GROUP_LIBRARY, args.groups_timeout)):
+        libraries = ((SHIPPED_LIBRARY, args.timeout), (RUNTIME_FORMS, args.timeout), (ORT_FUSIONS, args.timeout), (GROUP_LIBRARY, args.groups_timeout))
+        for path, timeout in libraries:
             start = time.perf_counter()
             checked, failed = reprove(path, timeout, args.jobs, args.sample)
             print(f"{path}: {checked - len(failed)} of {checked} rules proved again in {time.perf_counter() - start:.1f} s (-j {args.jobs})")

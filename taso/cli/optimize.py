@@ -120,6 +120,12 @@ def run(args: argparse.Namespace) -> int:
                                      retime=args.retime)
     except Unsupported as e:
         return _write_unchanged(args, str(e))
+    if args.target == "onnx":
+        from ..pipeline.targets import ort_gain
+
+        left = ort_gain(outcome.graph, cost_model).note()
+        if left:
+            outcome.notes.append(left)
     for note in outcome.notes:  # even with --quiet: they say why a candidate was not kept
         print(f"taso: note: {note}", file=sys.stderr)
     with clock.stage("write"):
