@@ -5,10 +5,10 @@ The corpus is what users bring, not what taso builds itself (issue 10). Four sou
 * ``torch-dynamo`` and ``torch-script``: ``torch.onnx.export`` with ``dynamo=True`` and
   ``dynamo=False`` of architectures written here in plain torch with random weights (ResNet and
   ResNeXt bottlenecks, Inception branches, SqueezeNet fire modules, MobileNet depthwise blocks,
-  a NASNet-style cell, DenseNet and ShuffleNet blocks, an FPN-style decoder, a small BERT from
-  ``transformers`` with a random config) and recurrent cells unrolled over time (LSTMCell,
+  a NASNet-style cell, DenseNet and ShuffleNet blocks, an FPN-style decoder, a small BERT, GPT-2,
+  DistilBERT and ViT from ``transformers`` with random configs) and recurrent cells unrolled over time (LSTMCell,
   GRUCell, a two-layer nn.LSTM). Needs the CPU torch wheel, onnxscript (dynamo) and
-  transformers (BERT); an architecture whose package is missing is reported, not skipped silently.
+  transformers (the BERT-style models); an architecture whose package is missing is reported, not skipped silently.
 * ``onnx-zoo``: the model-zoo files that ship inside the installed ``onnx`` wheel
   (``onnx/backend/test/data/light``: IR 3, every initializer also listed as a graph input).
   They need no build and no torch: the tests' fast CI subset runs on them.
@@ -416,6 +416,23 @@ def _torch_models() -> dict[str, Callable[[], tuple]]:
         ids = torch.randint(0, 1000, (1, 64))
         return LastHidden(DistilBertModel(config)), (ids, torch.ones(1, 64, dtype=torch.int64)), ["input_ids", "attention_mask"], None
 
+    class Pixels(nn.Module):
+        """A transformers vision model called by keyword on pixels, its last hidden state returned."""
+
+        def __init__(self, model: nn.Module):
+            super().__init__()
+            self.model = model
+
+        def forward(self, pixel_values):
+            return self.model(pixel_values=pixel_values, return_dict=True).last_hidden_state
+
+    def build_vit() -> tuple:
+        from transformers import ViTConfig, ViTModel
+
+        config = ViTConfig(image_size=64, patch_size=16, hidden_size=256, num_hidden_layers=3, num_attention_heads=4, intermediate_size=1024,
+                           attn_implementation="eager")
+        return Pixels(ViTModel(config, add_pooling_layer=False)), (torch.randn(1, 3, 64, 64),), ["pixel_values"], None
+
     def cell(kind: str, steps: int) -> tuple:
         module = UnrolledCell(nn.LSTMCell(64, 128) if kind == "lstm" else nn.GRUCell(64, 128), kind == "lstm")
         return module, (torch.randn(steps, 1, 64), torch.zeros(1, 128)), ["xs", "h0"], None
@@ -435,6 +452,7 @@ def _torch_models() -> dict[str, Callable[[], tuple]]:
         "transformer_decoder": transformer_decoder,
         "gpt2_decoder": build_gpt2,
         "distilbert_encoder": build_distilbert,
+        "vit_encoder": build_vit,
         "lstm_cell_unrolled16": lambda: cell("lstm", 16),
         "gru_cell_unrolled32": lambda: cell("gru", 32),
         "lstm_cell_unrolled64": lambda: cell("lstm", 64),
@@ -444,7 +462,7 @@ def _torch_models() -> dict[str, Callable[[], tuple]]:
 
 TORCH_ARCHITECTURES = ("resnet_bottleneck", "resnext_bottleneck", "inception_v3_block", "squeezenet_fire", "mobilenet_v2", "nasnet_a_cell",
                        "densenet_block", "shufflenet_v2_unit", "fpn_decoder", "bert_encoder", "transformer_encoder", "transformer_decoder", "gpt2_decoder",
-                       "distilbert_encoder", "lstm_cell_unrolled16", "gru_cell_unrolled32",
+                       "distilbert_encoder", "vit_encoder", "lstm_cell_unrolled16", "gru_cell_unrolled32",
                        "lstm_cell_unrolled64", "lstm_2layer")
 _TORCH_LICENCE = "written for this corpus (Apache-2.0, as taso); random weights"
 

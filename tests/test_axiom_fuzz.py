@@ -80,7 +80,7 @@ from taso.verifier.axiom_mutants import EQUIVALENT, mutants  # noqa: E402
 # Mutants that a 300-valuation round misses and a 1,500-valuation round catches (rare guarded shapes).
 NEEDS_STRONG = {("matmul-assoc", "drop guard rank(x) >= 2"), ("mul-concat-seams", "drop guard rank(x) >= rank(y)"),
                 ("transpose-concat-3d", "drop guard ax >= 0"), ("transpose-concat-3d", "drop guard ax < 3"),
-                ("add-broadcast-ones-4d", "drop guard rank(y) == 4")}
+                ("add-broadcast-ones-4d", "drop guard rank(y) == 4"), ("conv2d-add-inputs", "drop guard dim(x, 1) == dim(y, 1)")}
 MUTATED = [axiom(n) for n in ("matmul-assoc", "transpose-matmul", "add-concat-seams", "mul-concat-seams")] + list(AXIOMS[::12])
 
 

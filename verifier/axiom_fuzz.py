@@ -117,6 +117,19 @@ def _as_sampled(axiom: Axiom, rng: np.random.Generator, perturb: bool = True) ->
             for v in axiom.variables}
 
 
+def _rank_shifted(axiom: Axiom, rng: np.random.Generator) -> dict[str, Any]:
+    """The axiom's own sampler's valuation with one tensor's last axis dropped or one appended: the leading axes keep
+    their sizes, so guards on them still hold while the rank changes (conv2d-identity's ``dim(x, 1) == c`` with a 3-D
+    x, which scrambling every tensor at once almost never reached)."""
+    valuation = _as_sampled(axiom, rng, perturb=False)
+    tensors = [v.name for v in axiom.variables if isinstance(v, TensorVar)]
+    if tensors:
+        name = tensors[int(rng.integers(0, len(tensors)))]
+        shape = valuation[name]
+        valuation[name] = shape[:-1] if shape and (len(shape) >= MAX_RANK or rng.random() < 0.5) else (*shape, int(rng.choice(SIZES)))
+    return valuation
+
+
 def _check(axiom: Axiom, valuation: Mapping[str, Any], rng: np.random.Generator, report: FuzzReport) -> bool:
     """Checks one valuation; True when it satisfied the guards."""
     env = _environment(axiom.variables, valuation, rng)
@@ -144,6 +157,7 @@ def fuzz_axiom(axiom: Axiom, count: int = 600, seed: int = 0, patience: int = 25
     # NOTE: the sampled valuations draw from their own stream and do not count towards
     # ``count``: the adversarial ones stay exactly what they were without them.
     sampled_rng = np.random.default_rng(stable_seed(axiom.name, seed + 8))
+    shifted_rng = np.random.default_rng(stable_seed(axiom.name, seed + 9))  # its own stream too
     report = FuzzReport(axiom.name)
     adversarial_guarded = 0
     with np.errstate(all="ignore"):
@@ -151,6 +165,8 @@ def fuzz_axiom(axiom: Axiom, count: int = 600, seed: int = 0, patience: int = 25
             adversarial_guarded += _check(axiom, valuation, rng, report)
             if i % 3 == 2 and not (first_failure and report.failures):
                 _check(axiom, _as_sampled(axiom, sampled_rng, perturb=i % 12 != 11), sampled_rng, report)
+            if i % 6 == 4 and not (first_failure and report.failures):
+                _check(axiom, _rank_shifted(axiom, shifted_rng), shifted_rng, report)
             if (adversarial_guarded >= count and report.defined >= min_defined) or first_failure and report.failures:
                 break
     return report

@@ -65,6 +65,8 @@ _BROADCAST_ROWS = "a row broadcast through a sum stays a broadcast row of the pr
 _EITHER_RANK = "with the other operand a matrix, a vector or batched operand leaves both sides ill typed"
 _RANK_5 = ("not equivalent, but only an operand of rank 5 breaks it, beyond the fuzzer's ranks (0-4): "
            "a kernel scaled by a rank-5 tensor is no kernel, and the guard stays for models that hold one")
+_POOLED_RANK_5 = ("not equivalent, but only operands of rank 5 break it, beyond the fuzzer's ranks (0-4): their sizes past "
+                  "axis 3 are not guarded, and pooling hides them from the concatenation on the right")
 
 # Survivors reviewed by hand: (axiom, mutation) -> why the mutant states the same equation (or, for
 # _RANK_5, why the fuzzer cannot reach the counterexample that keeps the guard).
@@ -89,6 +91,11 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("transpose-matmul-3d", "drop guard rank(x) == 3"): _RANK_IMPLIED,
     ("matmul-add-left-3d", "drop guard dim(x, 0) == dim(y, 0)"): _BATCHED,
     ("matmul-add-left-3d", "drop guard dim(x, 1) == dim(y, 1)"): _BROADCAST_ROWS,
+    **{("mul-concat-3d", f"drop guard rank({v}) == 3"): _RANK_IMPLIED for v in "xyzw"},
+    ("conv2d-add-inputs", "drop guard rank(x) == 4"): _RANK_IMPLIED,
+    ("conv2d-add-inputs", "drop guard rank(y) == 4"): _RANK_IMPLIED,
+    ("conv2d-add-inputs", "drop guard dim(x, 0) == dim(y, 0)"): _BATCHED,
+    ("global_avg_pool-concat", "drop guard rank(x) == 4"): _POOLED_RANK_5,
     **{(f"bn_kernel-mul[{eps:g}]", "drop guard rank(v) == 4"): _RANK_5 for eps in EPSILONS},
     **{(f"bn_kernel-smul[{eps:g}]", "drop guard rank(s) <= rank(w)"): _RANK_5 for eps in EPSILONS},
 }

@@ -54,7 +54,7 @@ from taso.bench import peers as peer_runs
 from taso.measure.inputs import random_input_sets
 from taso.measure.timing import TimingError, fresh_session_speedups, interleaved_times  # noqa: E402
 
-TRANSFORMERS = ("transformer_encoder", "transformer_decoder", "gpt2_decoder", "distilbert_encoder", "bert_encoder")
+TRANSFORMERS = ("transformer_encoder", "transformer_decoder", "gpt2_decoder", "distilbert_encoder", "bert_encoder", "vit_encoder")
 RECURRENT = ("lstm_cell_unrolled16", "lstm_cell_unrolled64", "gru_cell_unrolled32", "lstm_2layer")
 DEFAULT_MODELS = (*(f"{source}/{arch}" for arch in TRANSFORMERS + RECURRENT for source in ("torch-script", "torch-dynamo")),
                   "torch-dynamo/nasnet_a_cell", "pypi-wheel/captcha_crnn", "zoo/nasrnn", "zoo/squeezenet", "zoo/bert_base")
