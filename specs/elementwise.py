@@ -1,21 +1,25 @@
-"""Element-wise operators: activations, negation, broadcasting add/sub/mul (and sum, add as ONNX writes Sum), scalar multiplication.
+"""Element-wise operators: activations, negation, broadcasting add/sub/mul/div/pow (and sum, add as ONNX writes Sum),
+scalar multiplication, GELU.
 
 Axioms: add and mul form a commutative semiring under NumPy broadcasting; sub is add of a
 negation; scalar_mul (a one-element scale) commutes with scaling and distributes over the
-element-wise ops.
+element-wise ops. GELU is defined by its decomposition, with the constants an exporter writes
+(float32 values), one definition per approximation.
 """
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from .base import Axiom, OpSpec, all_of, any_of, if_
+from .base import Axiom, OpSpec, Slot, all_of, any_of, if_
 from .sampling import Sampler, broadcasting, same
 from .terms import le, op, rank, tensors
 
 __all__ = ["specs", "axioms", "UNARY", "same_shape_rule"]
 
-UNARY = ("relu", "sigmoid", "tanh", "neg")
+UNARY = ("relu", "sigmoid", "tanh", "neg", "erf")
 
 
 def same_shape_rule(dims, params):
@@ -35,12 +39,29 @@ def _scalar_mul_rule(dims, params):
 
 
 specs = [OpSpec(name, (), same_shape_rule, doc=f"element-wise {name}") for name in UNARY]
-specs += [OpSpec(name, (), _broadcast_rule, doc=f"broadcasting {name}") for name in ("add", "sub", "mul")]
+specs += [OpSpec(name, (), _broadcast_rule, doc=f"broadcasting {name}") for name in ("add", "sub", "mul", "div", "pow")]
 specs += [OpSpec("sum", (), _broadcast_rule, doc="ONNX's Sum of two tensors, defined as add")]
 specs += [OpSpec("scalar_mul", (), _scalar_mul_rule, doc="x times a one-element tensor")]
+specs += [OpSpec("gelu", (Slot("approximate", "enum", ("none", "tanh")),), same_shape_rule,
+                 doc="ONNX's Gelu (opset 20), defined by its decomposition (gelu-erf, gelu-tanh)")]
+specs += [OpSpec("fast_gelu", (), same_shape_rule, doc="ONNX Runtime's FastGelu, defined as the tanh GELU")]
 
 add, sub, mul, neg, scalar_mul = op("add"), op("sub"), op("mul"), op("neg"), op("scalar_mul")
+div, pow_, erf, tanh, fill, gelu = op("div"), op("pow"), op("erf"), op("tanh"), op("fill"), op("gelu")
 x, y, z, s, t = tensors("x y z s t")
+
+
+def constant(value: float):
+    """A float32 scalar as a file holds it (what a rule's source constant matches: ``taso.search.rewrite``)."""
+    return fill(shape=(), value=float(np.float32(value)))
+
+
+# GELU, x * Phi(x), as exporters write it (TorchScript at opsets below 20, torchlib, transformers' gelu_new), with their
+# float32 constants; checked against ONNX Runtime's Gelu kernel in tests/test_gelu_forms.py.
+GELU_ERF = mul(x, scalar_mul(add(erf(div(x, constant(math.sqrt(2)))), constant(1)), constant(0.5)))
+GELU_TANH = mul(scalar_mul(x, constant(0.5)),
+                add(tanh(scalar_mul(add(x, scalar_mul(pow_(x, constant(3)), constant(0.044715))), constant(math.sqrt(2 / math.pi)))),
+                    constant(1)))
 
 
 def _with_scales(base: Sampler, names: str) -> Sampler:
@@ -80,4 +101,8 @@ axioms = [
     Axiom("smul-neg", neg(scalar_mul(x, s)), scalar_mul(neg(x), s), _with_scales(same("x"), "s")),
     # sum is add written as ONNX's Sum (taso.ops.elementwise: no load-time fusion of ONNX Runtime takes it in)
     Axiom("sum-is-add", op("sum")(x, y), add(x, y), broadcasting("x y"), unfold=True),
+    # GELU's definitions
+    Axiom("gelu-erf", gelu(x, approximate="none"), GELU_ERF, same("x"), unfold=True),
+    Axiom("gelu-tanh", gelu(x, approximate="tanh"), GELU_TANH, same("x"), unfold=True),
+    Axiom("fast_gelu-is-gelu-tanh", op("fast_gelu")(x), gelu(x, approximate="tanh"), same("x"), unfold=True),
 ]

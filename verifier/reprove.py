@@ -2,8 +2,8 @@
 
     python -m taso.verifier.reprove [-j 2] [--timeout 10] [--groups-timeout 60] [--sample N]
 
-Every rule of ``taso/data/library.jsonl.gz``, of the runtime forms and ONNX Runtime fusions
-(``runtime_forms.jsonl.gz``, ``ort_fusions.jsonl.gz``) and every group rule of ``taso/data/groups.jsonl.gz``
+Every rule of ``taso/data/library.jsonl.gz``, of the runtime forms, exporter forms and ONNX Runtime fusions
+(``runtime_forms.jsonl.gz``, ``exporter_forms.jsonl.gz``, ``ort_fusions.jsonl.gz``) and every group rule of ``taso/data/groups.jsonl.gz``
 is verified again from its source and target, as ``taso verify`` would a candidate, with the
 settings the builders use. The run fails (exit 1) when a rule is not proved again, or is proved
 only as another rule (a proof that needed shape constraints the shipped rule does not state):
@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 
 from taso.errors import TasoError
-from taso.pipeline.library import ORT_FUSIONS, RUNTIME_FORMS
+from taso.pipeline.library import EXPORTER_FORMS, ORT_FUSIONS, RUNTIME_FORMS
 from taso.rules import Library, Rule
 from taso.search.groups import GROUP_LIBRARY
 
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--sample and --jobs must be at least 1")
     failures = 0
     try:
-        libraries = ((SHIPPED_LIBRARY, args.timeout), (RUNTIME_FORMS, args.timeout), (ORT_FUSIONS, args.timeout), (GROUP_LIBRARY, args.groups_timeout))
+        libraries = ((SHIPPED_LIBRARY, args.timeout), (RUNTIME_FORMS, args.timeout), (EXPORTER_FORMS, args.timeout), (ORT_FUSIONS, args.timeout), (GROUP_LIBRARY, args.groups_timeout))
         for path, timeout in libraries:
             start = time.perf_counter()
             checked, failed = reprove(path, timeout, args.jobs, args.sample)

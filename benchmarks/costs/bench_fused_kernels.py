@@ -9,7 +9,10 @@ For each size, two one-node-pattern models are timed side by side in alternating
 
 * a bias Add then an exact GELU as exporters write it (x / sqrt(2) -> Erf -> + 1 -> * x -> * 0.5), which ONNX
   Runtime makes one BiasGelu at load, run with that fusion (BiasGeluFusion) disabled (an Add and a Gelu) against
-  run as ONNX Runtime runs it.
+  run as ONNX Runtime runs it;
+* a tanh GELU as transformers' GPT-2 writes it (8 nodes), which ONNX Runtime makes one FastGelu at load, against
+  ONNX's Gelu (opset 20, approximate="tanh"), which taso's proved gelu-tanh rules write, and against the lone Tanh
+  the lone Tanh (each followed by a Neg: FastGeluFusion does not take a GELU whose result is a graph output).
 
 It prints plain time / fused time per case (above 1: the fused kernel is faster), the median of the rounds. This is
 what taso's measured costs see, and why `taso optimize --target ort` writes SkipLayerNormalization only where a
@@ -59,10 +62,32 @@ def _bias_gelu_session(hidden: int, disabled: tuple[str, ...] = ()) -> ort.Infer
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled))
 
 
-def _median_ratio(plain: ort.InferenceSession, fused: ort.InferenceSession, feeds: dict, rounds: int, runs: int) -> str:
-    """plain / fused time, the median of ``rounds`` alternating rounds, once their outputs agree."""
+def _tanh_gelu_session(hidden: int, form: str) -> ort.InferenceSession:
+    """``form``: "exported" (GPT-2's eight nodes), "gelu" (ONNX's Gelu-20) or "tanh" (the Tanh alone)."""
+    constants = {"three": 3.0, "c": 0.044715, "k": float(np.sqrt(2 / np.pi)), "one": 1.0, "half": 0.5}
+    weights = [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in constants.items()]
+    if form == "exported":
+        nodes = [helper.make_node("Pow", ["x", "three"], ["p"]), helper.make_node("Mul", ["p", "c"], ["q"]), helper.make_node("Add", ["x", "q"], ["r"]),
+                 helper.make_node("Mul", ["r", "k"], ["s"]), helper.make_node("Tanh", ["s"], ["t"]), helper.make_node("Add", ["t", "one"], ["u"]),
+                 helper.make_node("Mul", ["x", "half"], ["h"]), helper.make_node("Mul", ["h", "u"], ["g"])]
+    elif form == "gelu":
+        nodes, weights = [helper.make_node("Gelu", ["x"], ["g"], approximate="tanh")], []
+    else:
+        nodes, weights = [helper.make_node("Tanh", ["x"], ["g"])], []
+    # A Neg after it: FastGeluFusion leaves a GELU whose result is a graph output alone (GeluFusion does not).
+    nodes.append(helper.make_node("Neg", ["g"], ["y"]))
+    typed = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["batch", "seq", hidden]) for n in ("x", "y")]
+    model = helper.make_model(helper.make_graph(nodes, "tanh_gelu", typed[:1], typed[1:], initializer=weights), opset_imports=[helper.make_opsetid("", 20)])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _median_ratio(plain: ort.InferenceSession, fused: ort.InferenceSession, feeds: dict, rounds: int, runs: int, check: bool = True) -> str:
+    """plain / fused time, the median of ``rounds`` alternating rounds, once their outputs agree (``check``)."""
     for a, b in zip(plain.run(None, feeds), fused.run(None, feeds)):
-        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+        if check:
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
     return f"{statistics.median(_seconds(plain, feeds, runs) / _seconds(fused, feeds, runs) for _ in range(rounds)):.2f}x"
 
 
@@ -96,6 +121,15 @@ def main() -> None:
         feeds = {"x": rng.standard_normal((batch, seq, 4 * hidden)).astype(np.float32)}
         ratio = _median_ratio(_bias_gelu_session(4 * hidden, ("BiasGeluFusion",)), _bias_gelu_session(4 * hidden), feeds, args.rounds, args.runs)
         print(f"| {batch}x{seq}x{4 * hidden} | {ratio} |", flush=True)
+    print("\n| batch x seq x 4 hidden | GPT-2's tanh GELU (FastGelu at load) / ONNX's Gelu | FastGelu at load / the Tanh alone |")
+    print("|---|---|---|")
+    for size in args.sizes:
+        batch, seq, hidden = (int(d) for d in size.split("x"))
+        feeds = {"x": rng.standard_normal((batch, seq, 4 * hidden)).astype(np.float32)}
+        exported = _tanh_gelu_session(4 * hidden, "exported")
+        ratio = _median_ratio(exported, _tanh_gelu_session(4 * hidden, "gelu"), feeds, args.rounds, args.runs)
+        alone = _median_ratio(exported, _tanh_gelu_session(4 * hidden, "tanh"), feeds, args.rounds, args.runs, check=False)
+        print(f"| {batch}x{seq}x{4 * hidden} | {ratio} | {alone} |", flush=True)
 
 
 if __name__ == "__main__":

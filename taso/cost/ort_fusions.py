@@ -21,7 +21,7 @@ from ..ops import ACTIVATION_OPS
 from .model import Neighbourhood
 from .residency import graph_run_order, main_weight
 
-__all__ = ["ort_absorbs", "split_gathers", "gather_siblings", "fusion_pass", "gelu_parts", "skip_norm_parts", "skip_norm_of", "norms_near"]
+__all__ = ["ort_absorbs", "split_gathers", "gather_siblings", "fusion_pass", "gelu_parts", "gelu_anchors_near", "GELU_OPS", "skip_norm_parts", "skip_norm_of", "norms_near"]
 
 
 def ort_absorbs(node: Node, around: Neighbourhood) -> bool:
@@ -34,7 +34,8 @@ def ort_absorbs(node: Node, around: Neighbourhood) -> bool:
     * a bias Add after a MatMul of 2-D operands, the bias a constant row (shape ``[N]`` or
       ``[1, N]``): MatMulAddFusion makes them one Gemm;
     * the Div, Add and two Muls of an exact GELU around its Erf: GeluFusion makes them one
-      Gelu kernel, priced as the Erf (:func:`gelu_parts`).
+      Gelu kernel, priced as the Erf; the Pow, Adds and Muls of a tanh GELU around its Tanh:
+      FastGeluFusion makes them one FastGelu kernel, priced as the Tanh (:func:`gelu_parts`).
 
     Each only when the producer's output has no other reader and is not a graph output.
     A rewrite that gives the producer a second reader, or puts a Split between the two,
@@ -44,7 +45,7 @@ def ort_absorbs(node: Node, around: Neighbourhood) -> bool:
     name = node.op.name
     if name == "batch_norm":
         return _folded_into_conv(node, around)
-    if name in _GELU_OPS and name != "erf" and _in_gelu(node, around):
+    if name in GELU_OPS and name not in _GELU_ANCHORS and _in_gelu(node, around):
         return True
     if name in ACTIVATION_OPS:
         data = node.inputs[0]
@@ -212,10 +213,21 @@ def _broadcasts_to(addend: tuple, shape: tuple) -> bool:
     return len(addend) <= 2 and all(a in (1, b) for a, b in zip(reversed(addend), reversed(shape)))
 
 
-_GELU_OPS = frozenset(("div", "erf", "add", "mul", "scalar_mul"))
+GELU_OPS = frozenset(("div", "erf", "add", "mul", "scalar_mul", "pow", "tanh"))
+_GELU_ANCHORS = frozenset(("erf", "tanh"))  # the node a fused GELU is found from, and priced as
 
 
-def gelu_parts(erf: Node, around: Neighbourhood) -> tuple[Node, ...] | None:
+def gelu_parts(anchor: Node, around: Neighbourhood) -> tuple[Node, ...] | None:
+    """The nodes ONNX Runtime fuses into one GELU kernel around ``anchor``, an Erf (:func:`_exact_gelu_parts`) or a
+    Tanh (:func:`_fast_gelu_parts`); None when they are not all there as the fusion needs them."""
+    if anchor.op.name == "erf":
+        return _exact_gelu_parts(anchor, around)
+    if anchor.op.name == "tanh":
+        return _fast_gelu_parts(anchor, around)
+    return None
+
+
+def _exact_gelu_parts(erf: Node, around: Neighbourhood) -> tuple[Node, ...] | None:
     """The five nodes of an exact GELU, ``x * 0.5 * (1 + erf(x / sqrt(2)))``, that ONNX Runtime's GeluFusion makes one
     Gelu kernel of, found from its Erf; None when they are not all there as the fusion needs them.
 
@@ -250,25 +262,72 @@ def gelu_parts(erf: Node, around: Neighbourhood) -> tuple[Node, ...] | None:
     return None
 
 
+def _fast_gelu_parts(tanh: Node, around: Neighbourhood) -> tuple[Node, ...] | None:
+    """The eight nodes of a tanh GELU, ``x * 0.5 * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))``, that ONNX
+    Runtime's FastGeluFusion makes one FastGelu kernel of, found from its Tanh (checked on ONNX Runtime 1.32 with
+    transformers' GPT-2 from both exporters: three FastGelu in the optimized graph). Each intermediate value has one
+    reader and is not a graph output, and nor is the result (unlike GeluFusion, FastGeluFusion leaves a GELU whose
+    result is a graph output alone); the multiplications by constants may be Mul or a scale."""
+    def through(value: str, reader: Node) -> Node | None:
+        node = around.producer(value)
+        return node if node is not None and _sole_reader(reader, value, around) else None
+
+    inner = through(tanh.inputs[0], tanh)
+    if inner is None or inner.op.name not in ("mul", "scalar_mul"):
+        return None
+    total = _other_than_constant(around, inner, math.sqrt(2 / math.pi))
+    sum_ = through(total, inner) if total is not None else None
+    if sum_ is None or sum_.op.name != "add" or len(sum_.inputs) != 2:
+        return None
+    for x, cubic_term in (sum_.inputs, sum_.inputs[::-1]):
+        scaled = through(cubic_term, sum_)
+        if scaled is None or scaled.op.name not in ("mul", "scalar_mul"):
+            continue
+        cube_value = _other_than_constant(around, scaled, 0.044715)
+        cube = through(cube_value, scaled) if cube_value is not None else None
+        if cube is not None and cube.op.name == "pow" and cube.inputs[0] == x and _constant_near(around, cube.inputs[1], 3.0):
+            break
+    else:
+        return None
+    add = _sole_reader_of(tanh.outputs[0], around)
+    if add is None or add.op.name != "add" or _other_than_constant(around, add, 1.0) != tanh.outputs[0]:
+        return None
+    product = _sole_reader_of(add.outputs[0], around)
+    if product is None or product.op.name != "mul" or add.outputs[0] not in product.inputs:
+        return None
+    other = product.inputs[1] if product.inputs[0] == add.outputs[0] else product.inputs[0]
+    if other == x:  # x * (1 + tanh) * 0.5
+        half = _sole_reader_of(product.outputs[0], around)
+        if (half is not None and half.op.name in ("mul", "scalar_mul") and _other_than_constant(around, half, 0.5) == product.outputs[0]
+                and not around.is_output(half.outputs[0])):
+            return cube, scaled, sum_, inner, tanh, add, product, half
+        return None
+    half = around.producer(other)  # (x * 0.5) * (1 + tanh)
+    if (half is not None and half.op.name in ("mul", "scalar_mul") and _other_than_constant(around, half, 0.5) == x
+            and _sole_reader(product, other, around) and not around.is_output(product.outputs[0])):
+        return cube, scaled, sum_, inner, tanh, add, half, product
+    return None
+
+
 def _in_gelu(node: Node, around: Neighbourhood) -> bool:
-    """Whether ``node`` is one of the GELU parts around an Erf near it (:func:`gelu_parts`)."""
-    return any(node in parts for erf in _erfs_near(node, around) if (parts := gelu_parts(erf, around)) is not None)
+    """Whether ``node`` is one of the GELU parts around an Erf or a Tanh near it (:func:`gelu_parts`)."""
+    return any(node in parts for anchor in gelu_anchors_near(node, around) if (parts := gelu_parts(anchor, around)) is not None)
 
 
-def _erfs_near(node: Node, around: Neighbourhood) -> list[Node]:
-    """The Erf nodes within the three steps a GELU part can be from its Erf, up or down the graph."""
+def gelu_anchors_near(node: Node, around: Neighbourhood) -> list[Node]:
+    """The Erf and Tanh nodes within the four steps a GELU part can be from its anchor, up or down the graph."""
     found, frontier, seen = [], [node], {id(node)}
-    for _ in range(3):
+    for _ in range(4):
         step = []
         for n in frontier:
             near = [around.producer(v) for v in n.inputs] + [r for v in n.outputs for r in around.readers(v)]
             for m in near:
-                if m is not None and id(m) not in seen and m.op.name in _GELU_OPS:
+                if m is not None and id(m) not in seen and m.op.name in GELU_OPS:
                     seen.add(id(m))
                     step.append(m)
-        found += [m for m in step if m.op.name == "erf"]
+        found += [m for m in step if m.op.name in _GELU_ANCHORS]
         frontier = step
-    return found + ([node] if node.op.name == "erf" else [])
+    return found + ([node] if node.op.name in _GELU_ANCHORS else [])
 
 
 def _sole_reader_of(value: str, around: Neighbourhood) -> Node | None:

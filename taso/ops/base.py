@@ -21,7 +21,7 @@ from ..ir import Params, TensorType
 from ..ir.dims import Dim, holds_dims, other_sizes, rebind_value, value_symbols
 from .onnx_versions import VERSIONS
 
-__all__ = ["Param", "Op", "OnnxMapping", "REQUIRED", "define", "registry", "onnx_importers", "define_contrib_importer", "contrib_importers", "FINGERPRINT_PRIME", "modular_inverse", "as_dims"]
+__all__ = ["Param", "Op", "OnnxMapping", "REQUIRED", "define", "registry", "onnx_importers", "define_contrib_importer", "contrib_importers", "ORT_DOMAIN", "FINGERPRINT_PRIME", "modular_inverse", "as_dims"]
 
 REQUIRED = object()
 
@@ -307,6 +307,7 @@ def define_importer(op_types: Sequence[str], importer: Callable) -> None:
 
 # (domain, op type) -> importers of another domain's operators (ONNX Runtime's com.microsoft): version 1 is the only one.
 _CONTRIB_IMPORTERS: dict[tuple[str, str], list[Callable]] = {}
+ORT_DOMAIN = "com.microsoft"  # ONNX Runtime's contrib operators
 
 
 def define_contrib_importer(domain: str, op_type: str, importer: Callable) -> None:

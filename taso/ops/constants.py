@@ -47,6 +47,17 @@ fill = define(
 )
 
 
+def as_fill(array: np.ndarray):
+    """A one-element weight as the fill node it equals (its shape, value and type), or None.
+
+    A rule that reads a constant by value (the 0.5 of a GELU) writes it as a fill node; a file holds the
+    same constant as a weight, and this is the one place that says when the two are the same value.
+    """
+    if array.size != 1 or array.dtype.kind != "f":
+        return None
+    return fill.make_params(shape=tuple(int(d) for d in array.shape), value=float(array.reshape(-1)[0]), dtype=array.dtype.name)
+
+
 def _integral(value: float) -> int:
     if float(value) != int(value):
         raise ValueError(f"fill value {value} has no exact integer semantics")
@@ -119,4 +130,4 @@ pool_kernel = define(
     exact=lambda xs, p: np.full((p["channels"], 1) + tuple(p["kernel"]), modular_inverse(p["kernel"][0] * p["kernel"][1]), dtype=np.int64),
 )
 
-__all__ = ["fill", "eye", "conv_identity", "pool_kernel"]
+__all__ = ["fill", "as_fill", "eye", "conv_identity", "pool_kernel"]

@@ -8,7 +8,8 @@ import numpy as np
 
 from ..ir import Params, TensorType
 from ..ir.dims import broadcast_dims
-from .base import ACTIVATIONS, FINGERPRINT_PRIME, OnnxMapping, Param, array_module, as_array, define, define_importer, require, same_type
+from .base import (ACTIVATIONS, FINGERPRINT_PRIME, ORT_DOMAIN, OnnxMapping, Param, array_module, as_array, define, define_contrib_importer,
+                   define_importer, require, same_type)
 
 # ---- unary operators: one table row each -----------------------------------------------------
 
@@ -244,19 +245,29 @@ def _gelu(xs, p):
 
 
 def _export_gelu(ctx, node) -> None:
+    """ONNX's Gelu from opset 20; below it, the decomposition that defines it (``taso.specs.elementwise``)."""
     if ctx.opset >= 20:
         ctx.emit("Gelu", list(node.inputs), list(node.outputs), approximate=node.params["approximate"])
         return
-    if node.params["approximate"] != "none":
-        raise ctx.error(f"gelu(approximate='tanh') needs opset 20, the model has opset {ctx.opset}")
     x = node.inputs[0]
     dtype = ctx.type(x).dtype
-    scaled, erf, plus1, half = (ctx.fresh(node.outputs[0] + s) for s in ("_div", "_erf", "_add", "_half"))
-    ctx.emit("Div", [x, ctx.const(np.asarray(math.sqrt(2), dtype))], [scaled])
-    ctx.emit("Erf", [scaled], [erf])
-    ctx.emit("Add", [erf, ctx.const(np.asarray(1, dtype))], [plus1])
-    ctx.emit("Mul", [x, plus1], [half])
-    ctx.emit("Mul", [half, ctx.const(np.asarray(0.5, dtype))], list(node.outputs))
+
+    def apply(op_type: str, *inputs: str, output: str | None = None) -> str:
+        out = output or ctx.fresh(f"{node.outputs[0]}_{op_type.lower()}")
+        ctx.emit(op_type, list(inputs), [out])
+        return out
+
+    def const(value: float) -> str:
+        return ctx.const(np.asarray(value, dtype))
+
+    if node.params["approximate"] == "none":  # x * (1 + erf(x / sqrt(2))) * 0.5
+        phi = apply("Add", apply("Erf", apply("Div", x, const(math.sqrt(2)))), const(1))
+        apply("Mul", apply("Mul", x, phi), const(0.5), output=node.outputs[0])
+        return
+    # 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x ** 3)))
+    cubic = apply("Mul", apply("Pow", x, const(3)), const(0.044715))
+    phi = apply("Add", apply("Tanh", apply("Mul", apply("Add", x, cubic), const(math.sqrt(2 / math.pi)))), const(1))
+    apply("Mul", apply("Mul", x, const(0.5)), phi, output=node.outputs[0])
 
 
 gelu = define(
@@ -270,6 +281,37 @@ gelu = define(
     groups=("elementwise", "unary"),
     doc="x * Phi(x), exact (erf) or tanh approximation",
 )
+
+
+def _import_ort_gelu(bias_input: bool, approximate: str):
+    """ONNX Runtime's Gelu, FastGelu and BiasGelu (its transformers optimizer writes them) as a GELU of x, plus the bias
+    where there is one; ONNX Runtime fuses them back at load where that is how it runs them."""
+
+    def importer(ctx) -> bool:
+        if ctx.attr_names or len(ctx.outputs) != 1 or not 1 <= len(ctx.inputs) <= 2 or (bias_input and len(ctx.inputs) != 2):
+            return False
+        x = ctx.inputs[0]
+        if len(ctx.inputs) == 2 and ctx.inputs[1]:
+            x = ctx.emit(BINARY_OPS["add"], [x, ctx.inputs[1]])[0]
+        ctx.emit(fast_gelu if approximate == "tanh" else gelu, [x], ctx.outputs, **({} if approximate == "tanh" else {"approximate": "none"}))
+        return True
+
+    return importer
+
+
+fast_gelu = define(
+    "fast_gelu",
+    arity=1,
+    shape=same_type,
+    numpy=lambda xs, p: _gelu(xs, {"approximate": "tanh"}),
+    torch=lambda rt, xs, p: rt.F.gelu(xs[0], approximate="tanh"),
+    onnx=OnnxMapping((), None, lambda ctx, node: ctx.emit("FastGelu", list(node.inputs), list(node.outputs), domain=ORT_DOMAIN)),
+    groups=("elementwise", "unary", "ort"),
+    doc="ONNX Runtime's FastGelu (the tanh GELU), defined as gelu(approximate='tanh')",
+)
+define_contrib_importer(ORT_DOMAIN, "FastGelu", _import_ort_gelu(False, "tanh"))
+define_contrib_importer(ORT_DOMAIN, "Gelu", _import_ort_gelu(False, "none"))
+define_contrib_importer(ORT_DOMAIN, "BiasGelu", _import_ort_gelu(True, "none"))
 
 
 def _clip(xs, p):

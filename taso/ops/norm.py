@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from .base import FINGERPRINT_PRIME, OnnxMapping, Param, as_array, define, define_contrib_importer, normalize_axis, require, same_type
+from .base import ORT_DOMAIN, FINGERPRINT_PRIME, OnnxMapping, Param, as_array, define, define_contrib_importer, normalize_axis, require, same_type
 from .elementwise import add
 
 
@@ -256,7 +256,6 @@ layer_norm = define(
 
 # ---- ONNX Runtime's fused residual + layer norm (com.microsoft) -----------------------------------------
 
-ORT_DOMAIN = "com.microsoft"
 
 
 def _skip_layer_norm_shape(types, p) -> list[TensorType]:

@@ -10,7 +10,7 @@ from ..errors import TasoError
 from ..rules import SHIPPED_DATA, LibraryFile, Rule, usable_reverse
 from ..search import LazyRules, RuleSlot
 
-__all__ = ["DEFAULT_LIBRARY", "ORT_FUSIONS", "RUNTIME_FORMS", "TARGETS", "load_rules", "for_target", "both_directions"]
+__all__ = ["DEFAULT_LIBRARY", "ORT_FUSIONS", "RUNTIME_FORMS", "EXPORTER_FORMS", "TARGETS", "load_rules", "for_target", "both_directions"]
 
 
 DEFAULT_LIBRARY = os.path.join(SHIPPED_DATA, "library.jsonl.gz")
@@ -20,6 +20,9 @@ ORT_FUSIONS = os.path.join(SHIPPED_DATA, "ort_fusions.jsonl.gz")
 # before a LayerNormalization as a Sum, which ONNX Runtime does not fuse), for every target:
 # `taso verify specs/rules/runtime_forms.json -o ...`.
 RUNTIME_FORMS = os.path.join(SHIPPED_DATA, "runtime_forms.jsonl.gz")
+# Proved rules from the forms exporters write into ONNX's fused operators (GELU), for every target:
+# `python specs/rules/exporter_forms.py`, then `taso verify specs/rules/exporter_forms.json -o ...`.
+EXPORTER_FORMS = os.path.join(SHIPPED_DATA, "exporter_forms.jsonl.gz")
 # The runtimes a written model may be for: ONNX's standard operators, or ONNX Runtime (its contrib operators too).
 TARGETS = ("onnx", "ort")
 
@@ -112,7 +115,7 @@ def both_directions(rules: Sequence[Rule]) -> list[Rule]:
 
 
 def for_target(rules: Sequence[Rule], target: str) -> Sequence[Rule]:
-    """The rules a model written for ``target`` may use: ``rules`` and the shipped runtime forms (standard operators),
+    """The rules a model written for ``target`` may use: ``rules``, the shipped runtime and exporter forms (standard operators),
     each in both directions, so a form that does not pay is undone like any other rewrite; and the shipped rules into
     ONNX Runtime's contrib operators, for ONNX Runtime (``ort``) both ways, for any ONNX runtime (``onnx``) only
     backwards: a SkipLayerNormalization a file holds may be taken apart into standard operators, never made.
@@ -122,7 +125,7 @@ def for_target(rules: Sequence[Rule], target: str) -> Sequence[Rule]:
     """
     if target not in TARGETS:
         raise TasoError(f"unknown target {target!r}; choose from {', '.join(TARGETS)}")
-    extra = [load_rules(RUNTIME_FORMS), load_rules(ORT_FUSIONS) if target == "ort" else load_rules(ORT_FUSIONS, backward_only=True)]
+    extra = [load_rules(RUNTIME_FORMS), load_rules(EXPORTER_FORMS), load_rules(ORT_FUSIONS) if target == "ort" else load_rules(ORT_FUSIONS, backward_only=True)]
     if isinstance(rules, LazyRules):
         return LazyRules(rules.slots + [slot for more in extra for slot in more.slots])
     return [*rules, *(rule for more in extra for rule in more)]

@@ -205,6 +205,8 @@ class SeedIndex:
         self.any_params: dict[str, list[tuple[CompiledRule, int]]] = {}
         for crule in compiled:
             for p in crule.nodes:
+                if p.index in crule.constants:
+                    continue  # matched by value from the node that reads it, never seeded at
                 if p.literal is not None:
                     self.exact.setdefault((p.op_name, p.literal), []).append((crule, p.index))
                 else:
@@ -312,7 +314,8 @@ class RuleIndex:
         self._pending = list(enumerate(slots))
         self._admitted: list[tuple[int, CompiledRule]] = []
         self._ids: set[str] = set()
-        self.present: set[str] = set()
+        # A fill node of a source is a constant matched by value, and every graph may hold one as a weight.
+        self.present: set[str] = {"fill"}
         self.compiled: list[CompiledRule] = []
         self.seeds = SeedIndex(())
 

@@ -9,6 +9,10 @@ A match is applied only when it is safe: interior values of the pattern have no 
 outside it and are not graph outputs; the target type-checks on the matched shapes; every
 mapped output keeps its type; and no cycle appears. The target's mapped outputs reuse the
 source values' names, so consumers outside the pattern stay wired untouched.
+
+A rule reads a constant by value through a fill node in its source (the 0.5 and the 1 of a
+GELU): it matches a one-element weight of that value, or a fill node of it, and is never
+removed, since other nodes of the file may read the same constant.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from ..errors import GraphError, TasoError
 from ..ir import Graph, Node, Params, TensorType
 from ..ir.dims import concrete, symbols_of
 from ..ops import COMMUTATIVE, get
+from ..ops.constants import as_fill
 from ..rules import Rule, RuleNode, resolve_expr
 
 __all__ = ["CompiledRule", "Match", "Plan", "find_matches", "params_fit", "decline_reason", "plan_match", "plan_or_reason", "apply_match", "plans", "rewrites"]
@@ -66,15 +71,20 @@ class CompiledRule:
         self.producer = {v: n for n in nodes for v in n.outputs}
         self.order = self._matching_order()
         self.mapped = {s for s, _ in rule.outputs}
+        # Source constants (see the module's docstring): matched by value after the node that reads them.
+        self.constants = frozenset(n.index for n in nodes if n.op_name == "fill" and not n.inputs and n.literal is not None
+                                   and not set(n.outputs) & self.mapped)
+        self.constant_values = frozenset(v for i in self.constants for v in nodes[i].outputs)
         self.target_ops = [get(rn.op) for rn in rule.target]
         self.target_params = [_node_params(rn) for rn in rule.target]
-        self.interior = {v for rn in rule.source for v in rn.outputs}
+        self.interior = {v for rn in rule.source for v in rn.outputs} - self.constant_values
         self.anchor_op = self.nodes[self.order[0]].op_name
         # Where the anchor reads a value another pattern node computes: (input position, that node's op).
         anchor = self.nodes[self.order[0]]
-        self.anchor_feeds = tuple((i, self.producer[v].op_name) for i, v in enumerate(anchor.inputs) if v in self.producer)
+        self.anchor_feeds = tuple((i, self.producer[v].op_name) for i, v in enumerate(anchor.inputs)
+                                  if v in self.producer and v not in self.constant_values)
         # What a graph must contain for a match to be possible: checked in O(pattern size).
-        self.requirements = tuple({(n.op_name, n.literal) for n in nodes})
+        self.requirements = tuple({(n.op_name, n.literal) for n in nodes if n.index not in self.constants})
         self.connected = _walk(nodes, 0)[1]
 
     def may_match(self, graph: Graph) -> bool:
@@ -160,6 +170,18 @@ def params_fit(p: _PatternNode, node: Node) -> bool:
     return all(node.params.get(k) == v for k, v in p.fixed)
 
 
+def constant_node(graph: Graph, value: str, p: _PatternNode) -> Node | None:
+    """The node that plays source constant ``p`` where the match reads ``value``: the graph's fill node of the same
+    parameters, or a stand-in for a one-element weight of the same value; None when ``value`` is another value."""
+    producer = graph.producer(value)
+    if producer is not None:
+        return producer if producer.op.name == "fill" and producer.params == p.literal else None
+    weight = graph.weights.get(value)
+    if weight is None or as_fill(weight) != p.literal:
+        return None
+    return Node(get("fill"), p.literal, (), (value,), "constant")
+
+
 def _candidates(graph: Graph, crule: CompiledRule, p: _PatternNode, values: dict) -> list[Node]:
     """Graph nodes that could play pattern node ``p`` given the values bound so far."""
     for position, name in enumerate(p.outputs):
@@ -232,6 +254,13 @@ def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | Non
                 yield Match(crule, nodes, dict(values))
             return
         p = crule.nodes[order[depth]]
+        if p.index in crule.constants:
+            node = constant_node(graph, values[p.outputs[0]], p) if p.outputs[0] in values else None
+            if node is not None:
+                choose(p.index, node, None)
+                yield from extend(depth + 1, values)
+                unchoose(p.index, None)
+            return
         used = {id(n) for n in chosen.values()}
         seen = set()
         if depth == 0:
@@ -328,6 +357,8 @@ def decline_reason(graph: Graph, crule: CompiledRule, nodes: tuple[Node, ...], v
     inside = {id(n) for n in nodes}
     outputs = set(graph.outputs)
     for node, rn in zip(nodes, rule.source):
+        if rn.outputs and rn.outputs[0] in crule.constant_values:
+            continue  # a constant is never removed: others may read it
         for value, name in zip(node.outputs, rn.outputs):
             if name in crule.mapped:
                 continue
@@ -445,7 +476,7 @@ def plan_or_reason(graph: Graph, match: Match) -> Plan | str:
             new = renames.get(old, old)
             if (types.get(new) or graph.type(new)) != graph.type(old):
                 return f"the target's {new!r} would be {types.get(new) or graph.type(new)} where {old!r} is {graph.type(old)}"
-        remove = list(match.nodes)
+        remove = [n for i, n in enumerate(match.nodes) if i not in crule.constants]
         outputs = None
         if renames:
             # A source value that equals an existing value: rewire its consumers and the graph outputs.

@@ -5,7 +5,8 @@ Every tensor value is a term of one sort ``T``. An operator application with ``k
 an op whatever its parameters, and ``"key"`` names the (operator, parameters) pair in a table
 Python keeps (:class:`TermTable`), so the e-graph never parses a parameter. An application with
 several outputs is a tuple term; its ``j``-th output is ``(Out tuple j)``. A graph input or
-weight is ``(Op0 "leaf" "Ln")``.
+weight is ``(Op0 "leaf" "Ln")``; a one-element weight is also the fill term of its value, so a rule that
+reads a constant by value (:mod:`taso.search.rewrite`) finds it.
 
 Python gives every term it adds an integer handle, ``(Id n)``, unioned with it: that is how a
 later command names an e-class, and what the type table is keyed by. Every term of an e-class
@@ -20,7 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ...ir import Graph, Params, TensorType
+from ...ops import get
 from ...ops.base import Op
+from ...ops.constants import as_fill
 
 LEAF = "leaf"
 
@@ -148,6 +151,9 @@ def encode_graph(graph: Graph, table: TermTable, known: dict[str, int] | None = 
         table.leaves[leaf] = name
         n = handles[name] = table.handle(graph.type(name))
         commands.append(f"(Name {n} (Op0 \"{LEAF}\" \"{leaf}\"))")
+        fill = as_fill(graph.weights[name]) if name in graph.weights else None
+        if fill is not None:
+            commands.extend(table.application(table.key(get("fill"), fill, 1), [], [graph.type(name)], joins=[n])[0])
     for node in graph.topological_order():
         key = table.key(node.op, node.params, len(node.outputs))
         added, outs = table.application(key, [handles[v] for v in node.inputs], [graph.type(v) for v in node.outputs], rule)
