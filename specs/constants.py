@@ -72,8 +72,14 @@ def _own_shape(rank_: int) -> Sampler:
 
 
 def _trailing_shape(rank_: int, k: int) -> Sampler:
-    """x of the rank, d its last k dims."""
-    return lambda rng: (lambda s: {"x": s, **{f"d{i}": v for i, v in enumerate(s[rank_ - k:])}})(shape(rng, rank_))
+    """x of the rank, d its last k dims; one in five a near miss: x with one more dim after them."""
+
+    def sample(rng: np.random.Generator):
+        s = shape(rng, rank_)
+        x = s + (int(rng.integers(2, 4)),) if rng.random() < 0.2 else s
+        return {"x": x, **{f"d{i}": v for i, v in enumerate(s[rank_ - k:])}}
+
+    return sample
 
 
 def _broadcast_into(rank_: int) -> Sampler:

@@ -202,11 +202,16 @@ def _reshape_axioms() -> list[Axiom]:
         return sample
 
     def as_vectors(n: int) -> Sampler:
-        """Vectors x, y of one length (sometimes not), a scale s, and a shape d of n dims holding that length."""
+        """Vectors x, y of one length (sometimes not), a scale s, and a shape d of n dims holding that length; one in ten
+        a near miss: x of n + 1 dims holding that length and a scale of as many (where a guard on the scale's rank bites)."""
 
         def sample(rng: np.random.Generator):
             length = int(rng.integers(1, 7))
-            return {"x": (length,), "y": (length,) if rng.random() < 0.8 else (1,), "s": (1,) * int(rng.integers(0, 2)),
+            x, s = (length,), (1,) * int(rng.integers(0, 2))
+            if rng.random() < 0.1:
+                x = tuple(_factors(rng, length, n + 1))
+                s = (1,) * (n + 1)
+            return {"x": x, "y": (length,) if rng.random() < 0.8 else (1,), "s": s,
                     **dict(zip(("d0", "d1", "d2", "d3"), _factors(rng, length, n)))}
 
         return sample
