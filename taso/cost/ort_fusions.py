@@ -242,23 +242,30 @@ def _exact_gelu_parts(erf: Node, around: Neighbourhood) -> tuple[Node, ...] | No
         return None
     if scale.op.name != "div" or not _constant_near(around, scale.inputs[1], math.sqrt(2.0)):
         return None  # x * (1 / sqrt(2)) is not fused (ONNX Runtime 1.2x's optimized graph keeps its five nodes)
-    x = scale.inputs[0]
-    add = _sole_reader_of(erf.outputs[0], around)
-    if add is None or add.op.name != "add" or _other_than_constant(around, add, 1.0) != erf.outputs[0]:
+    tail = _gelu_tail(erf, scale.inputs[0], around, result_read_anywhere=True)
+    return None if tail is None else (scale, erf, *tail)
+
+
+def _gelu_tail(anchor: Node, x: str, around: Neighbourhood, result_read_anywhere: bool) -> tuple[Node, ...] | None:
+    """The + 1 after a GELU's Erf or Tanh, and the products by x and 0.5 after it (in either order, the scale a Mul or
+    a scale node), each value read only by the next; ``result_read_anywhere``: the result may be a graph output."""
+    add = _sole_reader_of(anchor.outputs[0], around)
+    if add is None or add.op.name != "add" or _other_than_constant(around, add, 1.0) != anchor.outputs[0]:
         return None
     product = _sole_reader_of(add.outputs[0], around)
     if product is None or product.op.name != "mul" or add.outputs[0] not in product.inputs:
         return None
     other = product.inputs[1] if product.inputs[0] == add.outputs[0] else product.inputs[0]
-    if other == x:  # x * (1 + erf) * 0.5
+    if other == x:  # x * (1 + phi) * 0.5
         half = _sole_reader_of(product.outputs[0], around)
-        if half is not None and half.op.name in ("mul", "scalar_mul") and _other_than_constant(around, half, 0.5) == product.outputs[0]:
-            return scale, erf, add, product, half
+        if (half is not None and half.op.name in ("mul", "scalar_mul") and _other_than_constant(around, half, 0.5) == product.outputs[0]
+                and (result_read_anywhere or not around.is_output(half.outputs[0]))):
+            return add, product, half
         return None
-    half = around.producer(other)  # (x * 0.5) * (1 + erf)
+    half = around.producer(other)  # (x * 0.5) * (1 + phi)
     if (half is not None and half.op.name in ("mul", "scalar_mul") and _other_than_constant(around, half, 0.5) == x
-            and _sole_reader(product, other, around)):
-        return scale, erf, add, half, product
+            and _sole_reader(product, other, around) and (result_read_anywhere or not around.is_output(product.outputs[0]))):
+        return add, half, product
     return None
 
 
@@ -289,24 +296,8 @@ def _fast_gelu_parts(tanh: Node, around: Neighbourhood) -> tuple[Node, ...] | No
             break
     else:
         return None
-    add = _sole_reader_of(tanh.outputs[0], around)
-    if add is None or add.op.name != "add" or _other_than_constant(around, add, 1.0) != tanh.outputs[0]:
-        return None
-    product = _sole_reader_of(add.outputs[0], around)
-    if product is None or product.op.name != "mul" or add.outputs[0] not in product.inputs:
-        return None
-    other = product.inputs[1] if product.inputs[0] == add.outputs[0] else product.inputs[0]
-    if other == x:  # x * (1 + tanh) * 0.5
-        half = _sole_reader_of(product.outputs[0], around)
-        if (half is not None and half.op.name in ("mul", "scalar_mul") and _other_than_constant(around, half, 0.5) == product.outputs[0]
-                and not around.is_output(half.outputs[0])):
-            return cube, scaled, sum_, inner, tanh, add, product, half
-        return None
-    half = around.producer(other)  # (x * 0.5) * (1 + tanh)
-    if (half is not None and half.op.name in ("mul", "scalar_mul") and _other_than_constant(around, half, 0.5) == x
-            and _sole_reader(product, other, around) and not around.is_output(product.outputs[0])):
-        return cube, scaled, sum_, inner, tanh, add, half, product
-    return None
+    tail = _gelu_tail(tanh, x, around, result_read_anywhere=False)
+    return None if tail is None else (cube, scaled, sum_, inner, tanh, *tail)
 
 
 def _in_gelu(node: Node, around: Neighbourhood) -> bool:
