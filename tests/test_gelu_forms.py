@@ -237,3 +237,12 @@ def test_a_tanh_gelu_is_priced_as_one_fast_gelu(tmp_path, monkeypatch):
     assert parts is not None and len(parts) == 8
     assert {n.op.name for n in graph.nodes if n in parts and priced.absorbed(n, around)} == {"pow", "scalar_mul", "add", "mul"}
     assert not priced.absorbed(tanh, around) and priced.shared_price(tanh, around) is not None
+
+
+def test_taso_info_lists_each_form_by_name_with_its_proof():
+    from taso.cli.info import describe_library, format_library
+
+    text = format_library(describe_library(Library.load(EXPORTER_FORMS)), "exporter forms")
+    for rule in _forms():
+        line = next(line for line in text.splitlines() if rule.id in line)
+        assert rule.name in line and "[proved by " in line and ("gelu-erf" in line or "gelu-tanh" in line), line

@@ -54,7 +54,8 @@ def describe_library(library) -> dict[str, Any]:
 
     return {
         "header": library.header,
-        "rules": [{"id": r.id, "name": r.name, "status": r.status, "size": list(r.size), "text": format_rule(r)} for r in library.rules],
+        "rules": [{"id": r.id, "name": r.name, "status": r.status, "size": list(r.size), "text": format_rule(r),
+                   "ranks": {i.name: i.type.rank for i in r.inputs}, "axioms": list((r.proof or {}).get("axioms", ()))} for r in library.rules],
         "cleanups": [{"name": c.name, "equality": c.equality, "proof": c.proof} for c in CLEANUPS],
         "groups": describe_groups(),
     }
@@ -79,7 +80,7 @@ def describe_groups() -> list[dict[str, Any]]:
 
 def format_library(summary: dict[str, Any], title: str) -> str:
     """The human-readable form of :func:`describe_library`'s summary."""
-    lines = [f"{title}: {len(summary['rules'])} rules"] + [f"  {r['id']}  [{r['status']}]  {r['text']}" for r in summary["rules"]]
+    lines = [f"{title}: {len(summary['rules'])} rules"] + [_rule_line(r) for r in summary["rules"]]
     lines.append(f"clean-ups (applied with every library, before and after the search): {len(summary['cleanups'])}")
     width = max(len(c["name"]) for c in summary["cleanups"])
     lines += [f"  {c['name']:<{width}}  {c['equality']}  [{c['proof']}]" for c in summary["cleanups"]]
@@ -92,6 +93,14 @@ def format_library(summary: dict[str, Any], title: str) -> str:
             laws = sorted({a.rsplit("-", 1)[0] if a.startswith(("split-concat-", "add-split-", "mul-split-")) else a for a in p["axioms"]})
             lines.append(f"    k={p['k']}: {p['id']}, {len(p['axioms'])} axioms ({', '.join(laws)}), {p['seconds']:.2f} s")
     return "\n".join(lines)
+
+
+def _rule_line(rule: dict[str, Any]) -> str:
+    """A rule's line: a named (hand-written) rule also says its name and the axioms its proof used."""
+    if not rule["name"]:
+        return f"  {rule['id']}  [{rule['status']}]  {rule['text']}"
+    proof = f"{rule['status']} by {', '.join(rule['axioms'])}" if rule["axioms"] else rule["status"]
+    return f"  {rule['id']}  {rule['name']}  [{proof}]  {rule['text']}"
 
 
 def format_description(summary: dict[str, Any], title: str) -> str:
