@@ -13,6 +13,8 @@ For arity n, with parts ``x0 .. x{n-1}`` and sizes ``s0 .. s{n-1}``:
 * ``split-concat-n-i``: splitting a concatenation at its seams gives part i back;
 * ``matmul-concat-rows-n``: a product distributes over concatenated rows of its left factor;
 * ``matmul-concat-columns-n``: and over concatenated columns of its right factor;
+  ``matmul-concat-columns-batched-n``: so does a batch of products by one right factor (a transformer's Q, K and V
+  projections of one sequence);
 * ``add-split-broadcast-n-i`` / ``mul-``: an operand that does not extend along the split
   axis applies to the whole before the split as to part i after it.
 
@@ -68,10 +70,10 @@ def _rows(n: int):
     return sample
 
 
-def _columns(n: int):
+def _columns(n: int, batched: bool = False):
     def sample(rng: np.random.Generator):
         m, k = shape(rng, 2)
-        return {"z": (m, k), **{f"x{i}": (k, int(rng.integers(1, 4))) for i in range(n)}}
+        return {"z": ((int(rng.integers(1, 4)),) if batched else ()) + (m, k), **{f"x{i}": (k, int(rng.integers(1, 4))) for i in range(n)}}
 
     return sample
 
@@ -105,6 +107,8 @@ def nary_axioms(n: int) -> tuple[Axiom, ...]:
               when=(eq(rank(xs[0]), 2), eq(rank(z), 2))),
         Axiom(f"matmul-concat-columns-{n}", matmul(z, concat(*xs, axis=1)), concat(*(matmul(z, p) for p in xs), axis=1), _columns(n),
               when=(eq(rank(z), 2), eq(rank(xs[0]), 2))),
+        Axiom(f"matmul-concat-columns-batched-{n}", matmul(z, concat(*xs, axis=1)), concat(*(matmul(z, p) for p in xs), axis=2),
+              _columns(n, batched=True), when=(eq(rank(z), 3), *(eq(rank(p), 2) for p in xs))),  # (a batched part would broadcast)
         *(Axiom(f"{name}-split-broadcast-{n}-{i}", op(name)(cut[i], y), split(op(name)(x, y), axis=ax, sizes=ss)[i], _trailing_operand(n),
                 when=(ok(cut[i]), ge(ax, 0), lt(ax, rank(x) - rank(y)))) for name in ("add", "mul") for i in range(n)),
     )

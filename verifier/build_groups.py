@@ -33,7 +33,7 @@ def build(output: str = GROUP_LIBRARY, jobs: int = 2, timeout_s: float = TIMEOUT
     Raises:
         TasoError: some arity was not proved (nothing is written), or the file cannot be written.
     """
-    candidates = Library([family.rule(k) for family in FAMILIES for k in range(MIN_GROUP, max_group + 1)])
+    candidates = Library([family.rule(k) for family in FAMILIES for k in range(MIN_GROUP, min(max_group, family.max_arity) + 1)])
     settings = Settings(timeout_s=timeout_s, explain=True)
     start = time.perf_counter()
     results = verify_rules(candidates.rules, settings, jobs, progress_bar(len(candidates)))

@@ -52,6 +52,7 @@ class Family(ABC):
 
     name: str
     doc: str
+    max_arity: int = MAX_GROUP  # the largest arity shipped proved; a larger group is merged in chunks of this size
     site_input: str = field(default="x", init=False)  # the per-site input: sites whose inputs are computed by another site are not merged
 
     @abstractmethod
@@ -129,16 +130,19 @@ class SharedInputColumns(Family):
     """k products ``x @ w_i`` -> one product of ``x`` by the columns of all ``w_i``, split back.
 
     ``[x @ w_0, ..., x @ w_{k-1}]`` = ``split(x @ concat(w_0, ..., w_{k-1}, axis=1), axis=1)`` for 2-D ``x`` and ``w_i``:
-    the gates of a recurrent cell computed from one state by separate weights. With weights for ``w_i`` the
+    the gates of a recurrent cell computed from one state by separate weights. With ``rank=3``, a batch of rows ``x``
+    (a transformer's Q, K and V projections of one sequence), split along its last axis. With weights for ``w_i`` the
     concatenation is folded into one initializer at export.
     """
 
+    rank: int = 2  # the shared input's
     site_input: str = field(default="w", init=False)
 
     @functools.cache
     def rule(self, k: int) -> Rule:
         ws = [f"w{i}" for i in range(k)]
-        inputs = [{"name": "x", "class": "act", "shape": [2, 4], "dtype": "float32"}]
+        last = self.rank - 1
+        inputs = [{"name": "x", "class": "act", "shape": [2, 4] if self.rank == 2 else [2, 3, 4], "dtype": "float32"}]
         inputs += [{"name": w, "class": "mat", "shape": [4, 4], "dtype": "float32"} for w in ws]
         plain = {"activation": "none"}
         parts = [f"o{i}" for i in range(k)]
@@ -147,10 +151,10 @@ class SharedInputColumns(Family):
             "source": [{"op": "matmul", "params": plain, "inputs": ["x", w], "outputs": [f"s{i}"]} for i, w in enumerate(ws)],
             "target": [{"op": "concat", "params": {"axis": 1}, "inputs": ws, "outputs": ["t0"]},
                        {"op": "matmul", "params": plain, "inputs": ["x", "t0"], "outputs": ["t1"]},
-                       {"op": "split", "params": {"axis": 1, "sizes": [2] * k}, "inputs": ["t1"], "outputs": parts}],
+                       {"op": "split", "params": {"axis": last, "sizes": [2] * k}, "inputs": ["t1"], "outputs": parts}],
             "outputs": [[f"s{i}", o] for i, o in enumerate(parts)],
             "params": [{"side": "target", "node": 2, "param": "sizes", "value": [{"dim": [w, 1]} for w in ws]}],
-            "constraints": [{"eq": [{"dim": ["x", 1]}, {"dim": [w, 0]}]} for w in ws],
+            "constraints": [{"eq": [{"dim": ["x", last]}, {"dim": [w, 0]}]} for w in ws],
         })
 
     def groups(self, graph: Graph) -> Iterator[tuple[dict[str, str], list[Site]]]:
@@ -159,7 +163,7 @@ class SharedInputColumns(Family):
             if node.params["activation"] != "none" or node.outputs[0] in graph.outputs:
                 continue
             x, w = node.inputs
-            if graph.type(x).rank == 2 and graph.type(w).rank == 2:
+            if graph.type(x).rank == self.rank and graph.type(w).rank == 2:
                 by_input.setdefault(x, []).append(Site((node,), {"w": w}))
         for x, sites in by_input.items():
             if len(sites) >= MIN_GROUP:
@@ -170,6 +174,8 @@ FAMILIES: tuple[Family, ...] = (
     SharedWeightRows("shared-weight-rows", "k products sharing a weight -> one product over their concatenated rows, split back"),
     SharedWeightRows("shared-weight-rows-bias", "k products sharing a weight and a bias -> one product and bias over their concatenated rows, split back", bias=True),
     SharedInputColumns("shared-input-columns", "k products sharing an input -> one product by their concatenated weight columns, split back"),
+    SharedInputColumns("shared-input-columns-3d", "k products sharing a batch of rows -> one product by their concatenated weight columns, "
+                       "split back", max_arity=8, rank=3),
 )
 _BY_NAME = {family.name: family for family in FAMILIES}  # a rule at arity k is named "<family>-<k>"
 
@@ -226,7 +232,7 @@ class Groups:
     """What :func:`find_groups` found in one graph.
 
     Attributes:
-        merges: one group merge per set of independent sites (chunks of at most MAX_GROUP).
+        merges: one group merge per set of independent sites (chunks of at most the family's largest arity).
         apart: id(node) -> (group, site) for the nodes of every group's sites, and of every chain of
             sites (each computed from the one before: the recurrent product of an unrolled cell).
             The search matches no other rule across two sites of one group: a group merge does
@@ -262,8 +268,8 @@ def find_groups(graph: Graph, library: GroupLibrary, families: Sequence[Family] 
                 continue
             kept = index.independent([[s.values[read]] for s in sites], [s.nodes[-1].outputs for s in sites])
             chosen = [sites[i] for i in kept]
-            for start in range(0, len(chosen), MAX_GROUP):
-                chunk = chosen[start:start + MAX_GROUP]
+            for start in range(0, len(chosen), family.max_arity):
+                chunk = chosen[start:start + family.max_arity]
                 crule = library.compiled(family, len(chunk)) if len(chunk) >= MIN_GROUP else None
                 if crule is None or crule.label in excluded:
                     continue
