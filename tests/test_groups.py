@@ -28,7 +28,7 @@ from taso.cost import AnalyticCost
 from taso.ir import Graph, Node, TensorType
 from taso.rules import Library
 from taso.search import SearchConfig, search
-from taso.search.groups import FAMILIES, MAX_GROUP, MIN_GROUP, GroupLibrary, find_groups
+from taso.search.groups import FAMILIES, MAX_GROUP, MIN_GROUP, GroupLibrary, find_groups, merged
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "symbolic")
 
@@ -113,6 +113,21 @@ def test_a_group_of_independent_products_is_found_and_one_merge_covers_it():
     found = find_groups(_products(5), GroupLibrary.shipped())
     (merge,) = [m for m in found.merges if m.match.rule.label == "shared-weight-rows-5"]
     assert len(merge.sites) == 5 and len(found.apart) == 5
+
+
+def test_the_q_k_and_v_of_one_sequence_are_merged_in_one_step():
+    """A transformer layer's three projections of one (batch, seq, hidden) input, each by a weight of its own."""
+    rng = np.random.default_rng(1)
+    weights = {f"w{i}": rng.standard_normal((16, 8 * (i + 1))).astype(np.float32) for i in range(3)}
+    nodes = [_n("matmul", ["x", f"w{i}"], [f"p{i}"]) for i in range(3)] + [_n("relu", [f"p{i}"], [f"y{i}"]) for i in range(3)]
+    graph = Graph({"x": TensorType((2, 5, 16))}, weights, nodes, ["y0", "y1", "y2"])
+    (merge,) = find_groups(graph, GroupLibrary.shipped()).merges
+    assert merge.match.rule.label == "shared-input-columns-3d-3" and len(merge.sites) == 3
+    child, _ = merged(graph, merge.match)
+    assert sum(n.op.name == "matmul" for n in child.nodes) == 1
+    x = rng.standard_normal((2, 5, 16)).astype(np.float32)
+    for got, want in zip(run_ort(taso.export_onnx(child), {"x": x}), run_ort(taso.export_onnx(graph), {"x": x}), strict=True):
+        assert_close(got, want)
 
 
 def test_a_chain_of_products_is_never_merged_and_its_sites_are_kept_apart():
