@@ -55,7 +55,7 @@ def describe_library(library) -> dict[str, Any]:
     return {
         "header": library.header,
         "rules": [{"id": r.id, "name": r.name, "status": r.status, "size": list(r.size), "text": format_rule(r),
-                   "ranks": {i.name: i.type.rank for i in r.inputs}, "axioms": list((r.proof or {}).get("axioms", ()))} for r in library.rules],
+                   "axioms": list((r.proof or {}).get("axioms", ()))} for r in library.rules],
         "cleanups": [{"name": c.name, "equality": c.equality, "proof": c.proof} for c in CLEANUPS],
         "groups": describe_groups(),
     }

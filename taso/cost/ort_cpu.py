@@ -30,7 +30,7 @@ import platform
 import statistics
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -401,26 +401,32 @@ class OrtCpuCost(CostModel):
         affine = [(v, around.type(v)) for v in norm.inputs[1:]]
         weights = {v: around.graph.weights[v] for v, _ in affine if v in around.graph.weights}
         key = ("skip_layer_norm", data, norm.params["epsilon"], tuple(t for _, t in affine), tuple(sorted(weights)))
-        if key not in self._shared:
+
+        def alone() -> tuple[Node, Graph]:
             op = get("skip_layer_norm")
             fused = Node(op, op.make_params(epsilon=norm.params["epsilon"]), ("x", "skip", *(v for v, _ in affine)), ("y",), norm.name)
             inputs = {"x": data, "skip": data, **{v: t for v, t in affine if v not in weights}}
-            price = self.node_cost(fused, Graph(inputs, weights, [fused], ["y"]))
-            if self._estimate_used:
-                return price  # an estimate past the deadline is not remembered
-            self._shared[key] = price
-        return self._shared[key]
+            return fused, Graph(inputs, weights, [fused], ["y"])
+
+        return self._fused_price(key, alone)
 
     def _fast_gelu_price(self, x: str, around: Neighbourhood) -> float:
         """The FastGelu ONNX Runtime runs for a tanh GELU of ``x``, measured as one node of its type."""
         data = around.type(x)
-        key = ("fast_gelu", data)
+
+        def alone() -> tuple[Node, Graph]:
+            fused = Node(get("fast_gelu"), get("fast_gelu").make_params(), ("x",), ("y",), "fast_gelu")
+            return fused, Graph({"x": data}, {}, [fused], ["y"])
+
+        return self._fused_price(("fast_gelu", data), alone)
+
+    def _fused_price(self, key: tuple, alone: Callable[[], tuple[Node, Graph]]) -> float:
+        """The price of the fused kernel ``alone()`` builds (the node and a graph of it alone), measured once per
+        ``key``; an estimate past the deadline is not remembered."""
         if key not in self._shared:
-            op = get("fast_gelu")
-            fused = Node(op, op.make_params(), ("x",), ("y",), "fast_gelu")
-            price = self.node_cost(fused, Graph({"x": data}, {}, [fused], ["y"]))
+            price = self.node_cost(*alone())
             if self._estimate_used:
-                return price  # an estimate past the deadline is not remembered
+                return price
             self._shared[key] = price
         return self._shared[key]
 

@@ -35,7 +35,8 @@ def ort_absorbs(node: Node, around: Neighbourhood) -> bool:
       ``[1, N]``): MatMulAddFusion makes them one Gemm;
     * the Div, Add and two Muls of an exact GELU around its Erf: GeluFusion makes them one
       Gelu kernel, priced as the Erf; the Pow, Adds and Muls of a tanh GELU around its Tanh:
-      FastGeluFusion makes them one FastGelu kernel, priced as the Tanh (:func:`gelu_parts`).
+      FastGeluFusion makes them one FastGelu kernel, the Tanh's price (:func:`gelu_parts`,
+      ``OrtCpuCost.shared_price``).
 
     Each only when the producer's output has no other reader and is not a graph output.
     A rewrite that gives the producer a second reader, or puts a Split between the two,

@@ -293,7 +293,10 @@ def _import_ort_gelu(bias_input: bool, approximate: str):
         x = ctx.inputs[0]
         if len(ctx.inputs) == 2 and ctx.inputs[1]:
             x = ctx.emit(BINARY_OPS["add"], [x, ctx.inputs[1]])[0]
-        ctx.emit(fast_gelu if approximate == "tanh" else gelu, [x], ctx.outputs, **({} if approximate == "tanh" else {"approximate": "none"}))
+        if approximate == "tanh":
+            ctx.emit(fast_gelu, [x], ctx.outputs)
+        else:
+            ctx.emit(gelu, [x], ctx.outputs, approximate=approximate)
         return True
 
     return importer
