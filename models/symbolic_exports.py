@@ -20,6 +20,8 @@ Models (weights random with ``torch.manual_seed(0)``, ``eval()`` mode):
 * ``mobilenet_tiny``: MobileNet-v2 inverted residual blocks (expand, depthwise, ReLU6, project);
 * ``transformer_decoder``: PyTorch's ``nn.TransformerDecoder`` (layers deep-copied from one, a
   fixed causal target mask), ``tgt`` and ``memory`` with a symbolic batch;
+* ``written_out_norms``: two products, each followed by a normalization as transformers' code writes it (BERT-era
+  layer norm at epsilon 1e-12, Llama's RMS norm at 1e-6), which the exporters leave decomposed;
 * ``bert_tiny``: token + position embeddings, post-norm encoder layers with hand-written attention
   reshaped by ``x.view(batch, seq, heads, -1)``; input ids ``[batch, seq]`` int64;
 
@@ -264,6 +266,32 @@ class TinyBert(nn.Module):
         return x
 
 
+class WrittenOutNorms(nn.Module):
+    """Two products, each followed by a normalization written out in Python as transformers' code writes it rather
+    than by ``torch.nn``: BERT-era layer norm (``BertLayerNorm``, epsilon 1e-12) and Llama's RMS norm
+    (``LlamaRMSNorm``, epsilon 1e-6). What the exporters leave decomposed."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        self.first, self.second = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.gamma, self.beta = nn.Parameter(1 + 0.1 * torch.randn(d_model)), nn.Parameter(0.1 * torch.randn(d_model))
+        self.scale = nn.Parameter(1 + 0.1 * torch.randn(d_model))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.first(x)
+        mean = h.mean(-1, keepdim=True)
+        variance = (h - mean).pow(2).mean(-1, keepdim=True)
+        h = self.gamma * ((h - mean) / torch.sqrt(variance + 1e-12)) + self.beta
+        h = self.second(h)
+        variance = h.pow(2).mean(-1, keepdim=True)
+        return self.scale * (h * torch.rsqrt(variance + 1e-6))
+
+
+def written_out_norms(d_model: int = 256, seq: int = 32) -> Spec:
+    """:class:`WrittenOutNorms` on ``x`` ``[batch, seq, d_model]``, batch symbolic."""
+    return Spec(WrittenOutNorms(d_model), {"x": lambda b, s: torch.randn(b, seq, d_model)}, {0: "batch"})
+
+
 def bert_tiny(d_model: int = 64, heads: int = 4, ff: int = 128, layers: int = 2, vocab: int = 1000, max_positions: int = 128) -> Spec:
     """A small BERT-like encoder; input ids ``[batch, seq]`` int64 with both dims symbolic."""
     net = TinyBert(vocab, max_positions, d_model, heads, ff, layers)
@@ -437,10 +465,10 @@ def model_builders(small: bool) -> dict[str, Callable[[], Spec]]:
                 "lstm_cell_steps": lambda: lstm_cell_steps(16, 4), "gru_cell_steps": lambda: gru_cell_steps(16, 3),
                 "resnet_tiny": lambda: resnet_tiny(8, 10), "mobilenet_tiny": lambda: mobilenet_tiny(8, 4, 10),
                 "bert_tiny": lambda: bert_tiny(32, 4, 64, 2, 100, 32), "bert_hf_tiny": bert_hf_tiny,
-                "transformer_decoder": lambda: transformer_decoder(32, 2, 64, 2, 8, 12)}
+                "transformer_decoder": lambda: transformer_decoder(32, 2, 64, 2, 8, 12), "written_out_norms": lambda: written_out_norms(32, 8)}
     return {"lstm_cell_loop": lstm_cell_loop, "gru_cell_loop": gru_cell_loop, "lstm_cell_steps": lstm_cell_steps,
             "gru_cell_steps": gru_cell_steps, "resnet_tiny": resnet_tiny,
-            "mobilenet_tiny": mobilenet_tiny, "bert_tiny": bert_tiny, "transformer_decoder": transformer_decoder,
+            "mobilenet_tiny": mobilenet_tiny, "bert_tiny": bert_tiny, "transformer_decoder": transformer_decoder, "written_out_norms": written_out_norms,
             "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert_base": bert_base, "gpt2_small": gpt2_small,
             "albert_xxlarge": albert_xxlarge}
 

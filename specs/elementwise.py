@@ -39,6 +39,8 @@ def _scalar_mul_rule(dims, params):
 
 
 specs = [OpSpec(name, (), same_shape_rule, doc=f"element-wise {name}") for name in UNARY]
+# (outside UNARY: the normalizations' definitions use them, with no laws of their own beside reciprocal's definition)
+specs += [OpSpec(name, (), same_shape_rule, doc=f"element-wise {name}") for name in ("sqrt", "reciprocal")]
 specs += [OpSpec(name, (), _broadcast_rule, doc=f"broadcasting {name}") for name in ("add", "sub", "mul", "div", "pow")]
 specs += [OpSpec("sum", (), _broadcast_rule, doc="ONNX's Sum of two tensors, defined as add")]
 specs += [OpSpec("scalar_mul", (), _scalar_mul_rule, doc="x times a one-element tensor")]
@@ -105,4 +107,6 @@ axioms = [
     Axiom("gelu-erf", gelu(x, approximate="none"), GELU_ERF, same("x"), unfold=True),
     Axiom("gelu-tanh", gelu(x, approximate="tanh"), GELU_TANH, same("x"), unfold=True),
     Axiom("fast_gelu-is-gelu-tanh", op("fast_gelu")(x), gelu(x, approximate="tanh"), same("x"), unfold=True),
+    # 1 / x as the TorchScript exporter writes torch.rsqrt's reciprocal (torchlib writes Reciprocal)
+    Axiom("reciprocal-is-div", op("reciprocal")(x), div(constant(1), x), same("x"), unfold=True),
 ]

@@ -21,10 +21,11 @@ import numpy as np
 
 from .base import Axiom, OpSpec, Slot, Unsupported, all_of
 from .conv import CONV, POOL
+from .elementwise import constant
 from .sampling import Sampler, conv_case
 from .terms import dim, eq, ints, le, op, rank, tensors
 
-__all__ = ["specs", "axioms", "EPSILONS", "LAYER_NORM_EPSILONS"]
+__all__ = ["specs", "axioms", "EPSILONS", "LAYER_NORM_EPSILONS", "RMS_NORM_EPSILONS"]
 
 EPSILONS = (1e-5, 1e-3)
 LAYER_NORM_EPSILONS = (1e-5, 1e-6, 1e-12)  # PyTorch's and transformers' defaults (BERT and DistilBERT write 1e-12)
@@ -58,8 +59,19 @@ def _skip_layer_norm_rule(dims, p):
                         *[d for t in dims[2:] for d in (len(t) == 1, t[0] == x[-1])]])
 
 
+def _reduce_rule(dims, p):
+    x, axes = list(dims[0]), p["axes"]
+    if not all(isinstance(a, int) for a in axes):
+        raise Unsupported("a reduction over symbolic axes")
+    kept = [1 if k in axes else d for k, d in enumerate(x)] if p["keepdims"] else [d for k, d in enumerate(x) if k not in axes]
+    return [kept], all_of([0 <= a < len(x) for a in axes])
+
+
 _EPSILON = (Slot("epsilon", "real"),)
 specs = [
+    OpSpec("reduce_mean", (Slot("axes", "ints"), Slot("keepdims", "int")), _reduce_rule, doc="the mean over the given axes"),
+    OpSpec("rms_norm", (Slot("axis", "int"), *_EPSILON), lambda dims, p: ([list(dims[0])], []),
+           doc="ONNX's RMSNormalization (23), defined by its decomposition"),
     OpSpec("batch_norm", _EPSILON, _batch_norm_rule, doc="inference batch norm: (x - mean) * scale / sqrt(|var| + eps) + bias per channel"),
     OpSpec("bn_kernel", _EPSILON, _bn_kernel_rule, doc="a kernel's output channels scaled by batch norm's gain"),
     OpSpec("bn_shift", _EPSILON, _bn_shift_rule, doc="batch norm's per-channel shift, bias - mean * gain"),
@@ -69,7 +81,8 @@ specs = [
 ]
 
 batch_norm, bn_kernel, bn_shift = op("batch_norm"), op("bn_kernel"), op("bn_shift")
-layer_norm, skip_layer_norm = op("layer_norm"), op("skip_layer_norm")
+layer_norm, skip_layer_norm, rms_norm, reduce_mean = op("layer_norm"), op("skip_layer_norm"), op("rms_norm"), op("reduce_mean")
+sub, div, pow_, sqrt = op("sub"), op("div"), op("pow"), op("sqrt")
 conv2d, concat, add, mul, scalar_mul, enlarge = op("conv2d"), op("concat"), op("add"), op("mul"), op("scalar_mul"), op("enlarge")
 avg_pool2d, max_pool2d = op("avg_pool2d"), op("max_pool2d")
 x, y, w, v, c, s, sc, bi, mu, va = tensors("x y w v c s sc bi mu va")
@@ -229,8 +242,58 @@ def _skip_layer_norm_axioms(eps: float) -> list[Axiom]:
     return axioms_
 
 
+RMS_NORM_EPSILONS = (1e-5, 1e-6)  # Llama's and T5's
+
+
+def _norm_of_vectors(rank_: int, names: str):
+    """x of ``rank_``, and each of ``names`` a vector as long as its last axis; near misses one in five (a vector one
+    longer, or of rank 2)."""
+
+    def sample(rng: np.random.Generator):
+        x_shape = tuple(int(d) for d in rng.integers(1, 4, size=rank_))
+        valuation = {"x": x_shape, **{n: x_shape[-1:] for n in names.split()}}
+        miss = int(rng.integers(0, 5 * len(names.split())))
+        if miss < len(names.split()):
+            valuation[names.split()[miss]] = (x_shape[-1] + 1,) if rng.integers(0, 2) else (1, x_shape[-1])
+        return valuation
+
+    return sample
+
+
+def _norm_definitions(rank_: int) -> list[Axiom]:
+    """LayerNormalization and RMSNormalization over the last axis of a tensor of ``rank_``, defined by their
+    decompositions (the layer norm's as ONNX's LayerNormalization-17 function body, both as the TorchScript exporter
+    writes them below the operators' opsets); gamma and beta vectors as long as that axis. At epsilon 0 the
+    definition has no + eps (the form torch.onnx's dynamo exporter leaves where its optimizer dropped a 1e-12)."""
+    last = rank_ - 1
+    vectors = lambda *ts: tuple(c for t in ts for c in (eq(rank(t), 1), eq(dim(t, 0), dim(x, last))))
+
+    def mean(t):
+        return reduce_mean(t, axes=(last,), keepdims=1)
+
+    def root(t, eps):
+        variance = mean(pow_(t, constant(2)))
+        return sqrt(add(variance, constant(eps)) if eps else variance)
+
+    centred = sub(x, mean(x))
+    out = []
+    for eps in (*LAYER_NORM_EPSILONS, 0.0):
+        normalized = div(centred, root(centred, eps))
+        out.append(Axiom(f"layer_norm-definition-{rank_}d[{eps:g}]", layer_norm(x, sc, bi, axis=last, epsilon=eps),
+                         add(mul(normalized, sc), bi), _norm_of_vectors(rank_, "sc bi"),
+                         when=(eq(rank(x), rank_), *vectors(sc, bi)), unfold=True))
+        out.append(Axiom(f"layer_norm-definition-{rank_}d-no-beta[{eps:g}]", layer_norm(x, sc, axis=last, epsilon=eps),
+                         mul(normalized, sc), _norm_of_vectors(rank_, "sc"), when=(eq(rank(x), rank_), *vectors(sc)), unfold=True))
+    for eps in RMS_NORM_EPSILONS:
+        out.append(Axiom(f"rms_norm-definition-{rank_}d[{eps:g}]", rms_norm(x, sc, axis=last, epsilon=eps),
+                         mul(mul(x, op("reciprocal")(root(x, eps))), sc), _norm_of_vectors(rank_, "sc"),
+                         when=(eq(rank(x), rank_), *vectors(sc)), unfold=True))
+    return out
+
+
 axioms = [
     *[a for eps in EPSILONS for a in _epsilon_axioms(eps)],
+    *[a for rank_ in (2, 3, 4) for a in _norm_definitions(rank_)],
     *[a for eps in LAYER_NORM_EPSILONS for a in _skip_layer_norm_axioms(eps)],
     # scaling a channel commutes with per-channel linear ops (zero padding stays zero)
     Axiom("avg_pool2d-channel-scale", avg_pool2d(mul(x, c), **POOL, count_include_pad=cip), mul(avg_pool2d(x, **POOL, count_include_pad=cip), c),

@@ -77,10 +77,11 @@ def test_taso_constants_export_as_initializers():
     np.testing.assert_allclose(run_ort(taso.export_onnx(new), {"x": x})[0], np.maximum(x, 0), rtol=1e-6)
 
 
-def test_layer_norm_cannot_be_written_below_opset_17():
+def test_layer_norm_with_its_statistics_cannot_be_written_below_opset_17():
+    """(Without them, it is written as its decomposition: tests/test_norm_forms.py.)"""
     graph = taso.load_onnx(model_from_text("""
         <ir_version: 8, opset_import: ["" : 17]>
-        g (float[2, 4] x, float[4] s) => (float[2, 4] y) { y = LayerNormalization (x, s) }
+        g (float[2, 4] x, float[4] s) => (float[2, 4] y, float[2, 1] mean, float[2, 1] inv) { y, mean, inv = LayerNormalization (x, s) }
     """))
     with pytest.raises(ExportError, match="opset >= 17"):
         taso.export_onnx(graph, opset=13)

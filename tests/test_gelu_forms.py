@@ -32,7 +32,7 @@ CONSTANTS = {"half": 0.5, "one": 1.0, "three": 3.0, "c": 0.044715, "k": math.sqr
 
 
 def _forms() -> list:
-    return Library.load(EXPORTER_FORMS).rules
+    return [r for r in Library.load(EXPORTER_FORMS).rules if r.name.startswith("gelu-")]
 
 
 def _n(op: str, inputs, outputs, **params) -> Node:
@@ -130,8 +130,8 @@ def test_the_shipped_forms_are_what_the_rule_file_builder_writes():
     spec.loader.exec_module(builder)
     written = Library.load(ROOT / "specs" / "rules" / "exporter_forms.json").rules
     assert [r.id for r in builder.rules()] == [r.id for r in written]
-    assert {r.extra.get("candidate", r.id) for r in _forms()} <= {r.id for r in written} | {r.id for r in _forms()}
-    assert [r.id for r in _forms()] == [r.id for r in written]
+    shipped = Library.load(EXPORTER_FORMS).rules  # (a rule proved with added shape constraints has a new id)
+    assert [(r.name, r.source, r.target) for r in shipped] == [(r.name, r.source, r.target) for r in written]
 
 
 def test_a_form_whose_constant_is_not_the_definitions_is_not_proved():

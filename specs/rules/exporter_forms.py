@@ -1,4 +1,5 @@
-"""The candidate rules from the forms exporters write into ONNX's fused operators: writes ``exporter_forms.json``.
+"""The candidate rules from the forms exporters write into ONNX's fused operators (GELU, LayerNormalization,
+RMSNormalization): writes ``exporter_forms.json``.
 
     python specs/rules/exporter_forms.py          # then:
     taso verify specs/rules/exporter_forms.json -o taso/data/exporter_forms.jsonl.gz --record-axioms
@@ -20,7 +21,7 @@ import numpy as np
 from taso.ir import TensorType
 from taso.rules import Library, Rule, RuleInput, RuleNode
 
-__all__ = ["FORMS", "rules", "main"]
+__all__ = ["FORMS", "NORM_FORMS", "rules", "main"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANKS = (2, 3, 4)
@@ -61,7 +62,35 @@ FORMS: dict[str, tuple[Callable[[Side, str], str], str]] = {
 }
 
 
-def rules() -> list[Rule]:
+def _root(s: Side, x: str, axis: int, eps: float) -> str:
+    """sqrt(mean(x^2) + eps) over the last axis; the + eps left out at 0."""
+    variance = s("reduce_mean", s("pow", x, s.const(2)), axes=(axis,), keepdims=1)
+    return s("sqrt", s("add", variance, s.const(eps)) if eps else variance)
+
+
+def _normalized(s: Side, x: str, axis: int, eps: float) -> str:
+    """(x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) over the last axis."""
+    centred = s("sub", x, s("reduce_mean", x, axes=(axis,), keepdims=1))
+    return s("div", centred, _root(s, centred, axis, eps))
+
+
+# name -> (how the source computes the normalization of x over ``axis`` scaled by g (and shifted by b), the operator)
+NORM_FORMS: dict[str, tuple[Callable[..., str], str]] = {
+    # torch.nn.LayerNorm by the TorchScript exporter below opset 17: (x - mean) / sqrt(var + eps) * g + b
+    "layer-norm-torchscript": (lambda s, axis, eps: s("add", s("mul", _normalized(s, "x", axis, eps), "g"), "b"), "layer_norm"),
+    # written out in Python (transformers' BertLayerNorm and its kin), either exporter: g * ((x - mean) / sqrt(var + eps)) + b
+    "layer-norm-python": (lambda s, axis, eps: s("add", s("mul", "g", _normalized(s, "x", axis, eps)), "b"), "layer_norm"),
+    # RMS norm written out (transformers' LlamaRMSNorm, T5LayerNorm): g * (x * rsqrt(mean(x^2) + eps)), rsqrt as the
+    # dynamo exporter writes it (Reciprocal of Sqrt) and as TorchScript does (1 / Sqrt)
+    "rms-norm-torchlib": (lambda s, axis, eps: s("mul", "g", s("mul", "x", s("reciprocal", _root(s, "x", axis, eps)))), "rms_norm"),
+    "rms-norm-torchscript": (lambda s, axis, eps: s("mul", "g", s("mul", "x", s("div", s.const(1), _root(s, "x", axis, eps)))), "rms_norm"),
+}
+# The epsilons each operator's rules are stated at (those of specs/norm.py's definitions): 0 is the layer norm that
+# the dynamo exporter's optimizer leaves where it dropped a + 1e-12 (transformers' BERT-style code)
+NORM_EPSILONS = {"layer_norm": (1e-5, 1e-6, 1e-12, 0.0), "rms_norm": (1e-5, 1e-6)}
+
+
+def _gelu_rules() -> list[Rule]:
     out = []
     for name, (form, approximate) in FORMS.items():
         for rank in RANKS:
@@ -73,8 +102,29 @@ def rules() -> list[Rule]:
     return out
 
 
+def _norm_rules() -> list[Rule]:
+    out = []
+    for name, (form, operator) in NORM_FORMS.items():
+        for eps in NORM_EPSILONS[operator]:
+            for rank in RANKS:
+                shape = (2, 3, 4, 5)[:rank]
+                source, target = Side(), Side()
+                y = form(source, rank - 1, eps)
+                vectors = ("g", "b") if operator == "layer_norm" else ("g",)
+                z = target(operator, "x", *vectors, axis=rank - 1, epsilon=eps)
+                inputs = (RuleInput("x", "act", TensorType(shape, "float32")),
+                          *[RuleInput(v, "vec", TensorType(shape[-1:], "float32")) for v in vectors])
+                out.append(Rule(inputs=inputs, source=tuple(source.nodes), target=tuple(target.nodes), outputs=((y, z),),
+                                name=f"{name}-{rank}d[{eps:g}]"))
+    return out
+
+
+def rules() -> list[Rule]:
+    return _gelu_rules() + _norm_rules()
+
+
 def main() -> None:
-    library = Library(rules(), {"about": "Candidate rules from the forms exporters write into ONNX's fused operators (GELU); "
+    library = Library(rules(), {"about": "Candidate rules from the forms exporters write into ONNX's fused operators (GELU, layer and RMS norm); "
                                          "written by `python specs/rules/exporter_forms.py`, proved into "
                                          "taso/data/exporter_forms.jsonl.gz by `taso verify specs/rules/exporter_forms.json "
                                          "-o taso/data/exporter_forms.jsonl.gz --record-axioms`"})

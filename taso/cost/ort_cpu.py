@@ -52,7 +52,11 @@ from .in_place import IN_PLACE_BYTES, InPlaceWeights
 from .model import CostModel, Neighbourhood, node_key
 from .ort_fusions import (
     GELU_OPS,
+    NORM_OPS,
+    NormParts,
     gelu_anchors_near,
+    norm_anchors_near,
+    norm_parts,
     fusion_pass,
     gather_siblings,
     gelu_parts,
@@ -384,6 +388,9 @@ class OrtCpuCost(CostModel):
         if node.op.name == "tanh":
             parts = gelu_parts(node, around)
             return None if parts is None else self._fast_gelu_price(parts[0].inputs[0], around)
+        if node.op.name == "sqrt":
+            norm = norm_parts(node, around)
+            return None if norm is None else self._norm_price(norm, around)
         if node.op.name == "gather":
             group = split_gathers(node, around)
             return None if group is None else self._split_share(node, len(group), around)
@@ -419,6 +426,20 @@ class OrtCpuCost(CostModel):
             return fused, Graph({"x": data}, {}, [fused], ["y"])
 
         return self._fused_price(("fast_gelu", data), alone)
+
+    def _norm_price(self, norm: NormParts, around: Neighbourhood) -> float:
+        """The LayerNormalization or SimplifiedLayerNormalization ONNX Runtime runs for a normalization written out,
+        measured as one node of taso's op for it (written at the model's opset, it is the form ONNX Runtime fuses)."""
+        data = around.type(norm.data)
+        weights = {v: around.graph.weights[v] for v in norm.affine}
+        key = (norm.kernel, data, norm.epsilon, tuple(around.type(v) for v in norm.affine))
+
+        def alone() -> tuple[Node, Graph]:
+            op = get(norm.kernel)
+            fused = Node(op, op.make_params(axis=data.rank - 1, epsilon=norm.epsilon), ("x", *norm.affine), ("y",), norm.nodes[0].name)
+            return fused, Graph({"x": data}, weights, [fused], ["y"])
+
+        return self._fused_price(key, alone)
 
     def _fused_price(self, key: tuple, alone: Callable[[], tuple[Node, Graph]]) -> float:
         """The price of the fused kernel ``alone()`` builds (the node and a graph of it alone), measured once per
@@ -472,6 +493,12 @@ class OrtCpuCost(CostModel):
             neighbours[id(anchor)] = anchor
             for near in (before, after):
                 neighbours.update({id(n): n for n in gelu_parts(anchor, near) or () if kept(n)})
+        roots = {id(anchor): anchor for node in (*removed, *added) if node.op.name in NORM_OPS
+                 for anchor in norm_anchors_near(node, before if id(node) in gone else after) if kept(anchor)}
+        for anchor in roots.values():
+            neighbours[id(anchor)] = anchor
+            for near in (before, after):
+                neighbours.update({id(n): n for n in getattr(norm_parts(anchor, near), "nodes", ()) if kept(n)})
         return neighbours
 
     # -- where each weight lives when its node runs (taso.cost.residency) --

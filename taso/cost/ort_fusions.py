@@ -1,5 +1,6 @@
 """ONNX Runtime's CPU fusions at ENABLE_ALL, as the ort-cpu cost model knows them: which node runs inside another's kernel
-(Conv + BatchNormalization, Conv + activation, MatMul + bias as a Gemm, the five nodes of an exact GELU), which
+(Conv + BatchNormalization, Conv + activation, MatMul + bias as a Gemm, the five nodes of an exact GELU, a layer or
+RMS norm written out), which
 Gathers ONNX Runtime runs as one Split, and which residual Adds it makes one SkipLayerNormalization with the
 LayerNormalization after them; so that a rewrite does not pay for a fusion the runtime would make anyway, and a
 fusion that makes the graph slower is priced as it runs.
@@ -11,6 +12,7 @@ import math
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -21,7 +23,8 @@ from ..ops import ACTIVATION_OPS
 from .model import Neighbourhood
 from .residency import graph_run_order, main_weight
 
-__all__ = ["ort_absorbs", "split_gathers", "gather_siblings", "fusion_pass", "gelu_parts", "gelu_anchors_near", "GELU_OPS", "skip_norm_parts", "skip_norm_of", "norms_near"]
+__all__ = ["ort_absorbs", "split_gathers", "gather_siblings", "fusion_pass", "gelu_parts", "gelu_anchors_near", "GELU_OPS", "skip_norm_parts", "skip_norm_of", "norms_near",
+           "NormParts", "norm_parts", "norm_anchors_near", "NORM_OPS"]
 
 
 def ort_absorbs(node: Node, around: Neighbourhood) -> bool:
@@ -33,6 +36,8 @@ def ort_absorbs(node: Node, around: Neighbourhood) -> bool:
       folded so: FusedConv;
     * a bias Add after a MatMul of 2-D operands, the bias a constant row (shape ``[N]`` or
       ``[1, N]``): MatMulAddFusion makes them one Gemm;
+    * the nodes of a layer norm or an RMS norm written out around its Sqrt: LayerNormFusion and
+      SimplifiedLayerNormFusion make them one kernel, priced as the Sqrt (:func:`norm_parts`);
     * the Div, Add and two Muls of an exact GELU around its Erf: GeluFusion makes them one
       Gelu kernel, priced as the Erf; the Pow, Adds and Muls of a tanh GELU around its Tanh:
       FastGeluFusion makes them one FastGelu kernel, the Tanh's price (:func:`gelu_parts`,
@@ -47,6 +52,8 @@ def ort_absorbs(node: Node, around: Neighbourhood) -> bool:
     if name == "batch_norm":
         return _folded_into_conv(node, around)
     if name in GELU_OPS and name not in _GELU_ANCHORS and _in_gelu(node, around):
+        return True
+    if name in NORM_OPS and name != "sqrt" and _in_norm(node, around):
         return True
     if name in ACTIVATION_OPS:
         data = node.inputs[0]
@@ -306,20 +313,124 @@ def _in_gelu(node: Node, around: Neighbourhood) -> bool:
     return any(node in parts for anchor in gelu_anchors_near(node, around) if (parts := gelu_parts(anchor, around)) is not None)
 
 
+def _in_norm(node: Node, around: Neighbourhood) -> bool:
+    """Whether ``node`` is one of the parts of a normalization around a Sqrt near it (:func:`norm_parts`)."""
+    return any(node in parts.nodes for anchor in norm_anchors_near(node, around) if (parts := norm_parts(anchor, around)) is not None)
+
+
 def gelu_anchors_near(node: Node, around: Neighbourhood) -> list[Node]:
     """The Erf and Tanh nodes within the four steps a GELU part can be from its anchor, up or down the graph."""
+    return _anchors_near(node, around, GELU_OPS, _GELU_ANCHORS, 4)
+
+
+NORM_OPS = frozenset(("reduce_mean", "sub", "pow", "add", "sqrt", "div", "mul"))
+
+
+class NormParts(NamedTuple):
+    """A normalization written out that ONNX Runtime runs as one kernel: which kernel (``layer_norm``, LayerNormFusion's
+    LayerNormalization, or ``rms_norm``, SimplifiedLayerNormFusion's SimplifiedLayerNormalization), the value it
+    normalizes, its epsilon, its scale (and shift), and the nodes it takes in, its Sqrt among them."""
+
+    kernel: str
+    data: str
+    epsilon: float
+    affine: tuple[str, ...]
+    nodes: tuple[Node, ...]
+
+
+def norm_parts(sqrt: Node, around: Neighbourhood) -> NormParts | None:
+    """The normalization ONNX Runtime's LayerNormFusion or SimplifiedLayerNormFusion makes one kernel of around ``sqrt``,
+    or None. Checked on ONNX Runtime 1.32 (tests/test_norm_forms.py): t^2 -> mean over the trailing axes -> + eps ->
+    Sqrt, then t / it or t * (1 / it), then a product by a constant scale, fuse into SimplifiedLayerNormalization of t;
+    where t is x - mean(x) and a constant shift is added after the scale, all of it into LayerNormalization of x. Not
+    fused: a Reciprocal in place of the 1 / (the dynamo exporter's torch.rsqrt), no + eps, no scale. Each intermediate
+    value has one reader and is not a graph output; t is read by the square and the division alone."""
+    def through(value: str, reader: Node, op: str) -> Node | None:
+        node = around.producer(value)
+        return node if node is not None and node.op.name == op and _sole_reader(reader, value, around) else None
+
+    plus_eps = through(sqrt.inputs[0], sqrt, "add")
+    variance_value = _other_than_small_constant(around, plus_eps) if plus_eps is not None else None
+    variance = through(variance_value[0], plus_eps, "reduce_mean") if variance_value else None
+    square = through(variance.inputs[0], variance, "pow") if variance is not None else None
+    if square is None or not _constant_near(around, square.inputs[1], 2.0) or not _trailing(variance, around):
+        return None
+    t = square.inputs[0]
+    divided = _sole_reader_of(sqrt.outputs[0], around)
+    if divided is None or divided.op.name != "div" or divided.inputs[1] != sqrt.outputs[0]:
+        return None
+    taken = [square, variance, plus_eps, sqrt, divided]
+    if divided.inputs[0] != t:  # t * (1 / sqrt)
+        times = _sole_reader_of(divided.outputs[0], around)
+        if not _constant_near(around, divided.inputs[0], 1.0) or times is None or times.op.name != "mul" or set(times.inputs) != {t, divided.outputs[0]}:
+            return None
+        taken.append(times)
+    if {id(r) for r in around.readers(t)} != {id(square), id(taken[-1])}:
+        return None
+    scaled = _sole_reader_of(taken[-1].outputs[0], around)
+    scale = _other_input(scaled, taken[-1].outputs[0]) if scaled is not None and scaled.op.name == "mul" else None
+    if scale is None or not _vector_of(around, scale, t):
+        return None
+    taken.append(scaled)
+    centred = around.producer(t)
+    mean = around.producer(centred.inputs[1]) if centred is not None and centred.op.name == "sub" and not around.is_output(t) else None
+    shifted = _sole_reader_of(scaled.outputs[0], around)
+    shift = _other_input(shifted, scaled.outputs[0]) if shifted is not None and shifted.op.name == "add" else None
+    if (mean is not None and mean.op.name == "reduce_mean" and mean.inputs[0] == centred.inputs[0] and mean.params == variance.params
+            and _sole_reader(centred, mean.outputs[0], around) and shift is not None and _vector_of(around, shift, t)):
+        return NormParts("layer_norm", centred.inputs[0], variance_value[1], (scale, shift), (mean, centred, *taken, shifted))
+    return NormParts("rms_norm", t, variance_value[1], (scale,), tuple(taken))
+
+
+def norm_anchors_near(node: Node, around: Neighbourhood) -> list[Node]:
+    """The Sqrt nodes within the six steps a normalization's part can be from its Sqrt, up or down the graph."""
+    return _anchors_near(node, around, NORM_OPS, frozenset(("sqrt",)), 6)
+
+
+def _trailing(reduce: Node, around: Neighbourhood) -> bool:
+    """A mean over the trailing axes, the reduced ones kept."""
+    rank = around.type(reduce.inputs[0]).rank
+    axes = reduce.params["axes"]
+    return bool(reduce.params["keepdims"]) and tuple(axes) == tuple(range(rank - len(axes), rank))
+
+
+def _other_than_small_constant(around: Neighbourhood, node: Node) -> tuple[str, float] | None:
+    """The input of an Add other than a one-element constant in [0, 0.01), an epsilon, and its value."""
+    if len(node.inputs) != 2:
+        return None
+    for constant, other in (node.inputs[::-1], node.inputs):
+        array = around.graph.weights.get(constant) if constant in around.consts else None
+        if array is not None and array.size == 1 and 0 <= float(array.ravel()[0]) < 0.01:
+            return other, float(str(np.float32(array.ravel()[0])))
+    return None
+
+
+def _other_input(node: Node, value: str) -> str | None:
+    """The input of a binary node other than ``value``."""
+    if len(node.inputs) != 2 or value not in node.inputs:
+        return None
+    return node.inputs[1] if node.inputs[0] == value else node.inputs[0]
+
+
+def _vector_of(around: Neighbourhood, value: str, data: str) -> bool:
+    """A constant vector as long as the last axis of ``data``."""
+    return value in around.consts and around.type(value).shape == around.type(data).shape[-1:]
+
+
+def _anchors_near(node: Node, around: Neighbourhood, part_ops: frozenset, anchor_ops: frozenset, steps: int) -> list[Node]:
+    """The nodes of ``anchor_ops`` within ``steps`` steps of ``node`` through nodes of ``part_ops``, up or down the graph."""
     found, frontier, seen = [], [node], {id(node)}
-    for _ in range(4):
+    for _ in range(steps):
         step = []
         for n in frontier:
             near = [around.producer(v) for v in n.inputs] + [r for v in n.outputs for r in around.readers(v)]
             for m in near:
-                if m is not None and id(m) not in seen and m.op.name in GELU_OPS:
+                if m is not None and id(m) not in seen and m.op.name in part_ops:
                     seen.add(id(m))
                     step.append(m)
-        found += [m for m in step if m.op.name in _GELU_ANCHORS]
+        found += [m for m in step if m.op.name in anchor_ops]
         frontier = step
-    return found + ([node] if node.op.name in _GELU_ANCHORS else [])
+    return found + ([node] if node.op.name in anchor_ops else [])
 
 
 def _sole_reader_of(value: str, around: Neighbourhood) -> Node | None:

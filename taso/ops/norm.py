@@ -1,4 +1,4 @@
-"""Normalisations and reductions: batch norm (inference), layer norm, softmax, reduce mean/sum."""
+"""Normalisations and reductions: batch norm (inference), layer norm, RMS norm, softmax, reduce mean/sum."""
 
 from __future__ import annotations
 
@@ -236,9 +236,48 @@ def _import_layer_norm(ctx) -> bool:
 
 
 def _export_layer_norm(ctx, node) -> None:
-    if ctx.opset < 17:
-        raise ctx.error(f"layer_norm needs ONNX opset >= 17 (LayerNormalization); the model has opset {ctx.opset}")
-    ctx.emit("LayerNormalization", list(node.inputs), list(node.outputs), axis=node.params["axis"], epsilon=node.params["epsilon"])
+    """LayerNormalization from opset 17; below it, its decomposition (:func:`_export_decomposed_norm`)."""
+    if ctx.opset >= 17:
+        ctx.emit("LayerNormalization", list(node.inputs), list(node.outputs), axis=node.params["axis"], epsilon=node.params["epsilon"])
+    elif node.params["stats"]:
+        raise ctx.error(f"layer_norm with its statistics needs ONNX opset >= 17 (LayerNormalization); the model has opset {ctx.opset}")
+    else:
+        _export_decomposed_norm(ctx, node, centred=True)
+
+
+def _export_decomposed_norm(ctx, node, centred: bool) -> None:
+    """A layer norm (``centred``) or an RMS norm below the opset of its ONNX operator, as the TorchScript exporter
+    writes it: (x - mean(x)) / sqrt(mean((x - mean(x))^2) + eps) * gamma + beta, and x * (1 / sqrt(mean(x^2) + eps))
+    * gamma. Standard operators at the model's opset, which ONNX Runtime's LayerNormFusion and SimplifiedLayerNormFusion
+    make one kernel again at load (checked on ONNX Runtime 1.32 in tests/test_norm_forms.py)."""
+    x, out = node.inputs[0], node.outputs[0]
+    x_type = ctx.type(x)
+    axes = list(range(normalize_axis(node.params["axis"], x_type.rank), x_type.rank))
+
+    def apply(op_type: str, *inputs: str, output: str | None = None, **attrs) -> str:
+        value = output or ctx.fresh(f"{out}_{op_type.lower()}")
+        ctx.emit(op_type, list(inputs), [value], **attrs)
+        return value
+
+    def const(value: float) -> str:
+        return ctx.const(np.asarray(value, x_type.dtype))
+
+    def mean(value: str) -> str:
+        if ctx.opset >= 18:  # ReduceMean takes its axes as an input from opset 18
+            return apply("ReduceMean", value, ctx.const(np.asarray(axes, np.int64)), keepdims=1)
+        return apply("ReduceMean", value, axes=axes, keepdims=1)
+
+    centre = apply("Sub", x, mean(x)) if centred else x
+    root = apply("Sqrt", apply("Add", mean(apply("Pow", centre, const(2))), const(node.params["epsilon"])))
+    scaled_by = node.inputs[1]
+    if centred:
+        normalized = apply("Div", centre, root)
+        if len(node.inputs) == 3:
+            apply("Add", apply("Mul", normalized, scaled_by), node.inputs[2], output=out)
+        else:
+            apply("Mul", normalized, scaled_by, output=out)
+    else:
+        apply("Mul", apply("Mul", x, apply("Div", const(1), root)), scaled_by, output=out)
 
 
 layer_norm = define(
@@ -252,6 +291,62 @@ layer_norm = define(
     groups=("normalization",),
     doc="normalises over the axes from `axis` on, then scales and shifts (stats=1 adds mean and 1/std outputs)",
 )
+
+
+# ---- RMS norm (ONNX's RMSNormalization, opset 23) ------------------------------------------------
+
+
+def _rms_norm_shape(types, p) -> TensorType:
+    x, scale = types
+    axis = normalize_axis(p["axis"], x.rank)
+    require(np.broadcast_shapes(scale.shape, x.shape[axis:]) == x.shape[axis:], f"rms_norm: {scale.shape} does not broadcast to {x.shape[axis:]}")
+    return x
+
+
+def _rms_norm(xs, p):
+    x, scale = xs
+    axes = tuple(range(normalize_axis(p["axis"], x.ndim), x.ndim))
+    x64 = x.astype(np.float64)
+    return (x64 / np.sqrt((x64 * x64).mean(axis=axes, keepdims=True) + p["epsilon"]) * scale).astype(x.dtype)
+
+
+def _rms_norm_torch(rt, xs, p):
+    x, scale = xs
+    shape = tuple(x.shape[normalize_axis(p["axis"], x.dim()):])
+    return rt.F.rms_norm(x, shape, scale.expand(shape), p["epsilon"])
+
+
+def _import_rms_norm(ctx) -> bool:
+    """ONNX's RMSNormalization (23), or ONNX Runtime's SimplifiedLayerNormalization (which its own optimizer writes, in
+    the ONNX domain) without its inverse deviation output."""
+    outputs = [o for o in ctx.outputs if o]
+    if outputs != ctx.outputs[:1] or ctx.attr_names - {"axis", "epsilon", "stash_type"} or ctx.attr("stash_type", 1) != 1 or len(ctx.inputs) != 2:
+        return False
+    x = ctx.type(ctx.inputs[0])
+    ctx.emit(rms_norm, list(ctx.inputs), outputs, axis=normalize_axis(int(ctx.attr("axis", -1)), x.rank), epsilon=_epsilon(ctx))
+    return True
+
+
+def _export_rms_norm(ctx, node) -> None:
+    """RMSNormalization from opset 23; below it, its decomposition (:func:`_export_decomposed_norm`)."""
+    if ctx.opset >= 23:
+        ctx.emit("RMSNormalization", list(node.inputs), list(node.outputs), axis=node.params["axis"], epsilon=node.params["epsilon"])
+    else:
+        _export_decomposed_norm(ctx, node, centred=False)
+
+
+rms_norm = define(
+    "rms_norm",
+    arity=2,
+    params=[Param("axis", "int", -1), Param("epsilon", "float", 1e-5)],
+    shape=_rms_norm_shape,
+    numpy=_rms_norm,
+    torch=_rms_norm_torch,
+    onnx=OnnxMapping(("RMSNormalization",), _import_rms_norm, _export_rms_norm),
+    groups=("normalization",),
+    doc="x / sqrt(mean(x^2) + eps) * scale over the axes from `axis` on (ONNX's RMSNormalization; ONNX Runtime's SimplifiedLayerNormalization)",
+)
+define_contrib_importer("", "SimplifiedLayerNormalization", _import_rms_norm)
 
 
 # ---- ONNX Runtime's fused residual + layer norm (com.microsoft) -----------------------------------------
@@ -450,4 +545,4 @@ REDUCE_OPS = {
 }
 reduce_mean, reduce_sum = REDUCE_OPS["mean"], REDUCE_OPS["sum"]
 
-__all__ = ["batch_norm", "bn_kernel", "bn_shift", "layer_norm", "skip_layer_norm", "ORT_DOMAIN", "softmax", "reduce_mean", "reduce_sum", "REDUCE_OPS", "same_type"]
+__all__ = ["batch_norm", "bn_kernel", "bn_shift", "layer_norm", "rms_norm", "skip_layer_norm", "ORT_DOMAIN", "softmax", "reduce_mean", "reduce_sum", "REDUCE_OPS", "same_type"]

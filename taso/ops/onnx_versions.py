@@ -68,6 +68,7 @@ VERSIONS: dict[str, tuple[int, ...]] = {
     "Neg": (6, 13),
     "Pad": (2, 11, 13, 18, 19, 21, 23, 24, 25),
     "Pow": (7, 12, 13, 15),
+    "RMSNormalization": (23,),
     "Reciprocal": (6, 13),
     "ReduceMax": (1, 11, 12, 13, 18, 20),
     "ReduceMean": (1, 11, 13, 18),
