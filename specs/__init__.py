@@ -31,6 +31,7 @@ for _family in FAMILIES:
         SPECS[_spec.name] = _spec
     AXIOMS.extend(_family.axioms)
 AXIOMS.extend(linalg.batched_axioms)  # batched matmul laws, last (see linalg.batched_axioms)
+AXIOMS.extend(norm.definitions)  # the normalizations' definitions after them: the axioms before keep their places
 
 _BY_NAME = {a.name: a for a in AXIOMS}
 if len(_BY_NAME) != len(AXIOMS):

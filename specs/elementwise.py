@@ -107,6 +107,4 @@ axioms = [
     Axiom("gelu-erf", gelu(x, approximate="none"), GELU_ERF, same("x"), unfold=True),
     Axiom("gelu-tanh", gelu(x, approximate="tanh"), GELU_TANH, same("x"), unfold=True),
     Axiom("fast_gelu-is-gelu-tanh", op("fast_gelu")(x), gelu(x, approximate="tanh"), same("x"), unfold=True),
-    # 1 / x as the TorchScript exporter writes torch.rsqrt's reciprocal (torchlib writes Reciprocal)
-    Axiom("reciprocal-is-div", op("reciprocal")(x), div(constant(1), x), same("x"), unfold=True),
 ]

@@ -22,10 +22,10 @@ import numpy as np
 from .base import Axiom, OpSpec, Slot, Unsupported, all_of
 from .conv import CONV, POOL
 from .elementwise import constant
-from .sampling import Sampler, conv_case
+from .sampling import Sampler, conv_case, same
 from .terms import dim, eq, ints, le, op, rank, tensors
 
-__all__ = ["specs", "axioms", "EPSILONS", "LAYER_NORM_EPSILONS", "RMS_NORM_EPSILONS"]
+__all__ = ["specs", "axioms", "definitions", "EPSILONS", "LAYER_NORM_EPSILONS", "RMS_NORM_EPSILONS"]
 
 EPSILONS = (1e-5, 1e-3)
 LAYER_NORM_EPSILONS = (1e-5, 1e-6, 1e-12)  # PyTorch's and transformers' defaults (BERT and DistilBERT write 1e-12)
@@ -246,15 +246,19 @@ RMS_NORM_EPSILONS = (1e-5, 1e-6)  # Llama's and T5's
 
 
 def _norm_of_vectors(rank_: int, names: str):
-    """x of ``rank_``, and each of ``names`` a vector as long as its last axis; near misses one in five (a vector one
-    longer, or of rank 2)."""
+    """x of ``rank_``, and each of ``names`` a vector as long as its last axis. Near misses, one in ten: a vector one
+    longer or of rank 2, or x a rank more (its new last axis as long as the one before, so that a norm from the axis
+    before still applies and the vectors still broadcast)."""
+    vectors = names.split()
 
     def sample(rng: np.random.Generator):
         x_shape = tuple(int(d) for d in rng.integers(1, 4, size=rank_))
-        valuation = {"x": x_shape, **{n: x_shape[-1:] for n in names.split()}}
-        miss = int(rng.integers(0, 5 * len(names.split())))
-        if miss < len(names.split()):
-            valuation[names.split()[miss]] = (x_shape[-1] + 1,) if rng.integers(0, 2) else (1, x_shape[-1])
+        valuation = {"x": x_shape, **{n: x_shape[-1:] for n in vectors}}
+        miss = int(rng.integers(0, 10))
+        if miss == 0:
+            valuation[vectors[int(rng.integers(0, len(vectors)))]] = (x_shape[-1] + 1,) if rng.integers(0, 2) else (1, x_shape[-1])
+        elif miss == 1:
+            valuation["x"] = x_shape + x_shape[-1:]
         return valuation
 
     return sample
@@ -291,9 +295,15 @@ def _norm_definitions(rank_: int) -> list[Axiom]:
     return out
 
 
+# (after every other family's axioms in AXIOMS: specs/__init__.py)
+definitions = [
+    # 1 / x as the TorchScript exporter writes torch.rsqrt's reciprocal (torchlib writes Reciprocal)
+    Axiom("reciprocal-is-div", op("reciprocal")(x), div(constant(1), x), same("x"), unfold=True),
+    *[a for rank_ in (2, 3, 4) for a in _norm_definitions(rank_)],
+]
+
 axioms = [
     *[a for eps in EPSILONS for a in _epsilon_axioms(eps)],
-    *[a for rank_ in (2, 3, 4) for a in _norm_definitions(rank_)],
     *[a for eps in LAYER_NORM_EPSILONS for a in _skip_layer_norm_axioms(eps)],
     # scaling a channel commutes with per-channel linear ops (zero padding stays zero)
     Axiom("avg_pool2d-channel-scale", avg_pool2d(mul(x, c), **POOL, count_include_pad=cip), mul(avg_pool2d(x, **POOL, count_include_pad=cip), c),

@@ -68,6 +68,19 @@ _RANK_5 = ("not equivalent, but only an operand of rank 5 breaks it, beyond the 
 _POOLED_RANK_5 = ("not equivalent, but only operands of rank 5 break it, beyond the fuzzer's ranks (0-4): their sizes past "
                   "axis 3 are not guarded, and pooling hides them from the concatenation on the right")
 
+_SQUARED = "the difference it swaps is squared: (m - x)^2 = (x - m)^2 (the variance in a layer norm's definition)"
+
+
+def _squared_differences(term: Any, path: tuple = ()) -> Iterator[tuple]:
+    """The paths of the subtractions that ``term`` squares, pow(sub(a, b), 2): swapping their operands changes nothing."""
+    if not isinstance(term, App):
+        return
+    if term.op == "pow" and isinstance(term.args[0], App) and term.args[0].op == "sub":
+        yield (*path, 0)
+    for i, arg in enumerate(term.args):
+        yield from _squared_differences(arg, (*path, i))
+
+
 # Survivors reviewed by hand: (axiom, mutation) -> why the mutant states the same equation (or, for
 # _RANK_5, why the fuzzer cannot reach the counterexample that keeps the guard).
 EQUIVALENT: dict[tuple[str, str], str] = {
@@ -98,6 +111,7 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("global_avg_pool-concat", "drop guard rank(x) == 4"): _POOLED_RANK_5,
     **{(f"bn_kernel-mul[{eps:g}]", "drop guard rank(v) == 4"): _RANK_5 for eps in EPSILONS},
     **{(f"bn_kernel-smul[{eps:g}]", "drop guard rank(s) <= rank(w)"): _RANK_5 for eps in EPSILONS},
+    **{(a.name, f"rhs: swap operands of sub{list(path)}"): _SQUARED for a in AXIOMS for path in _squared_differences(a.rhs)},
 }
 
 
