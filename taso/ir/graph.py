@@ -285,6 +285,8 @@ class GraphMeta:
     output_dim_params: tuple[tuple[str | None, ...] | None, ...] = ()
     # Where each size symbol no input carries comes from: (symbol, value, axis), the value an opaque node's output.
     symbol_sources: tuple[tuple[str, str, int], ...] = ()
+    # The largest size of each size symbol at which the file runs, where the file implies one: (symbol, size, why).
+    size_bounds: tuple[tuple[str, int, str], ...] = ()
 
 
 class Graph:

@@ -260,18 +260,20 @@ def check_sizes(graph) -> list[dict[str, int]]:
     other symbol goes one past its size (a slice or reshape pinned to the measured size stops
     being whole there, which a smaller size would hide by clamping; ALBERT-xxlarge's check at
     twice its sequence took 85 s); where the model does not run at that size (strides that want
-    even sizes), to twice, then to half its size.
+    even sizes), to twice, then to half its size; never past the largest size the file runs at
+    (``meta.size_bounds``: a table sliced up to the symbol).
     """
     measured = dict(graph.meta.sizes)
     if not measured:
         return []
+    largest = {name: size for name, size, _ in graph.meta.size_bounds}
     batch_like = {bare_symbol(t.shape[0]) for t in graph.inputs.values() if t.shape} - {None}
     batch = {name: (3 if size == 2 else 2) for name, size in measured.items() if name in batch_like}
     other = {name: size for name, size in measured.items() if name not in batch_like}
     choices = []
     for grow in (lambda n: n + 1, lambda n: 2 * n, lambda n: n // 2 if n > 1 else 2):
         valuation = {**batch, **{name: grow(size) for name, size in other.items()}}
-        if valuation not in choices:
+        if valuation not in choices and all(size <= largest.get(name, size) for name, size in valuation.items()):
             choices.append(valuation)
     return choices
 

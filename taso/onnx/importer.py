@@ -268,6 +268,7 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
         sizes=tuple(sorted(sizes.items())),
         output_dim_params=tuple(_dim_params(vi) for vi in g.output) if sizes else (),
         symbol_sources=tuple(state.symbol_sources),
+        size_bounds=tuple(sorted((s, *b) for s, b in symbolic.implied_size_bounds(model).items() if s in sizes)),
     )
     graph = Graph(input_types, state.weights, state.nodes, outputs, types=state.types, meta=meta)
     return graph.pruned()

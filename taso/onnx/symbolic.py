@@ -3,7 +3,8 @@
 A model as it ships declares some input dims by name (``batch``, ``seq``) or not at all. Each
 becomes a size symbol (:mod:`taso.ir.dims`) measured at a size: the one ``input_shapes`` gives,
 else :data:`DEFAULT_BATCH` for a batch (a dim at axis 0, or one named like a batch wherever it
-sits: :func:`is_batch_like`) and :data:`DEFAULT_SIZE` for any other. Exporters
+sits: :func:`is_batch_like`) and :data:`DEFAULT_SIZE` for any other, or the largest size the file implies where
+that is less (a table sliced up to the symbol: :mod:`taso.onnx.size_bounds`). Exporters
 compute shapes at run time from those dims (``Shape -> Gather -> Concat -> Reshape``); such a
 computation is folded here into a tensor of symbolic sizes, which the Reshape, Expand,
 ConstantOfShape and Slice importers read as parameters, so the graph has no shape constant
@@ -23,9 +24,10 @@ from onnx import helper
 from ..errors import ImportError_, ShapeError, Unsupported
 from ..ir import OpaqueType, TensorType
 from ..ir.dims import Dim, UndecidableDim, decide_equal, floordiv, holds_dims, prod, symbol
+from .size_bounds import Bound, implied_bounds
 from .values import type_of
 
-__all__ = ["DEFAULT_BATCH", "DEFAULT_SIZE", "is_batch_like", "measured_sizes_of", "input_types", "fold_symbolic", "symbolic_types", "dim_labels", "range_length"]
+__all__ = ["DEFAULT_BATCH", "DEFAULT_SIZE", "is_batch_like", "measured_sizes_of", "input_types", "implied_size_bounds", "fold_symbolic", "symbolic_types", "dim_labels", "range_length"]
 
 # Measurement sizes of a symbol that --input-shape does not give.
 DEFAULT_BATCH = 1  # a symbol at axis 0 of an input, or one named like a batch
@@ -106,7 +108,7 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
         if given is not None and any(int(s) < 1 for s in given):
             raise ImportError_(f"--input-shape {vi.name}={','.join(map(str, given))}: sizes must be at least 1")
         declared[vi.name] = (dims, dtype)
-    sizes = _measurement_sizes(declared, input_shapes)
+    sizes = _measurement_sizes(declared, input_shapes, implied_size_bounds(model))
     types = {}
     for vi in real_inputs:
         if vi.name in opaque_inputs:
@@ -139,7 +141,17 @@ def _symbol_name(dim: onnx.TensorShapeProto.Dimension, value: str, axis: int) ->
     return dim.dim_param if dim.dim_param.strip() not in _ANONYMOUS else f"{value}_dim{axis}"
 
 
-def _measurement_sizes(declared: Mapping[str, tuple[list, str]], input_shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
+def implied_size_bounds(model: onnx.ModelProto) -> dict[str, Bound]:
+    """Each size symbol's largest size where the file implies one (:mod:`taso.onnx.size_bounds`)."""
+    def symbol_of(vi: onnx.ValueInfoProto, axis: int) -> str | None:
+        dim = vi.type.tensor_type.shape.dim[axis]
+        return None if is_static_dim(dim) else _symbol_name(dim, vi.name, axis)
+
+    return implied_bounds(model, symbol_of)
+
+
+def _measurement_sizes(declared: Mapping[str, tuple[list, str]], input_shapes: Mapping[str, Sequence[int]],
+                       bounds: Mapping[str, Bound]) -> dict[str, int]:
     sizes: dict[str, int] = {}
     for name, (dims, _) in declared.items():
         for axis, d in enumerate(dims):
@@ -152,7 +164,8 @@ def _measurement_sizes(declared: Mapping[str, tuple[list, str]], input_shapes: M
     for name, (dims, _) in declared.items():
         for axis, d in enumerate(dims):
             if type(d) is not int and d not in sizes:
-                sizes[d] = DEFAULT_BATCH if axis == 0 or is_batch_like(d, axis) else DEFAULT_SIZE
+                default = DEFAULT_BATCH if axis == 0 or is_batch_like(d, axis) else DEFAULT_SIZE
+                sizes[d] = min(default, bounds[d][0]) if d in bounds else default
     return sizes
 
 

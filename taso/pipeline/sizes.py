@@ -6,7 +6,8 @@ loop optimized at batch 1 ran 2.54x there and 0.91x at batch 128. So a batch-lik
 at axis 0: :func:`taso.onnx.symbolic.is_batch_like`) has a range by default, 1 and a large batch (the largest
 power of two up to :data:`LARGE_BATCH` whose biggest value stays within :data:`LARGE_BATCH_BYTES`: measuring
 past that costs more than a search), and ``--input-shape x=24,1:8:128,256`` gives one explicitly, in the spirit
-of TensorRT's optimization profiles. Every other symbol has one size. The pipeline searches at each valuation of
+of TensorRT's optimization profiles. Every other symbol has one size (never past the largest the file runs at:
+:mod:`taso.onnx.size_bounds`). The pipeline searches at each valuation of
 the range, times every candidate at each, and keeps a file that is not slower at any
 (:mod:`taso.pipeline.size_guard`).
 """
@@ -58,6 +59,7 @@ class SizeRange:
         if static:
             return cls()
         measured = dict(graph.meta.sizes)
+        bounds = {symbol: (size, why) for symbol, size, why in graph.meta.size_bounds}
         where = _first_places(graph)
         ranges = _given_ranges(graph, given or {})
         symbols = []
@@ -69,13 +71,18 @@ class SizeRange:
                 sizes, why = (size,), "--input-shape"
             elif is_batch_like(symbol, axis):
                 large = _large_batch(graph, symbol, size)
+                if large is not None and symbol in bounds:
+                    large = min(large, bounds[symbol][0])
                 sizes = (size,) if large is None or large <= size else (size, large)
                 why = (f"a batch: {size}, and {large}, the largest batch up to {LARGE_BATCH} whose biggest value stays within "
                        f"{LARGE_BATCH_BYTES >> 20} MiB" if len(sizes) > 1 else
                        f"a batch: {size} (a batch of {SMALLEST_LARGE_BATCH} would hold a value over {LARGE_BATCH_BYTES >> 20} MiB)")
             else:
                 sizes = (size,)
-                why = f"the default for a size that is not a batch ({DEFAULT_SIZE})" if size == DEFAULT_SIZE else "measured size"
+                if symbol in bounds and size == bounds[symbol][0] < DEFAULT_SIZE:
+                    why = f"the largest the file runs at: {bounds[symbol][1]}"
+                else:
+                    why = f"the default for a size that is not a batch ({DEFAULT_SIZE})" if size == DEFAULT_SIZE else "measured size"
             symbols.append(SymbolSizes(symbol, name, axis, sizes, why))
         found = cls(tuple(symbols))
         if len(found.valuations()) > MAX_VALUATIONS:
@@ -140,7 +147,9 @@ def _large_batch(graph: Graph, symbol: str, size: int) -> int | None:
     """The largest power of two up to :data:`LARGE_BATCH` at which no value that grows with ``symbol`` passes
     :data:`LARGE_BATCH_BYTES` (None below :data:`SMALLEST_LARGE_BATCH`)."""
     at_one = {**dict(graph.meta.sizes), symbol: 1}
-    biggest = max((t.at(at_one).nbytes for t in graph.types.values() if isinstance(t, TensorType) and symbol in t.symbols), default=0)
+    # (a value with a fresh symbol of an opaque node's output, known only at run time, is not counted)
+    biggest = max((t.at(at_one).nbytes for t in graph.types.values()
+                   if isinstance(t, TensorType) and symbol in t.symbols and t.symbols <= at_one.keys()), default=0)
     batch = LARGE_BATCH
     while batch >= SMALLEST_LARGE_BATCH and biggest * batch > LARGE_BATCH_BYTES:
         batch //= 2
