@@ -22,6 +22,7 @@ Models (weights random with ``torch.manual_seed(0)``, ``eval()`` mode):
   fixed causal target mask), ``tgt`` and ``memory`` with a symbolic batch;
 * ``written_out_norms``: two products, each followed by a normalization as transformers' code writes it (BERT-era
   layer norm at epsilon 1e-12, Llama's RMS norm at 1e-6), which the exporters leave decomposed;
+* ``transformers_rms_norms``: the same with transformers' own ``LlamaRMSNorm`` and ``T5LayerNorm`` classes;
 * ``bert_tiny``: token + position embeddings, post-norm encoder layers with hand-written attention
   reshaped by ``x.view(batch, seq, heads, -1)``; input ids ``[batch, seq]`` int64;
 
@@ -292,6 +293,29 @@ def written_out_norms(d_model: int = 256, seq: int = 32) -> Spec:
     return Spec(WrittenOutNorms(d_model), {"x": lambda b, s: torch.randn(b, seq, d_model)}, {0: "batch"})
 
 
+class TransformersRmsNorms(nn.Module):
+    """Two products, each followed by an RMS norm of transformers' own: ``LlamaRMSNorm`` and ``T5LayerNorm`` (epsilon
+    1e-6), their code as the library ships it (the casts to float32 and back included)."""
+
+    def __init__(self, d_model: int):
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaRMSNorm
+        from transformers.models.t5.modeling_t5 import T5LayerNorm
+
+        self.first, self.second = nn.Linear(d_model, d_model), nn.Linear(d_model, d_model)
+        self.llama, self.t5 = LlamaRMSNorm(d_model, eps=1e-6), T5LayerNorm(d_model, eps=1e-6)
+        for norm in (self.llama, self.t5):
+            norm.weight.data = 1 + 0.1 * torch.randn(d_model)  # trained-looking scales, not the ones the clean-up folds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.t5(self.second(self.llama(self.first(x))))
+
+
+def transformers_rms_norms(d_model: int = 256, seq: int = 32) -> Spec:
+    """:class:`TransformersRmsNorms` on ``x`` ``[batch, seq, d_model]``, batch symbolic."""
+    return Spec(TransformersRmsNorms(d_model), {"x": lambda b, s: torch.randn(b, seq, d_model)}, {0: "batch"})
+
+
 def bert_tiny(d_model: int = 64, heads: int = 4, ff: int = 128, layers: int = 2, vocab: int = 1000, max_positions: int = 128) -> Spec:
     """A small BERT-like encoder; input ids ``[batch, seq]`` int64 with both dims symbolic."""
     net = TinyBert(vocab, max_positions, d_model, heads, ff, layers)
@@ -465,10 +489,12 @@ def model_builders(small: bool) -> dict[str, Callable[[], Spec]]:
                 "lstm_cell_steps": lambda: lstm_cell_steps(16, 4), "gru_cell_steps": lambda: gru_cell_steps(16, 3),
                 "resnet_tiny": lambda: resnet_tiny(8, 10), "mobilenet_tiny": lambda: mobilenet_tiny(8, 4, 10),
                 "bert_tiny": lambda: bert_tiny(32, 4, 64, 2, 100, 32), "bert_hf_tiny": bert_hf_tiny,
-                "transformer_decoder": lambda: transformer_decoder(32, 2, 64, 2, 8, 12), "written_out_norms": lambda: written_out_norms(32, 8)}
+                "transformer_decoder": lambda: transformer_decoder(32, 2, 64, 2, 8, 12), "written_out_norms": lambda: written_out_norms(32, 8),
+                "transformers_rms_norms": lambda: transformers_rms_norms(32, 8)}
     return {"lstm_cell_loop": lstm_cell_loop, "gru_cell_loop": gru_cell_loop, "lstm_cell_steps": lstm_cell_steps,
             "gru_cell_steps": gru_cell_steps, "resnet_tiny": resnet_tiny,
             "mobilenet_tiny": mobilenet_tiny, "bert_tiny": bert_tiny, "transformer_decoder": transformer_decoder, "written_out_norms": written_out_norms,
+            "transformers_rms_norms": transformers_rms_norms,
             "resnet50": resnet50, "mobilenet_v2": mobilenet_v2, "bert_base": bert_base, "gpt2_small": gpt2_small,
             "albert_xxlarge": albert_xxlarge}
 

@@ -149,6 +149,23 @@ def test_the_rules_take_in_the_norms_of_real_exports(exporter):
     np.testing.assert_allclose(run_ort(taso.export_onnx(rewritten), {"x": x})[0], run_ort(str(path), {"x": x})[0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_the_rules_take_in_transformers_own_rms_norms(tmp_path, exporter):
+    """transformers' LlamaRMSNorm and T5LayerNorm classes (their casts included) by both exporters: two rms_norms, equal
+    on ONNX Runtime. ONNX Runtime fuses the TorchScript forms at load and not the dynamo ones (the Reciprocal)."""
+    path = DATA / f"transformers_rms_norms.{exporter}.onnx"
+    graph = taso.load_onnx(str(path), input_shapes={"x": (3, 8, D)})
+    rewritten = graph
+    for crule in [CompiledRule(r) for r in _norm_rules() if r.target[0].op == "rms_norm"]:
+        while (match := next(iter(find_matches(rewritten, crule)), None)) is not None:
+            rewritten = apply_match(rewritten, match)
+    assert [n.op.name for n in rewritten.nodes].count("rms_norm") == 2 and "sqrt" not in {n.op.name for n in rewritten.nodes}
+    x = np.random.default_rng(6).standard_normal((3, 8, D)).astype(np.float32)
+    np.testing.assert_allclose(run_ort(taso.export_onnx(rewritten), {"x": x})[0], run_ort(str(path), {"x": x})[0], rtol=1e-4, atol=1e-5)
+    fused = _optimized_op_types(onnx.load(str(path)), tmp_path).count("SimplifiedLayerNormalization")
+    assert fused == (2 if exporter == "torchscript" else 0)
+
+
 @pytest.mark.parametrize("search", ["backtracking", "eqsat"])
 def test_both_search_engines_write_the_norms(search):
     graph = taso.load_onnx(str(DATA / "written_out_norms.dynamo.onnx"), input_shapes={"x": (3, 8, D)})
