@@ -166,6 +166,25 @@ def test_the_rules_take_in_transformers_own_rms_norms(tmp_path, exporter):
     assert fused == (2 if exporter == "torchscript" else 0)
 
 
+def test_a_form_and_its_reverse_applied_back_and_forth_reuse_the_constants_the_reverse_wrote():
+    """Every target gets the forms both ways. The reverse writes the definition's constants, which the forward rule
+    keeps (a constant may be shared); written again at the same place, they are the same nodes, not a second
+    definition of their values (which broke a torch-runtime bench of transformers_rms_norms)."""
+    from taso.pipeline.library import both_directions
+
+    forward, reverse = [CompiledRule(r) for r in both_directions([_rule("rms-norm-torchlib-3d[1e-06]")])]
+    graph = taso.load_onnx(str(DATA / "transformers_rms_norms.dynamo.onnx"), input_shapes={"x": (3, 8, D)})
+    x = np.random.default_rng(7).standard_normal((3, 8, D)).astype(np.float32)
+    want = graph.run({"x": x})["output"]
+    sizes = []
+    for _ in range(3):
+        for crule in (forward, reverse):
+            graph = apply_match(graph, next(iter(find_matches(graph, crule))))
+            sizes.append(len(graph.nodes))
+    assert sizes[4:] == sizes[2:4], sizes  # from the second round on, no node is added again
+    np.testing.assert_allclose(graph.run({"x": x})["output"], want, rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("search", ["backtracking", "eqsat"])
 def test_both_search_engines_write_the_norms(search):
     graph = taso.load_onnx(str(DATA / "written_out_norms.dynamo.onnx"), input_shapes={"x": (3, 8, D)})

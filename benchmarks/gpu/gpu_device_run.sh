@@ -22,7 +22,7 @@ ROUNDS=${ROUNDS:-7}
 MODEL_TIMEOUT=${MODEL_TIMEOUT:-75}
 DEADLINE=${DEADLINE:-450}
 began=$(date +%s)
-exports="tests/data/symbolic/lstm_cell_loop.torchscript.onnx tests/data/symbolic/gru_cell_loop.dynamo.onnx tests/data/symbolic/transformer_decoder.torchscript.onnx"
+exports="tests/data/symbolic/lstm_cell_loop.torchscript.onnx tests/data/symbolic/gru_cell_loop.dynamo.onnx tests/data/symbolic/transformer_decoder.torchscript.onnx tests/data/symbolic/written_out_norms.dynamo.onnx"
 models=${*:-nasrnn squeezenet resnext50 inception_v3 nasnet_a bert resnet50 $exports}
 case "${DRY_RUN:-}" in
   "") export TASO_TORCH_DEVICE=cuda ;;

@@ -463,12 +463,20 @@ def plan_or_reason(graph: Graph, match: Match) -> Plan | str:
         new_nodes = []
         for i, (op, rn) in enumerate(zip(crule.target_ops, rule.target)):
             params = crule.target_params[i].replace(**overrides[i]) if i in overrides else crule.target_params[i]
-            outs = []
+            outs, fresh = [], []
             for o in rn.outputs:
                 if o not in names:
                     names[o] = f"{o}~{tag}"
+                    fresh.append(names[o])
                 outs.append(names[o])
             node = Node(op, params, tuple(names[x] for x in rn.inputs), tuple(outs), f"{label}/{i}")
+            if any(o in graph.types for o in fresh):
+                # Made by this rewrite at this place before and still there (a constant the reverse rule wrote, which
+                # the forward rule kept): the node is reused; any other node of that name would be a second definition.
+                before = graph.producer(outs[0])
+                if before is None or (before.op, before.params, before.inputs, before.outputs) != (op, params, node.inputs, node.outputs):
+                    return f"the target's value {outs[0]!r} is defined in the graph already"
+                continue
             types.update(zip(node.outputs, op.infer([types.get(v) or graph.type(v) for v in node.inputs], params)))
             new_nodes.append(node)
         for s, _ in rule.outputs:
