@@ -111,6 +111,18 @@ def test_a_norm_is_written_at_any_opset_in_a_form_onnx_runtime_runs_as_one_kerne
     np.testing.assert_allclose(run_ort(model, {"x": x})[0], graph.run({"x": x})["y"], rtol=1e-5, atol=1e-5)
 
 
+def test_a_runtime_other_than_onnx_runtime_times_the_norm_as_its_file_holds_it():
+    """The guard of the torch runtime times the candidate as its file reads back: below opset 23 an rms_norm is written
+    as its definition, so there it is not one kernel."""
+    from taso.pipeline.source import as_written, export_onnx
+
+    node = Node(get("rms_norm"), get("rms_norm").make_params(axis=2, epsilon=1e-6), ("x", "g"), ("y",))
+    for opset, ops in ((20, {"pow", "reduce_mean", "add", "sqrt", "div", "mul"}), (23, {"rms_norm"})):
+        graph = Graph({"x": TensorType((2, 8, D))}, {"g": np.ones(D, np.float32) * 1.1}, [node], ["y"])
+        graph = Graph(graph.inputs, graph.weights, graph.nodes, graph.outputs, meta=type(graph.meta)(**{**graph.meta.__dict__, "opset": opset}))
+        assert {n.op.name for n in as_written(graph, export_onnx(graph)).nodes} == ops
+
+
 # ---- the rules -------------------------------------------------------------------------------------------------------
 
 

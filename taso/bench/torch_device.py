@@ -48,6 +48,7 @@ def bench_model_torch(name: str, model: onnx.ModelProto, args, path: str | None 
     With ``out``, the kept model is written there (:func:`kept_file`) when it is not the input."""
     from ..measure.inputs import random_inputs
     from ..measure.torch_runtime import Replay, TorchGraph, default_device, interleaved_replay_times
+    from ..pipeline.source import as_written
     from .rows import BenchRow, optimize_for_bench
 
     device = device or default_device()
@@ -57,6 +58,7 @@ def bench_model_torch(name: str, model: onnx.ModelProto, args, path: str | None 
     feeds = random_inputs(original)
     graphs = {"torch_original": TorchGraph(original, device)}
     if outcome.kept != "input":
+        kept = as_written(kept, outcome.model) if outcome.model is not None else kept  # the file, as a deployment loads it
         graphs["torch_taso"] = TorchGraph(kept, device)
         if out is not None and outcome.model is not None:
             from ..onnx.files import write_bytes_atomically

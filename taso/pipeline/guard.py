@@ -13,7 +13,7 @@ from ..measure.timing import InterleavedTimer, TimingError, nothing_pays
 from ..onnx.files import SpilledModel
 from .checks import Checks, OutputMismatchError, check_into
 from .outcome import Outcome
-from .source import CandidateModel, ModelSource, add_candidate, runnable
+from .source import CandidateModel, ModelSource, add_candidate, as_written, runnable
 from .stages import StageClock
 from .verdicts import GuardVerdict, VerdictCache, layout_digest
 
@@ -168,7 +168,7 @@ def keep_if_faster_on_device(outcome: Outcome, source: ModelSource, candidates: 
     if "optimized" not in candidates:
         return
     with clock.stage("timing"):
-        timer = timer_for(source.graph, candidates["optimized"][0])
+        timer = timer_for(source.graph, as_written(*candidates["optimized"]))
         speedup = timer.speedup()
         if speedup >= MIN_CONFIRMED_SPEEDUP:
             speedup = min(speedup, timer.speedup())
