@@ -344,7 +344,8 @@ def norm_parts(sqrt: Node, around: Neighbourhood) -> NormParts | None:
     Sqrt, then t / it or t * (1 / it), then a product by a constant scale, fuse into SimplifiedLayerNormalization of t;
     where t is x - mean(x) and a constant shift is added after the scale, all of it into LayerNormalization of x. Not
     fused: a Reciprocal in place of the 1 / (the dynamo exporter's torch.rsqrt), no + eps, no scale. Each intermediate
-    value has one reader and is not a graph output; t is read by the square and the division alone."""
+    value has one reader and is not a graph output; t may have other readers (then, as where it is a graph output, the
+    layer norm's x - mean(x) stays and SimplifiedLayerNormalization takes it)."""
     def through(value: str, reader: Node, op: str) -> Node | None:
         node = around.producer(value)
         return node if node is not None and node.op.name == op and _sole_reader(reader, value, around) else None
@@ -365,15 +366,16 @@ def norm_parts(sqrt: Node, around: Neighbourhood) -> NormParts | None:
         if not _constant_near(around, divided.inputs[0], 1.0) or times is None or times.op.name != "mul" or set(times.inputs) != {t, divided.outputs[0]}:
             return None
         taken.append(times)
-    if {id(r) for r in around.readers(t)} != {id(square), id(taken[-1])}:
+    readers, reads_t = {id(r) for r in around.readers(t)}, {id(square), id(taken[-1])}  # (the square, the division)
+    if not reads_t <= readers:
         return None
     scaled = _sole_reader_of(taken[-1].outputs[0], around)
     scale = _other_input(scaled, taken[-1].outputs[0]) if scaled is not None and scaled.op.name == "mul" else None
     if scale is None or not _vector_of(around, scale, t):
         return None
     taken.append(scaled)
-    centred = around.producer(t)
-    mean = around.producer(centred.inputs[1]) if centred is not None and centred.op.name == "sub" and not around.is_output(t) else None
+    centred = around.producer(t) if readers == reads_t and not around.is_output(t) else None
+    mean = around.producer(centred.inputs[1]) if centred is not None and centred.op.name == "sub" else None
     shifted = _sole_reader_of(scaled.outputs[0], around)
     shift = _other_input(shifted, scaled.outputs[0]) if shifted is not None and shifted.op.name == "add" else None
     if (mean is not None and mean.op.name == "reduce_mean" and mean.inputs[0] == centred.inputs[0] and mean.params == variance.params
