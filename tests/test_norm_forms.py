@@ -270,6 +270,22 @@ def test_a_written_out_norm_onnx_runtime_fuses_is_priced_as_one_kernel_and_its_r
     assert priced.graph_cost(graph) == pytest.approx(priced.graph_cost(fused), rel=1e-6)
 
 
+def test_a_rewrite_that_breaks_the_fusion_reprices_every_part(tmp_path, monkeypatch):
+    """A rewrite of the scale alone (here into a Relu: the fusion needs a scale) unfuses the whole norm: the search's
+    incremental price of the child is its full price."""
+    from test_cost_residency import _Priced
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    priced = _Priced()
+    parent = taso.load_onnx(_written_out(_RMS_NORM), input_shapes={"x": (2, 8, D)})
+    scale = next(n for n in parent.nodes if n.outputs == tuple(parent.outputs))
+    relu = Node(get("relu"), get("relu").make_params(), (next(v for v in scale.inputs if v not in parent.weights),), scale.outputs)
+    child = parent.replace(remove=[scale], add=[relu])
+    assert priced.graph_cost(child) > priced.graph_cost(parent)  # the parts now run one by one
+    incremental = priced.rewrite_cost(parent, priced.graph_cost(parent), [scale], [relu], child)
+    assert incremental == pytest.approx(priced.graph_cost(child), rel=1e-6)
+
+
 def test_taso_info_lists_each_norm_form_by_name_with_its_proof():
     from taso.cli.info import describe_library, format_library
 
