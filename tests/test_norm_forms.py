@@ -95,6 +95,26 @@ def test_an_rms_norm_in_a_file_is_read_and_written_back_equal(op_type, opset):
     np.testing.assert_allclose(run_ort(taso.export_onnx(graph), {"x": x})[0], run_ort(model, {"x": x})[0], rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("inputs,outputs,attrs", [(["x", "s", "g"], ["y"], {}), (["x", "s", "g", "b"], ["y", "", "", "sum"], {"epsilon": 1e-6}),
+                                                   (["x", "s", "g"], ["y", "", "", "sum"], {"epsilon": 1e-5})],
+                         ids=["default epsilon", "bias and sum", "sum"])
+def test_onnx_runtimes_skip_rms_norm_in_a_file_is_read_and_written_back_equal(inputs, outputs, attrs):
+    """com.microsoft.SkipSimplifiedLayerNormalization (the transformers optimizer's for T5 and Llama) reads as the
+    residual Add (and bias Add) and an rms_norm, its sum an output where the file reads it."""
+    rng = np.random.default_rng(8)
+    weights = [numpy_helper.from_array((1 + 0.1 * rng.standard_normal(D)).astype(np.float32), "g"),
+               numpy_helper.from_array((0.1 * rng.standard_normal(D)).astype(np.float32), "b")]
+    graph = helper.make_graph([helper.make_node("SkipSimplifiedLayerNormalization", inputs, outputs, domain="com.microsoft", **attrs)], "g",
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 8, D]) for n in "xs"],
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs if o], weights)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    read = taso.load_onnx(model)
+    assert [n.op.name for n in read.nodes] == ["add"] * (len(inputs) - 2) + ["rms_norm"]
+    feeds = {n: rng.standard_normal((2, 8, D)).astype(np.float32) for n in "xs"}
+    for got, want in zip(run_ort(taso.export_onnx(read), feeds), run_ort(model, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("op,opset,written,fused", [
     ("rms_norm", 20, "Pow", "SimplifiedLayerNormalization"), ("rms_norm", 23, "RMSNormalization", "RMSNormalization"),
     ("layer_norm", 14, "ReduceMean", "LayerNormalization"), ("layer_norm", 17, "LayerNormalization", "LayerNormalization")])

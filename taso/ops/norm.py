@@ -349,6 +349,25 @@ rms_norm = define(
 define_contrib_importer("", "SimplifiedLayerNormalization", _import_rms_norm)
 
 
+def _import_skip_rms_norm(ctx) -> bool:
+    """ONNX Runtime's SkipSimplifiedLayerNormalization (com.microsoft), which its transformers optimizer writes for T5
+    and Llama blocks: read as the residual Add (then the bias Add) and an rms_norm over the last axis, the sum an
+    output where the file reads it; its mean and inverse deviation outputs are not modelled (such a node stays opaque)."""
+    inputs, outputs = list(ctx.inputs), list(ctx.outputs) + [""] * (4 - len(ctx.outputs))
+    if ctx.attr_names - {"epsilon"} or not 3 <= len(inputs) <= 4 or not all(inputs[:3]) or any(outputs[1:3]) or not outputs[0]:
+        return False
+    x, skip, gamma = inputs[:3]
+    bias, sum_output = (inputs[3:] + [""])[0], outputs[3]
+    total = ctx.emit(add, [x, skip], [sum_output] if sum_output and not bias else None)[0]
+    if bias:
+        total = ctx.emit(add, [total, bias], [sum_output] if sum_output else None)[0]
+    ctx.emit(rms_norm, [total, gamma], outputs[:1], axis=ctx.type(x).rank - 1, epsilon=_epsilon(ctx, 1e-12))  # ONNX Runtime's default
+    return True
+
+
+define_contrib_importer(ORT_DOMAIN, "SkipSimplifiedLayerNormalization", _import_skip_rms_norm)
+
+
 # ---- ONNX Runtime's fused residual + layer norm (com.microsoft) -----------------------------------------
 
 
