@@ -487,18 +487,17 @@ class OrtCpuCost(CostModel):
             for norm in norms_near(node, where):
                 for near in ((before, after) if kept(norm) else (where,)):
                     neighbours.update({id(n): n for n in (norm, *(skip_norm_parts(norm, near) or ())) if kept(n)})
-        anchors = {id(anchor): anchor for node in (*removed, *added) if node.op.name in GELU_OPS
-                   for anchor in gelu_anchors_near(node, before if id(node) in gone else after) if kept(anchor)}
-        for anchor in anchors.values():
-            neighbours[id(anchor)] = anchor
-            for near in (before, after):
-                neighbours.update({id(n): n for n in gelu_parts(anchor, near) or () if kept(n)})
-        roots = {id(anchor): anchor for node in (*removed, *added) if node.op.name in NORM_OPS
-                 for anchor in norm_anchors_near(node, before if id(node) in gone else after) if kept(anchor)}
-        for anchor in roots.values():
-            neighbours[id(anchor)] = anchor
-            for near in (before, after):
-                neighbours.update({id(n): n for n in getattr(norm_parts(anchor, near), "nodes", ()) if kept(n)})
+        # A fusion found from an anchor (a GELU's Erf or Tanh, a norm's Sqrt): the anchors near the rewrite, each with its
+        # parts before and after it (a rewrite that takes one part away unfuses the others).
+        anchored = ((GELU_OPS, gelu_anchors_near, lambda anchor, near: gelu_parts(anchor, near) or ()),
+                    (NORM_OPS, norm_anchors_near, lambda anchor, near: getattr(norm_parts(anchor, near), "nodes", ())))
+        for part_ops, anchors_near, parts_of in anchored:
+            anchors = {id(anchor): anchor for node in (*removed, *added) if node.op.name in part_ops
+                       for anchor in anchors_near(node, before if id(node) in gone else after) if kept(anchor)}
+            for anchor in anchors.values():
+                neighbours[id(anchor)] = anchor
+                for near in (before, after):
+                    neighbours.update({id(n): n for n in parts_of(anchor, near) if kept(n)})
         return neighbours
 
     # -- where each weight lives when its node runs (taso.cost.residency) --

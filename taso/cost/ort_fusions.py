@@ -401,9 +401,9 @@ def _other_than_small_constant(around: Neighbourhood, node: Node) -> tuple[str, 
     if len(node.inputs) != 2:
         return None
     for constant, other in (node.inputs[::-1], node.inputs):
-        array = around.graph.weights.get(constant) if constant in around.consts else None
-        if array is not None and array.size == 1 and 0 <= float(array.ravel()[0]) < 0.01:
-            return other, float(str(np.float32(array.ravel()[0])))
+        number = _one_element(around, constant)
+        if number is not None and 0 <= number < 0.01:
+            return other, float(str(np.float32(number)))
     return None
 
 
@@ -452,11 +452,17 @@ def _other_than_constant(around: Neighbourhood, node: Node, value: float) -> str
 
 def _constant_near(around: Neighbourhood, value: str, target: float) -> bool:
     """Whether ``value`` is a one-element weight within 1e-4 of ``target`` (GeluFusion's own tolerance)."""
+    number = _one_element(around, value)
+    return number is not None and abs(number - target) <= 1e-4
+
+
+def _one_element(around: Neighbourhood, value: str) -> float | None:
+    """The number a one-element weight holds (the graph's, or the rewrite's being priced), else None."""
     for source in (around.graph, around.pricing):
         array = getattr(source, "weights", {}).get(value)
         if array is not None:
-            return array.size == 1 and abs(float(np.asarray(array).ravel()[0]) - target) <= 1e-4
-    return False
+            return float(np.asarray(array).ravel()[0]) if array.size == 1 else None
+    return None
 
 
 def _folded_into_conv(batch_norm: Node, around: Neighbourhood) -> bool:

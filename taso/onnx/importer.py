@@ -217,7 +217,8 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
     model = read_model(source)
     opset = _default_opset(model)
     g = model.graph
-    input_types, sizes = symbolic.input_types(model, input_shapes or {}, static, element_dtype)
+    bounds = symbolic.implied_size_bounds(model)
+    input_types, sizes = symbolic.input_types(model, input_shapes or {}, static, element_dtype, bounds)
     state = ImportState(model, opset, InferredTypes(model, input_types))
     state.types.update(input_types)
     state.input_names.update(input_types)
@@ -268,7 +269,7 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
         sizes=tuple(sorted(sizes.items())),
         output_dim_params=tuple(_dim_params(vi) for vi in g.output) if sizes else (),
         symbol_sources=tuple(state.symbol_sources),
-        size_bounds=tuple(sorted((s, *b) for s, b in symbolic.implied_size_bounds(model).items() if s in sizes)),
+        size_bounds=tuple(sorted((s, *b) for s, b in bounds.items() if s in sizes)),
     )
     graph = Graph(input_types, state.weights, state.nodes, outputs, types=state.types, meta=meta)
     return graph.pruned()

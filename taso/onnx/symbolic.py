@@ -63,13 +63,14 @@ def _label(dim: onnx.TensorShapeProto.Dimension) -> str:
 
 
 def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]], static: bool,
-                dtype_of: Callable[[int], str | None]) -> tuple[dict[str, TensorType], dict[str, int]]:
+                dtype_of: Callable[[int], str | None], bounds: Mapping[str, Bound] | None = None) -> tuple[dict[str, TensorType], dict[str, int]]:
     """The real inputs' types and the measurement size of each size symbol.
 
     A declared size stays an int; a named dim (``dim_param``) becomes that symbol, shared by every
     input that names it; an unnamed one (or an old converter's -1) a symbol of its own,
     ``INPUT_dimAXIS``. ``input_shapes`` gives the sizes to measure at (its static entries must
-    match the declared ones); ``static`` freezes every symbol at its measurement size.
+    match the declared ones); ``static`` freezes every symbol at its measurement size; ``bounds``
+    (:func:`implied_size_bounds`, read here when not given) caps the default sizes.
 
     Raises:
         ImportError_: an unknown input name, a rank or size that contradicts the declaration, two
@@ -108,7 +109,7 @@ def input_types(model: onnx.ModelProto, input_shapes: Mapping[str, Sequence[int]
         if given is not None and any(int(s) < 1 for s in given):
             raise ImportError_(f"--input-shape {vi.name}={','.join(map(str, given))}: sizes must be at least 1")
         declared[vi.name] = (dims, dtype)
-    sizes = _measurement_sizes(declared, input_shapes, implied_size_bounds(model))
+    sizes = _measurement_sizes(declared, input_shapes, implied_size_bounds(model) if bounds is None else bounds)
     types = {}
     for vi in real_inputs:
         if vi.name in opaque_inputs:

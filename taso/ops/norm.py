@@ -263,9 +263,9 @@ def _export_decomposed_norm(ctx, node, centred: bool) -> None:
         return ctx.const(np.asarray(value, x_type.dtype))
 
     def mean(value: str) -> str:
-        if ctx.opset >= 18:  # ReduceMean takes its axes as an input from opset 18
-            return apply("ReduceMean", value, ctx.const(np.asarray(axes, np.int64)), keepdims=1)
-        return apply("ReduceMean", value, axes=axes, keepdims=1)
+        averaged = ctx.fresh(f"{out}_reducemean")
+        _write_reduce(ctx, "ReduceMean", 18, value, axes, 1, [averaged])
+        return averaged
 
     centre = apply("Sub", x, mean(x)) if centred else x
     root = apply("Sqrt", apply("Add", mean(apply("Pow", centre, const(2))), const(node.params["epsilon"])))
@@ -540,13 +540,17 @@ def _import_reduce(kind: str):
 
 def _export_reduce(onnx_type: str, axes_input_from: int):
     def exporter(ctx, node) -> None:
-        axes, keep = list(node.params["axes"]), node.params["keepdims"]
-        if ctx.opset >= axes_input_from:
-            ctx.emit(onnx_type, [node.inputs[0], ctx.const(np.asarray(axes, np.int64))], list(node.outputs), keepdims=keep)
-        else:
-            ctx.emit(onnx_type, list(node.inputs), list(node.outputs), axes=axes, keepdims=keep)
+        _write_reduce(ctx, onnx_type, axes_input_from, node.inputs[0], list(node.params["axes"]), node.params["keepdims"], list(node.outputs))
 
     return exporter
+
+
+def _write_reduce(ctx, onnx_type: str, axes_input_from: int, data: str, axes: list[int], keepdims: int, outputs: list[str]) -> None:
+    """A reduction over ``axes``: an axes input from opset ``axes_input_from`` on, an attribute before it."""
+    if ctx.opset >= axes_input_from:
+        ctx.emit(onnx_type, [data, ctx.const(np.asarray(axes, np.int64))], outputs, keepdims=keepdims)
+    else:
+        ctx.emit(onnx_type, [data], outputs, axes=axes, keepdims=keepdims)
 
 
 _REDUCE_PARAMS = [Param("axes", "ints"), Param("keepdims", "int", 1, (0, 1))]
