@@ -306,6 +306,26 @@ def test_a_rewrite_that_breaks_the_fusion_reprices_every_part(tmp_path, monkeypa
     assert incremental == pytest.approx(priced.graph_cost(child), rel=1e-6)
 
 
+def test_a_norm_whose_scale_is_computed_from_weights_is_priced_as_one_kernel(tmp_path, monkeypatch):
+    """A scale that is a node over weights (ONNX Runtime folds it, then fuses) is the fused node's input when priced."""
+    from test_cost_residency import _Priced
+
+    monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path))
+    graph = taso.load_onnx(_written_out(_RMS_NORM), input_shapes={"x": (2, 8, D)})
+    scale = next(n for n in graph.nodes if n.outputs == tuple(graph.outputs))
+    computed = _n_node("mul", ("g", "one"), ("g_computed",))
+    rescaled = Node(scale.op, scale.params, tuple("g_computed" if v == "g" else v for v in scale.inputs), scale.outputs)
+    graph = graph.replace(remove=[scale], add=[computed, rescaled])
+    around = Neighbourhood.of(graph)
+    sqrt = next(n for n in graph.nodes if n.op.name == "sqrt")
+    assert norm_parts(sqrt, around).affine == ("g_computed",)
+    assert _Priced().shared_price(sqrt, around) is not None
+
+
+def _n_node(op: str, inputs, outputs) -> Node:
+    return Node(get(op), get(op).make_params(), tuple(inputs), tuple(outputs))
+
+
 def test_taso_info_lists_each_norm_form_by_name_with_its_proof():
     from taso.cli.info import describe_library, format_library
 

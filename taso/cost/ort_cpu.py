@@ -431,13 +431,15 @@ class OrtCpuCost(CostModel):
         """The LayerNormalization or SimplifiedLayerNormalization ONNX Runtime runs for a normalization written out,
         measured as one node of taso's op for it (written at the model's opset, it is the form ONNX Runtime fuses)."""
         data = around.type(norm.data)
-        weights = {v: around.graph.weights[v] for v in norm.affine}
-        key = (norm.kernel, data, norm.epsilon, tuple(around.type(v) for v in norm.affine))
+        # (a scale computed from weights, which ONNX Runtime folds before it fuses, is an input of the node alone)
+        weights = {v: around.graph.weights[v] for v in norm.affine if v in around.graph.weights}
+        key = (norm.kernel, data, norm.epsilon, tuple(around.type(v) for v in norm.affine), tuple(sorted(weights)))
 
         def alone() -> tuple[Node, Graph]:
             op = get(norm.kernel)
             fused = Node(op, op.make_params(axis=data.rank - 1, epsilon=norm.epsilon), ("x", *norm.affine), ("y",), norm.nodes[0].name)
-            return fused, Graph({"x": data}, weights, [fused], ["y"])
+            inputs = {"x": data, **{v: around.type(v) for v in norm.affine if v not in weights}}
+            return fused, Graph(inputs, weights, [fused], ["y"])
 
         return self._fused_price(key, alone)
 
