@@ -58,8 +58,9 @@ def optimize_for_bench(model: onnx.ModelProto, path: str | None, cost: str, thre
     from ..pipeline.source import ModelSource
     from ..search import SearchConfig
 
-    source = ModelSource(load_onnx(model), model, path)
-    return source, optimize_model(source, for_target(load_rules(args.library), getattr(args, "target", "onnx")), cost, SearchConfig(args.alpha, args.budget, args.time_limit), threads)
+    target = getattr(args, "target", "onnx")
+    source = ModelSource(load_onnx(model), model, path).for_target(target)
+    return source, optimize_model(source, for_target(load_rules(args.library), target), cost, SearchConfig(args.alpha, args.budget, args.time_limit), threads)
 
 
 def finish_chart(fig, ax, ticks: list, labels: list[str], ylabel: str, title: str, path: str, title_size: int = 9,

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         with _Progress(args, clock) as progress:
             with clock.stage("load"):
-                source = ModelSource.from_file(args.input, shapes, static=args.static)
+                source = ModelSource.from_file(args.input, shapes, static=args.static).for_target(args.target)
             with clock.stage("rules"):
                 rules = for_target(load_rules(args.library), args.target)
             extra = load_inputs(args.inputs, source.graph.inputs) if args.inputs else None

@@ -36,7 +36,9 @@ def node_key(node: Node, graph: Graph, consts=None) -> str:
     types = [graph.type(v) for v in node.inputs]
     types = _flat_types(node, graph, types) or types
     inputs = ";".join(f"{t.key}{'c' if v in consts else ''}" for v, t in zip(node.inputs, types))
-    return f"{node.op.name}|{node.params.canonical()}|{inputs}"
+    # an op that is one ONNX node only from a later opset is another kernel where it is written decomposed
+    form = "|decomposed" if node.op.onnx.native_opset and not graph.meta.writes_natively(node.op.onnx.native_opset) else ""
+    return f"{node.op.name}|{node.params.canonical()}|{inputs}{form}"
 
 
 def _flat_types(node: Node, graph: Graph, types: list[TensorType]) -> list[TensorType] | None:

@@ -352,7 +352,7 @@ class OrtCpuCost(CostModel):
         # A weight keeps its value: a shape operand (Resize sizes, OneHot depth) filled at random is another kernel, or none.
         arrays = {v: graph.weights[v] if v in graph.weights else random_array(t, self._rng) for v, t in {**inputs, **weights}.items()}
         single = Graph(inputs, {v: arrays[v] for v in weights}, [node], list(node.outputs),
-                       meta=GraphMeta(opset=max(graph.meta.opset, 13), output_names=tuple(node.outputs)))
+                       meta=GraphMeta(opset=max(graph.meta.opset, 13), opset_limit=graph.meta.opset_limit, output_names=tuple(node.outputs)))
         from ..onnx import to_onnx_model
 
         in_place = InPlaceWeights()

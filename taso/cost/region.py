@@ -227,7 +227,7 @@ def _region(view, core: list[Node], around: list[Node], consts, graph_outputs: s
     types = {v: view.type(v).concrete() for n in nodes for v in (*n.inputs, *n.outputs)}
     try:
         return Graph(inputs, weights, nodes, outputs, types=types,
-                     meta=GraphMeta(opset=max(view.meta.opset, 13), output_names=tuple(outputs)))
+                     meta=GraphMeta(opset=max(view.meta.opset, 13), opset_limit=view.meta.opset_limit, output_names=tuple(outputs)))
     except Exception:  # noqa: BLE001 - a region that is not a graph (a neighbour reading another's output) is priced per node
         return None
 

@@ -287,6 +287,13 @@ class GraphMeta:
     symbol_sources: tuple[tuple[str, str, int], ...] = ()
     # The largest size of each size symbol at which the file runs, where the file implies one: (symbol, size, why).
     size_bounds: tuple[tuple[str, int, str], ...] = ()
+    # The newest opset the graph's target lets the export raise the file's to, for an op that is one ONNX node only from
+    # a later opset than the file's (ONNX's Attention, 23); None: the file's own opset (taso.pipeline.targets).
+    opset_limit: int | None = None
+
+    def writes_natively(self, native_opset: int | None) -> bool:
+        """Whether an op that is one ONNX node from ``native_opset`` on is written as that node (else decomposed)."""
+        return native_opset is not None and max(self.opset, self.opset_limit or 0) >= native_opset
 
 
 class Graph:

@@ -348,7 +348,7 @@ def to_onnx_model(graph: Graph, opset: int | None = None, check: bool = True, we
     Raises:
         ExportError: an op cannot be written at this opset, or the result fails the checker.
     """
-    opset = opset or graph.meta.opset
+    opset = opset or written_opset(graph)
     ctx = ExportContext(graph, opset, weights_file)
     folded = folding_plan(graph).folded
     folded_ids = {id(n) for n in folded}
@@ -403,6 +403,13 @@ def to_onnx_model(graph: Graph, opset: int | None = None, check: bool = True, we
 
 _GEMM_OPSET = 7  # Gemm's C broadcasts from opset 7
 _GEMM_DTYPES = ("float32", "float64")
+
+
+def written_opset(graph: Graph) -> int:
+    """The opset ``graph`` is written at: its file's, raised to the opset from which one of its ops is one ONNX node
+    (ONNX's Attention from 23) where the graph's target allows (``GraphMeta.opset_limit``)."""
+    native = {node.op.onnx.native_opset for node in graph.nodes} - {None}
+    return max([graph.meta.opset, *(n for n in native if graph.meta.writes_natively(n))])
 
 
 def gemm_pairs(graph: Graph, opset: int = _GEMM_OPSET) -> dict[int, Node]:

@@ -68,11 +68,14 @@ class OnnxMapping:
         importer: ``importer(ctx) -> bool`` reads ``ctx.node`` and emits IR nodes through
             ``ctx``; returning False leaves the ONNX node opaque (kept verbatim).
         exporter: ``exporter(ctx, node)`` emits ONNX nodes for one IR node.
+        native_opset: the opset from which the op is one ONNX node that the exporter writes below it as a decomposition
+            (ONNX's Attention at 23), so a graph whose target allows it is written at that opset (None: every opset).
     """
 
     op_types: tuple[str, ...]
     importer: Callable[[Any], bool] | None
     exporter: Callable[[Any, Any], None]
+    native_opset: int | None = None
 
 
 @dataclass(frozen=True, eq=False)

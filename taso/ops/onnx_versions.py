@@ -12,7 +12,8 @@ model is read at every opset without a silent change of meaning.
 The table lists the versions in force from opset 7 (the oldest ONNX Runtime runs) to
 :data:`REVIEWED_THROUGH`. Versions 22 to 28 changed only these operators' lists of element
 types (bfloat16, float8, float4, int2 and the like, none of them an element type taso reads),
-except Cast-24, whose new ``round_mode`` attribute applies only to casts to float8e8m0:
+except Cast-24, whose new ``round_mode`` attribute applies only to casts to float8e8m0, and Attention-24 and 25,
+whose new input and attributes the importer declines (their defaults are the earlier meaning):
 ``tests/test_onnx_versions.py`` compares every listed version with the one before it in the
 installed onnx and fails on any other change.
 """
@@ -30,6 +31,7 @@ OLDEST_OPSET = 7
 
 VERSIONS: dict[str, tuple[int, ...]] = {
     "Abs": (6, 13),
+    "Attention": (23, 24, 25),  # 24 added an optional last input (nonpad_kv_seqlen), 25 window sizes (default none): both declined
     "Add": (7, 13, 14),
     "AveragePool": (7, 10, 11, 19, 22),
     "BatchNormalization": (7, 9, 14, 15),  # 7: spatial=0 (per-activation statistics) is left opaque by the importer

@@ -3,6 +3,7 @@ mapped), taso's export of a graph, and the files written: models are written ato
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -42,6 +43,7 @@ class ModelSource:
     sizes: SizeRange = field(default_factory=SizeRange)
     base_dir: str | None = None
     _scratch: Scratch | None = field(default=None, repr=False)
+    opset_limit: int | None = None  # the newest opset its target lets the export raise its to (taso.pipeline.targets)
 
     @classmethod
     def from_file(cls, path: str, input_shapes: Mapping[str, Sequence] | None = None, static: bool = False) -> ModelSource:
@@ -69,8 +71,17 @@ class ModelSource:
         """The model imported again with its size symbols measured at ``valuation`` (the same symbolic graph, other sizes)."""
         from ..onnx import load_onnx
 
+        from .targets import with_opset_limit
+
         shapes = {name: tuple(evaluate(d, valuation) for d in t.shape) for name, t in self.graph.inputs.items() if hasattr(t, "shape")}
-        return load_onnx(self.model, shapes, base_dir=self.base_dir)
+        return with_opset_limit(load_onnx(self.model, shapes, base_dir=self.base_dir), self.opset_limit)
+
+    def for_target(self, target: str) -> ModelSource:
+        """This model as ``target`` runs it: the opset the export may raise its to (:func:`taso.pipeline.targets.opset_limit`)."""
+        from .targets import opset_limit, with_opset_limit
+
+        limit = opset_limit(self.graph, target)
+        return dataclasses.replace(self, graph=with_opset_limit(self.graph, limit), opset_limit=limit)
 
     @classmethod
     def from_graph(cls, graph: Graph) -> ModelSource:

@@ -1,10 +1,16 @@
-"""What another target would add: the rewrites into ONNX Runtime's contrib operators that a default run
-(``--target onnx``) may not make, priced on the graph it kept, so the report can say when ``--target ort`` leaves
-a gain on the table."""
+"""What a target runtime allows beyond the file's own opset and operators.
+
+``--target ort`` lets the export raise a file's opset to :data:`ORT_OPSET`, where ONNX's Attention is one node, when
+nothing in the file means something else there (:func:`opset_limit`); and the report of a default run
+(``--target onnx``) says when the rewrites into ONNX Runtime's contrib operators it may not make leave a gain on the
+table (:func:`ort_gain`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import NamedTuple
+
+import onnx
 
 from ..cost.model import CostModel
 from ..ir import Graph
@@ -12,7 +18,10 @@ from ..rules import Library
 from ..search.rewrite import CompiledRule, plans
 from .library import ORT_FUSIONS
 
-__all__ = ["TargetGain", "ort_gain"]
+__all__ = ["TargetGain", "ort_gain", "ORT_OPSET", "opset_limit", "with_opset_limit"]
+
+# The opset taso may raise a file to for ONNX Runtime (1.32 runs up to 26 at least): ONNX's Attention is one node there.
+ORT_OPSET = 23
 
 # Past this share of the graph's cost a gain is worth a line in the report (below it, the measuring's own noise).
 _WORTH_SAYING = 0.01
@@ -50,3 +59,34 @@ def ort_gain(graph: Graph, cost_model: CostModel) -> TargetGain:
         return TargetGain(places, gain, cost)
     finally:
         cost_model.deadline = deadline
+
+
+def opset_limit(graph: Graph, target: str) -> int | None:
+    """The newest opset the export may raise ``graph``'s to for ``target``: :data:`ORT_OPSET` for ONNX Runtime when
+    every node taso does not model means the same there (the same version of its operator in force, no subgraph,
+    ONNX's domain); else None, the file's own opset. taso's own ops mean the same at every opset it writes
+    (:mod:`taso.ops.onnx_versions`)."""
+    if target != "ort" or graph.meta.opset >= ORT_OPSET:
+        return None
+    for node in graph.nodes:
+        if node.op.name == "opaque" and not _same_meaning(node.params, graph.meta.opset, ORT_OPSET):
+            return None
+    return ORT_OPSET
+
+
+def _same_meaning(params, opset: int, raised: int) -> bool:
+    proto = onnx.NodeProto()
+    proto.ParseFromString(params["proto"])
+    if proto.domain not in ("", "ai.onnx") or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in proto.attribute):
+        return False
+    try:
+        return onnx.defs.get_schema(proto.op_type, opset).since_version == onnx.defs.get_schema(proto.op_type, raised).since_version
+    except onnx.defs.SchemaError:
+        return False
+
+
+def with_opset_limit(graph: Graph, limit: int | None) -> Graph:
+    """``graph`` with its target's opset limit (``GraphMeta.opset_limit``)."""
+    if graph.meta.opset_limit == limit:
+        return graph
+    return Graph(graph.inputs, graph.weights, graph.nodes, graph.outputs, types=graph.types, meta=dataclasses.replace(graph.meta, opset_limit=limit))

@@ -1,0 +1,171 @@
+"""Scaled dot-product attention as one operator: ONNX's Attention (opset 23).
+
+``attention(q, k, v[, mask])`` is ``softmax(q @ k^T * scale + mask) @ v`` over the last two axes. With ``heads = 0``
+its inputs are already split into heads, ``[batch, heads, seq, head_dim]``; with ``heads = h`` they are the
+projections ``[batch, seq, h * head_dim]`` and the split into heads (and the merge of the output) is part of the
+operator, as Attention-23's 3-D form has it. That form is where the kernel gains on ONNX Runtime's CPU: the
+exporters' reshapes and transposes around the products go with them (``benchmarks/costs/bench_attention_kernels.py``).
+
+The mask is additive (a float tensor broadcast to the scores); Attention's boolean masks, causal flag, past keys,
+soft cap and extra outputs are not modelled, and a node using them stays opaque. Below opset 23 (or where the
+graph's target does not allow raising the opset) the operator is written as the form the exporters write.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import TensorType
+from .base import OnnxMapping, Param, define, require
+from .onnx_versions import understood
+
+__all__ = ["attention", "head_split", "ATTENTION_OPSET"]
+
+ATTENTION_OPSET = 23  # ONNX's Attention
+
+
+def head_split(shape, heads: int):
+    """``[batch, seq, heads * head_dim]`` as ``[batch, heads, seq, head_dim]`` (``heads`` 0: the shape as it is)."""
+    if not heads:
+        return tuple(shape)
+    batch, seq, width = shape
+    return (batch, heads, seq, width // heads)
+
+
+def _attention_shape(types, p) -> TensorType:
+    q, k, v = types[:3]
+    heads = p["heads"]
+    rank = 3 if heads else 4
+    require(q.rank == k.rank == v.rank == rank, f"attention: inputs of rank {q.rank}, {k.rank}, {v.rank}, not {rank}")
+    require(q.dtype == k.dtype == v.dtype, "attention: inputs of several dtypes")
+    for name, t in (("q", q), ("k", k), ("v", v)) if heads else ():
+        require(isinstance(t.shape[2], int) and t.shape[2] % heads == 0, f"attention: {name}'s width {t.shape[2]} is not {heads} heads")
+    qh, kh, vh = (head_split(t.shape, heads) for t in (q, k, v))
+    require(qh[:2] == kh[:2] == vh[:2], f"attention: batch and heads differ between {q.shape}, {k.shape}, {v.shape}")
+    require(qh[3] == kh[3], f"attention: q's head size {qh[3]} is not k's {kh[3]}")
+    require(kh[2] == vh[2], f"attention: k has {kh[2]} positions, v {vh[2]}")
+    if len(types) == 4:
+        mask, scores = types[3], (qh[0], qh[1], qh[2], kh[2])
+        require(mask.dtype == q.dtype and 2 <= mask.rank <= 4, f"attention: the mask must be a float tensor of rank 2 to 4, not {mask}")
+        require(all(m == 1 or m == s for m, s in zip(mask.shape[::-1], scores[::-1])),
+                f"attention: mask {mask.shape} does not broadcast to the scores {scores}")
+    return TensorType((q.shape[0], q.shape[1], v.shape[2]) if heads else (*qh[:3], vh[3]), q.dtype)
+
+
+def _split(x: np.ndarray, heads: int) -> np.ndarray:
+    return x.reshape(x.shape[0], x.shape[1], heads, x.shape[2] // heads).transpose(0, 2, 1, 3) if heads else x
+
+
+def _attention(xs, p):
+    q, k, v = (_split(t.astype(np.float64), p["heads"]) for t in xs[:3])
+    scores = q @ np.swapaxes(k, -1, -2) * p["scale"]
+    if len(xs) == 4:
+        scores = scores + xs[3]
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    y = (e / e.sum(axis=-1, keepdims=True)) @ v
+    if p["heads"]:
+        y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
+    return y.astype(xs[0].dtype)
+
+
+def _attention_torch(rt, xs, p):
+    heads = p["heads"]
+    q, k, v = (t.unflatten(2, (heads, -1)).transpose(1, 2) if heads else t for t in xs[:3])
+    y = rt.F.scaled_dot_product_attention(q, k, v, attn_mask=xs[3] if len(xs) == 4 else None, scale=p["scale"])
+    return y.transpose(1, 2).flatten(2) if heads else y
+
+
+def _import_attention(ctx) -> bool:
+    """Attention-23 with an additive float mask or none, one output, no past keys, no causal flag or soft cap, and as
+    many key heads as query heads; the default scale is 1 / sqrt(head size)."""
+    inputs = list(ctx.inputs)
+    allowed = {"q_num_heads", "kv_num_heads", "scale", "is_causal", "softcap", "qk_matmul_output_mode", "softmax_precision"}
+    if (len([o for o in ctx.outputs if o]) != 1 or not ctx.outputs[0] or len(inputs) > 4 or not all(inputs[:3])
+            or ctx.attr_names - allowed or ctx.attr("is_causal", 0) or ctx.attr("softcap", 0.0) or ctx.attr("qk_matmul_output_mode", 0)):
+        return False
+    q = ctx.type(inputs[0])
+    if q.rank == 3:
+        heads = int(ctx.attr("q_num_heads", 0))
+        if not heads or int(ctx.attr("kv_num_heads", 0)) != heads or not isinstance(q.shape[2], int):
+            return False
+    elif q.rank == 4:
+        heads = 0
+    else:
+        return False
+    mask = inputs[3] if len(inputs) == 4 and inputs[3] else None
+    if mask is not None and ctx.type(mask).dtype != q.dtype:
+        return False  # a boolean mask
+    head_size = head_split(q.shape, heads)[3]
+    if not isinstance(head_size, int):
+        return False
+    scale = float(ctx.attr("scale", 1 / math.sqrt(head_size)))
+    ctx.emit(attention, inputs[:3] + ([mask] if mask else []), ctx.outputs[:1], scale=scale, heads=heads)
+    return True
+
+
+def _export_attention(ctx, node) -> None:
+    """Attention where the model's opset holds Attention-23; otherwise the form the exporters write."""
+    if ctx.opset >= ATTENTION_OPSET and understood("Attention", ctx.opset):
+        inputs = list(node.inputs)
+        if len(inputs) == 4:
+            inputs[3] = _full_mask(ctx, node)
+        heads = {"q_num_heads": node.params["heads"], "kv_num_heads": node.params["heads"]} if node.params["heads"] else {}
+        ctx.emit("Attention", inputs, list(node.outputs), scale=float(node.params["scale"]), **heads)
+    else:
+        _export_written_out(ctx, node)
+
+
+def _full_mask(ctx, node) -> str:
+    """The mask with the scores' query axis (ONNX Runtime 1.32 requires it; ONNX's Attention only broadcast)."""
+    mask = node.inputs[3]
+    shape = ctx.type(mask).shape
+    queries = head_split(ctx.type(node.inputs[0]).shape, node.params["heads"])[2]
+    if len(shape) >= 2 and shape[-2] == queries:
+        return mask
+    full = ctx.fresh(f"{mask}_expanded")
+    ctx.emit("Expand", [mask, ctx.shape_tensor((*shape[:-2], queries, shape[-1]))], [full])
+    return full
+
+
+def _export_written_out(ctx, node) -> None:
+    """softmax(q @ k^T * scale + mask) @ v as torch's exporters write it, the heads split and merged by Reshape and
+    Transpose around it (ONNX Runtime fuses the transpose and the scale into its product at load)."""
+    heads, out = node.params["heads"], node.outputs[0]
+    q_type = ctx.type(node.inputs[0])
+
+    def apply(op_type: str, *inputs: str, output: str | None = None, **attrs) -> str:
+        value = output or ctx.fresh(f"{out}_{op_type.lower()}")
+        ctx.emit(op_type, list(inputs), [value], **attrs)
+        return value
+
+    def heads_of(value: str, perm: list[int]) -> str:
+        if not heads:
+            return apply("Transpose", value, perm=perm) if perm != [0, 1, 2, 3] else value
+        batch, seq, width = ctx.type(value).shape
+        return apply("Transpose", apply("Reshape", value, ctx.reshape_target(value, (batch, seq, heads, width // heads))), perm=perm)
+
+    # q and v as [batch, heads, seq, size] and k transposed to [batch, heads, size, seq]
+    split, k_split = ([0, 2, 1, 3], [0, 2, 3, 1]) if heads else ([0, 1, 2, 3], [0, 1, 3, 2])
+    q, k_t, v = heads_of(node.inputs[0], split), heads_of(node.inputs[1], k_split), heads_of(node.inputs[2], split)
+    scores = apply("Mul", apply("MatMul", q, k_t), ctx.const(np.asarray(node.params["scale"], q_type.dtype)))
+    if len(node.inputs) == 4:
+        scores = apply("Add", scores, node.inputs[3])
+    product = apply("MatMul", apply("Softmax", scores, axis=-1), v, output=None if heads else out)
+    if heads:
+        merged = apply("Transpose", product, perm=[0, 2, 1, 3])
+        apply("Reshape", merged, ctx.reshape_target(merged, ctx.type(out).shape), output=out)
+
+
+attention = define(
+    "attention",
+    arity=(3, 4),
+    params=[Param("scale", "float"), Param("heads", "int", 0)],
+    shape=_attention_shape,
+    numpy=_attention,
+    torch=_attention_torch,
+    onnx=OnnxMapping(("Attention",), _import_attention, _export_attention, native_opset=ATTENTION_OPSET),
+    groups=("attention",),
+    doc="softmax(q @ k^T * scale + mask) @ v (ONNX's Attention); heads > 0: q, k, v are [batch, seq, heads * head size]",
+)
