@@ -78,6 +78,8 @@ specs = [
     OpSpec("layer_norm", (Slot("axis", "int"), *_EPSILON, Slot("stats", "int")), _layer_norm_rule,
            doc="normalises over the axes from `axis` on, then scales and shifts"),
     OpSpec("skip_layer_norm", (*_EPSILON, Slot("sum", "int")), _skip_layer_norm_rule, doc="ONNX Runtime's SkipLayerNormalization, defined by its decomposition"),
+    OpSpec("softmax", (Slot("axis", "int"),), lambda dims, p: ([list(dims[0])], all_of([0 <= p["axis"] < max(len(dims[0]), 1)])),
+           doc="exp(x) / sum(exp(x)) along an axis; uninterpreted (attention's definition applies it on both sides)"),
 ]
 
 batch_norm, bn_kernel, bn_shift = op("batch_norm"), op("bn_kernel"), op("bn_shift")

@@ -8,7 +8,8 @@ vocabulary (canonical op names and parameters), so a rule converts to two ordina
 
 Some parameters depend on the shapes a rule is applied to (the sizes of the split that
 undoes a concatenation, the channel count of an identity kernel). Such a parameter is a
-*shape expression* — an int or ``{"dim": [input, axis]}`` — recorded in ``Rule.params``
+*shape expression* — an int, ``{"dim": [input, axis]}`` or the quotient ``{"div": [expression, int]}`` (a head count:
+a width over a head size) — recorded in ``Rule.params``
 and resolved against the matched tensors; ``Rule.constraints`` lists shape equalities
 the match must satisfy. The example graphs hold the values the expressions take on the
 example shapes.
@@ -51,6 +52,7 @@ from .errors import TasoError
 from .ir import Graph, GraphMeta, Node, TensorType
 from .ir.dims import Dim
 from .ops import get as get_op
+from .rule_text import format_rule
 
 __all__ = ["SHIPPED_DATA", "RuleNode", "RuleInput", "Rule", "Library", "LibraryFile", "IndexEntry", "FORMAT", "VERSION", "STATUSES", "RuleFormatError",
            "resolve_expr", "format_rule", "is_lines_path", "usable_reverse", "operator_variant", "side_variants"]
@@ -68,7 +70,7 @@ class RuleFormatError(TasoError):
     """A rule file or rule object is malformed."""
 
 
-ShapeExpr = Any  # int | {"dim": [input_name, axis]} | list of those
+ShapeExpr = Any  # int | {"dim": [input_name, axis]} | {"div": [ShapeExpr, int]} | list of those
 
 
 def resolve_expr(expr: ShapeExpr, shapes: Mapping[str, Sequence[int]]) -> Any:
@@ -86,6 +88,12 @@ def resolve_expr(expr: ShapeExpr, shapes: Mapping[str, Sequence[int]]) -> Any:
             return dim if isinstance(dim, Dim) else int(dim)  # a symbolic dim stays symbolic: a split of it holds at every size
         except (KeyError, IndexError):
             raise RuleFormatError(f"shape expression {expr!r} does not apply to shapes {dict(shapes)}") from None
+    if isinstance(expr, Mapping) and set(expr) == {"div"}:
+        numerator, divisor = expr["div"]
+        value = resolve_expr(numerator, shapes)
+        if isinstance(value, Dim) or not isinstance(divisor, int) or divisor <= 0:
+            raise RuleFormatError(f"shape expression {expr!r}: a static size over a positive int, at shapes {dict(shapes)}")
+        return value // divisor
     raise RuleFormatError(f"not a shape expression: {expr!r}")
 
 
@@ -656,42 +664,3 @@ def _jsonable(value: Any) -> Any:
 
 def _tupled(value: Any) -> Any:
     return tuple(_tupled(v) for v in value) if isinstance(value, list) else value
-
-
-# ---- human-readable text --------------------------------------------------------------------------
-
-_DEFAULTS_HIDDEN = {"activation": "none", "groups": 1, "dilations": (1, 1), "ceil_mode": 0, "count_include_pad": 0, "dtype": "float32"}
-
-
-def _render_side(nodes: Iterable[RuleNode], value: str) -> str:
-    producers = {}
-    for n in nodes:
-        for i, o in enumerate(n.outputs):
-            producers[o] = (n, i)
-
-    def render(v: str) -> str:
-        if v not in producers:
-            return v
-        n, i = producers[v]
-        shown = [f"{k}={_short(val)}" for k, val in sorted(n.params.items()) if _DEFAULTS_HIDDEN.get(k, object()) != val]
-        call = f"{n.op}({', '.join([render(x) for x in n.inputs] + shown)})"
-        return f"{call}[{i}]" if len(n.outputs) > 1 else call
-
-    return render(value)
-
-
-def _short(value: Any) -> str:
-    if isinstance(value, (tuple, list)):
-        return "(" + ",".join(_short(v) for v in value) + ")"
-    if isinstance(value, Mapping) and "dim" in value:
-        return f"{value['dim'][0]}.{value['dim'][1]}"
-    return str(value)
-
-
-def format_rule(rule: Rule) -> str:
-    """``matmul(matmul(x, w1), w2) ⇒ matmul(x, matmul(w1, w2))``; several outputs are bracketed."""
-    src = [_render_side(rule.source, s) for s, _ in rule.outputs]
-    tgt = [_render_side(rule.target, t) for _, t in rule.outputs]
-    if len(src) == 1:
-        return f"{src[0]} ⇒ {tgt[0]}"
-    return f"[{', '.join(src)}] ⇒ [{', '.join(tgt)}]"

@@ -67,6 +67,9 @@ _RANK_5 = ("not equivalent, but only an operand of rank 5 breaks it, beyond the 
            "a kernel scaled by a rank-5 tensor is no kernel, and the guard stays for models that hold one")
 _POOLED_RANK_5 = ("not equivalent, but only operands of rank 5 break it, beyond the fuzzer's ranks (0-4): their sizes past "
                   "axis 3 are not guarded, and pooling hides them from the concatenation on the right")
+_MASK_RANK_5 = ("not equivalent, but only a mask of rank 5 breaks it, beyond the fuzzer's ranks (0-4): one of "
+                "[1, 1, 1, 1, 1] passes the guards on its first four sizes, and the sum on the right broadcasts the scores "
+                "to rank 5 where attention refuses the mask")
 
 _SQUARED = "the difference it swaps is squared: (m - x)^2 = (x - m)^2 (the variance in a layer norm's definition)"
 
@@ -111,6 +114,7 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("global_avg_pool-concat", "drop guard rank(x) == 4"): _POOLED_RANK_5,
     **{(f"bn_kernel-mul[{eps:g}]", "drop guard rank(v) == 4"): _RANK_5 for eps in EPSILONS},
     **{(f"bn_kernel-smul[{eps:g}]", "drop guard rank(s) <= rank(w)"): _RANK_5 for eps in EPSILONS},
+    **{(a.name, "drop guard rank(m) == 4"): _MASK_RANK_5 for a in AXIOMS if a.name.startswith("attention-definition-heads-mask")},
     **{(a.name, f"rhs: swap operands of sub{list(path)}"): _SQUARED for a in AXIOMS for path in _squared_differences(a.rhs)},
 }
 

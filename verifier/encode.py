@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import z3
 from taso.specs import UNFOLDINGS, Axiom, Unsupported, spec_of
-from taso.specs.terms import App, Dim, IntVar, Lit, TensorVar
+from taso.specs.terms import App, Arith, Dim, IntVar, Lit, TensorVar
 from taso.specs.z3model import DIM, OK, RANK, TENSOR, app, apply, dim_of, render_cond, symbol
 
 from taso.rules import Rule
@@ -221,9 +221,16 @@ def _param_value(value: Any, env: Mapping[str, Any]) -> Any:
         return env[value.name]
     if isinstance(value, Dim) and isinstance(value.tensor, TensorVar) and isinstance(value.axis, Lit):
         return dim_of(env[value.tensor.name].term, value.axis.value)
+    if isinstance(value, Arith) and value.op in _ARITH:
+        return _ARITH[value.op](_z3_int(_param_value(value.a, env)), _z3_int(_param_value(value.b, env)))
     if isinstance(value, str):
         return value
     raise Unsupported(f"a definitional axiom uses the parameter expression {value}")
+
+
+# Integer arithmetic in a definition's parameters (attention's head count, a width over a head size), as Z3 has it:
+# floor division and modulo (SMT-LIB's, Python's for positive divisors).
+_ARITH = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "//": lambda a, b: a / b, "%": lambda a, b: a % b}
 
 
 def _z3_int(value: Any) -> z3.ExprRef:
@@ -253,12 +260,16 @@ def _input_facts_of(name: str, value: _Value) -> list[tuple[str, z3.BoolRef]]:
 
 
 def _symbolic(expr: Any, inputs: Mapping[str, z3.ExprRef], ranks: Mapping[str, int]) -> Any:
-    """A shape expression with each ``{"dim": [input, axis]}`` as the Z3 term ``dim(input, axis)``."""
+    """A shape expression with each ``{"dim": [input, axis]}`` as the Z3 term ``dim(input, axis)`` (a quotient by a
+    constant, linear)."""
     if isinstance(expr, (list, tuple)):
         return tuple(_symbolic(e, inputs, ranks) for e in expr)
     if isinstance(expr, Mapping) and set(expr) == {"dim"}:
         name, axis = expr["dim"]
         return dim_of(inputs[name], int(axis) % ranks[name])
+    if isinstance(expr, Mapping) and set(expr) == {"div"}:
+        numerator, divisor = expr["div"]
+        return _symbolic(numerator, inputs, ranks) / int(divisor)  # Z3's integer division: floor, for positive sizes
     return expr
 
 

@@ -36,6 +36,10 @@ def _expr(expr: Any) -> str:
     """A shape expression for people: ``x.shape[1]``."""
     if isinstance(expr, dict) and "dim" in expr:
         return f"{expr['dim'][0]}.shape[{expr['dim'][1]}]"
+    if isinstance(expr, dict) and "div" in expr:
+        return f"{_expr(expr['div'][0])} // {expr['div'][1]}"
+    if isinstance(expr, (list, tuple)):
+        return "(" + ", ".join(_expr(e) for e in expr) + ")"
     return str(expr)
 
 

@@ -1,5 +1,5 @@
 """The candidate rules from the forms exporters write into ONNX's fused operators (GELU, LayerNormalization,
-RMSNormalization): writes ``exporter_forms.json``.
+RMSNormalization, Attention): writes ``exporter_forms.json``.
 
     python specs/rules/exporter_forms.py          # then:
     taso verify specs/rules/exporter_forms.json -o taso/data/exporter_forms.jsonl.gz --record-axioms
@@ -20,21 +20,28 @@ import numpy as np
 
 from taso.ir import TensorType
 from taso.rules import Library, Rule, RuleInput, RuleNode
+from taso.specs.attention import HEAD_SIZES, default_scale
 
-__all__ = ["FORMS", "NORM_FORMS", "rules", "main"]
+__all__ = ["FORMS", "NORM_FORMS", "ATTENTION_MASKS", "rules", "main"]
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 RANKS = (2, 3, 4)
 
 
 class Side:
-    """One side of a rule, built a node at a time; each call returns the new node's output."""
+    """One side of a rule, built a node at a time; each call returns the new node's output. A parameter given as
+    ``(example, shape expression)`` through ``shaped`` is recorded as the rule's shape-dependent parameter."""
 
-    def __init__(self):
+    def __init__(self, side: str = "source"):
+        self.side = side
         self.nodes: list[RuleNode] = []
+        self.params: list[dict] = []
 
-    def __call__(self, op: str, *inputs: str, **params) -> str:
+    def __call__(self, op: str, *inputs: str, shaped: dict | None = None, **params) -> str:
         name = f"v{len(self.nodes)}"
+        for param, (example, expression) in (shaped or {}).items():
+            params[param] = example
+            self.params.append({"side": self.side, "node": len(self.nodes), "param": param, "value": expression})
         self.nodes.append(RuleNode(op, params, inputs, (name,)))
         return name
 
@@ -119,12 +126,83 @@ def _norm_rules() -> list[Rule]:
     return out
 
 
+# The masks exporters add to attention's scores: none (ViT), one for the whole batch ([1, 1, queries, keys]: GPT-2's
+# causal mask), one per sequence ([batch, 1, queries, keys]: BERT's padding mask)
+ATTENTION_MASKS = (None, "one", "batch")
+
+
+def _dim(name: str, axis: int) -> dict:
+    return {"dim": [name, axis]}
+
+
+def _mask_input(mask: str, queries: tuple, keys: tuple) -> tuple[RuleInput, list[dict]]:
+    """The mask input, and the constraints that it is ``[1 or batch, 1, queries, keys]`` (those ONNX Runtime runs)."""
+    batch = 1 if mask == "one" else 2
+    constraints = [{"eq": [_dim("m", 0), 1 if mask == "one" else _dim("q", 0)]}, {"eq": [_dim("m", 1), 1]},
+                   {"eq": [_dim("m", 2), _dim(*queries)]}, {"eq": [_dim("m", 3), _dim(*keys)]}]
+    return RuleInput("m", "act", TensorType((batch, 1, 4, 5), "float32")), constraints
+
+
+def _scores(s: Side, q: str, k_t: str, v: str, scale: float, mask: str | None) -> str:
+    """softmax(q @ k^T * scale (+ mask)) @ v as both exporters write transformers' attention: the product scaled."""
+    scores = s("scalar_mul", s("matmul", q, k_t), s.const(scale))
+    return s("matmul", s("softmax", s("add", scores, "m") if mask else scores, axis=3), v)
+
+
+def _attention_on_heads(head_size: int, mask: str | None) -> Rule:
+    """The exporters' form on heads q [b, h, s, d], k^T [b, h, d, t], v [b, h, t, e] into attention on heads."""
+    scale = default_scale(head_size)
+    source, target = Side(), Side("target")
+    y = _scores(source, "q", "kt", "v", scale, mask)
+    inputs = [RuleInput("q", "act", TensorType((2, 3, 4, head_size), "float32")), RuleInput("kt", "act", TensorType((2, 3, head_size, 5), "float32")),
+              RuleInput("v", "act", TensorType((2, 3, 5, 6), "float32"))]
+    constraints = [{"eq": [_dim(t, a), _dim("q", a)]} for t in ("kt", "v") for a in (0, 1)]
+    if mask:
+        mask_input, mask_constraints = _mask_input(mask, ("q", 2), ("kt", 3))
+        inputs.append(mask_input)
+        constraints += mask_constraints
+    z = target("attention", "q", target("transpose", "kt", perm=(0, 1, 3, 2)), "v", *(("m",) if mask else ()), scale=scale, head_size=0)
+    return Rule(inputs=tuple(inputs), source=tuple(source.nodes), target=tuple(target.nodes), outputs=((y, z),), constraints=tuple(constraints),
+                name=f"attention-heads{'-mask-' + mask if mask else ''}[{scale:.6g}]")
+
+
+def _attention_on_projections(head_size: int, mask: str | None) -> Rule:
+    """The exporters' whole form on projections q [b, s, h * d], k and v [b, t, h * d]: each reshaped to heads and
+    transposed (k to [b, h, d, t]), the scores, and the output transposed and reshaped back, into attention on
+    projections (Attention-23's 3-D form); the head count is the width over d."""
+    scale, heads = default_scale(head_size), 2
+    source, target = Side(), Side("target")
+
+    def split(t: str, perm: tuple) -> str:
+        example = (2, 4 if t == "q" else 5, heads, head_size)
+        shape = [_dim(t, 0), _dim(t, 1), {"div": [_dim(t, 2), head_size]}, head_size]
+        return source("transpose", source("reshape", t, shaped={"shape": (example, shape)}), perm=perm)
+
+    product = _scores(source, split("q", (0, 2, 1, 3)), split("k", (0, 2, 3, 1)), split("v", (0, 2, 1, 3)), scale, mask)
+    y = source("reshape", source("transpose", product, perm=(0, 2, 1, 3)), shaped={"shape": ((2, 4, heads * head_size), [_dim("q", 0), _dim("q", 1), _dim("v", 2)])})
+    inputs = [RuleInput("q", "act", TensorType((2, 4, heads * head_size), "float32")), RuleInput("k", "act", TensorType((2, 5, heads * head_size), "float32")),
+              RuleInput("v", "act", TensorType((2, 5, heads * head_size), "float32"))]
+    constraints = [{"eq": [_dim("k", 2), _dim("q", 2)]}, {"eq": [_dim("v", 2), _dim("q", 2)]}, {"eq": [_dim("k", 0), _dim("q", 0)]},
+                   {"eq": [_dim("v", 0), _dim("q", 0)]}, {"eq": [_dim("v", 1), _dim("k", 1)]}]
+    if mask:
+        mask_input, mask_constraints = _mask_input(mask, ("q", 1), ("k", 1))
+        inputs.append(mask_input)
+        constraints += mask_constraints
+    z = target("attention", "q", "k", "v", *(("m",) if mask else ()), scale=scale, head_size=head_size)
+    return Rule(inputs=tuple(inputs), source=tuple(source.nodes), target=tuple(target.nodes), outputs=((y, z),), params=tuple(source.params),
+                constraints=tuple(constraints), name=f"attention-projections-d{head_size}{'-mask-' + mask if mask else ''}")
+
+
+def _attention_rules() -> list[Rule]:
+    return [form(d, mask) for form in (_attention_on_heads, _attention_on_projections) for d in HEAD_SIZES for mask in ATTENTION_MASKS]
+
+
 def rules() -> list[Rule]:
-    return _gelu_rules() + _norm_rules()
+    return _gelu_rules() + _norm_rules() + _attention_rules()
 
 
 def main() -> None:
-    library = Library(rules(), {"about": "Candidate rules from the forms exporters write into ONNX's fused operators (GELU, layer and RMS norm); "
+    library = Library(rules(), {"about": "Candidate rules from the forms exporters write into ONNX's fused operators (GELU, layer and RMS norm, attention); "
                                          "written by `python specs/rules/exporter_forms.py`, proved into "
                                          "taso/data/exporter_forms.jsonl.gz by `taso verify specs/rules/exporter_forms.json "
                                          "-o taso/data/exporter_forms.jsonl.gz --record-axioms`"})

@@ -1,14 +1,18 @@
 """Scaled dot-product attention as one operator: ONNX's Attention (opset 23).
 
-``attention(q, k, v[, mask])`` is ``softmax(q @ k^T * scale + mask) @ v`` over the last two axes. With ``heads = 0``
-its inputs are already split into heads, ``[batch, heads, seq, head_dim]``; with ``heads = h`` they are the
-projections ``[batch, seq, h * head_dim]`` and the split into heads (and the merge of the output) is part of the
-operator, as Attention-23's 3-D form has it. That form is where the kernel gains on ONNX Runtime's CPU: the
-exporters' reshapes and transposes around the products go with them (``benchmarks/costs/bench_attention_kernels.py``).
+``attention(q, k, v[, mask])`` is ``softmax(q @ k^T * scale + mask) @ v`` over the last two axes. With
+``head_size = 0`` its inputs are already split into heads, ``[batch, heads, seq, size]``; with ``head_size = d``
+they are the projections ``[batch, seq, heads * d]`` (v's too), and the split into heads and the
+merge of the output are part of the operator, as Attention-23's 3-D form has them. That form is where the kernel
+gains on ONNX Runtime's CPU: the exporters' reshapes and transposes around the products go with them
+(``benchmarks/costs/bench_attention_kernels.py``). The head size, not the head count, is the parameter: the rules
+into the 3-D form are then stated per head size with the head count a quotient of a width by a constant, which Z3
+decides (linear integer arithmetic).
 
-The mask is additive (a float tensor broadcast to the scores); Attention's boolean masks, causal flag, past keys,
-soft cap and extra outputs are not modelled, and a node using them stays opaque. Below opset 23 (or where the
-graph's target does not allow raising the opset) the operator is written as the form the exporters write.
+The mask is additive (a float tensor each of whose dims is 1 or the scores' dim, right-aligned); Attention's boolean
+masks, causal flag, past keys, soft cap, windows and extra outputs are not modelled, and a node using them stays
+opaque. Below opset 23 (or where the graph's target does not allow raising the opset) the operator is written as the
+form the exporters write.
 """
 
 from __future__ import annotations
@@ -26,23 +30,26 @@ __all__ = ["attention", "head_split", "ATTENTION_OPSET"]
 ATTENTION_OPSET = 23  # ONNX's Attention
 
 
-def head_split(shape, heads: int):
-    """``[batch, seq, heads * head_dim]`` as ``[batch, heads, seq, head_dim]`` (``heads`` 0: the shape as it is)."""
-    if not heads:
+def head_split(q_shape, shape, head_size: int) -> tuple:
+    """``shape`` (q's, k's or v's) as ``[batch, heads, seq, size]``, the head count that of q ``[batch, seq, heads *
+    head_size]`` (``head_size`` 0: the shape as it is)."""
+    if not head_size:
         return tuple(shape)
-    batch, seq, width = shape
-    return (batch, heads, seq, width // heads)
+    heads = q_shape[2] // head_size
+    return (shape[0], heads, shape[1], shape[2] // heads)
 
 
 def _attention_shape(types, p) -> TensorType:
     q, k, v = types[:3]
-    heads = p["heads"]
-    rank = 3 if heads else 4
+    size = p["head_size"]
+    rank = 3 if size else 4
     require(q.rank == k.rank == v.rank == rank, f"attention: inputs of rank {q.rank}, {k.rank}, {v.rank}, not {rank}")
     require(q.dtype == k.dtype == v.dtype, "attention: inputs of several dtypes")
-    for name, t in (("q", q), ("k", k), ("v", v)) if heads else ():
-        require(isinstance(t.shape[2], int) and t.shape[2] % heads == 0, f"attention: {name}'s width {t.shape[2]} is not {heads} heads")
-    qh, kh, vh = (head_split(t.shape, heads) for t in (q, k, v))
+    if size:
+        require(all(isinstance(t.shape[2], int) for t in (q, k, v)), "attention: a symbolic width")
+        heads = q.shape[2] // size
+        require(q.shape[2] == k.shape[2] == v.shape[2] == heads * size, f"attention: widths {q.shape[2]}, {k.shape[2]}, {v.shape[2]} are not heads of size {size}")
+    qh, kh, vh = (head_split(q.shape, t.shape, size) for t in (q, k, v))
     require(qh[:2] == kh[:2] == vh[:2], f"attention: batch and heads differ between {q.shape}, {k.shape}, {v.shape}")
     require(qh[3] == kh[3], f"attention: q's head size {qh[3]} is not k's {kh[3]}")
     require(kh[2] == vh[2], f"attention: k has {kh[2]} positions, v {vh[2]}")
@@ -51,30 +58,37 @@ def _attention_shape(types, p) -> TensorType:
         require(mask.dtype == q.dtype and 2 <= mask.rank <= 4, f"attention: the mask must be a float tensor of rank 2 to 4, not {mask}")
         require(all(m == 1 or m == s for m, s in zip(mask.shape[::-1], scores[::-1])),
                 f"attention: mask {mask.shape} does not broadcast to the scores {scores}")
-    return TensorType((q.shape[0], q.shape[1], v.shape[2]) if heads else (*qh[:3], vh[3]), q.dtype)
+    return TensorType((q.shape[0], q.shape[1], v.shape[2]) if size else (*qh[:3], vh[3]), q.dtype)
 
 
-def _split(x: np.ndarray, heads: int) -> np.ndarray:
-    return x.reshape(x.shape[0], x.shape[1], heads, x.shape[2] // heads).transpose(0, 2, 1, 3) if heads else x
+def _heads(x: np.ndarray, heads: int) -> np.ndarray:
+    return x.reshape(x.shape[0], x.shape[1], heads, -1).transpose(0, 2, 1, 3)
 
 
 def _attention(xs, p):
-    q, k, v = (_split(t.astype(np.float64), p["heads"]) for t in xs[:3])
+    size = p["head_size"]
+    q, k, v = (t.astype(np.float64) for t in xs[:3])
+    if size:
+        heads = q.shape[2] // size
+        q, k, v = (_heads(t, heads) for t in (q, k, v))
     scores = q @ np.swapaxes(k, -1, -2) * p["scale"]
     if len(xs) == 4:
         scores = scores + xs[3]
     e = np.exp(scores - scores.max(axis=-1, keepdims=True))
     y = (e / e.sum(axis=-1, keepdims=True)) @ v
-    if p["heads"]:
+    if size:
         y = y.transpose(0, 2, 1, 3).reshape(y.shape[0], y.shape[2], -1)
     return y.astype(xs[0].dtype)
 
 
 def _attention_torch(rt, xs, p):
-    heads = p["heads"]
-    q, k, v = (t.unflatten(2, (heads, -1)).transpose(1, 2) if heads else t for t in xs[:3])
+    size = p["head_size"]
+    q, k, v = xs[:3]
+    if size:
+        heads = q.shape[2] // size
+        q, k, v = (t.unflatten(2, (heads, -1)).transpose(1, 2) for t in (q, k, v))
     y = rt.F.scaled_dot_product_attention(q, k, v, attn_mask=xs[3] if len(xs) == 4 else None, scale=p["scale"])
-    return y.transpose(1, 2).flatten(2) if heads else y
+    return y.transpose(1, 2).flatten(2) if size else y
 
 
 def _import_attention(ctx) -> bool:
@@ -88,20 +102,21 @@ def _import_attention(ctx) -> bool:
     q = ctx.type(inputs[0])
     if q.rank == 3:
         heads = int(ctx.attr("q_num_heads", 0))
-        if not heads or int(ctx.attr("kv_num_heads", 0)) != heads or not isinstance(q.shape[2], int):
+        widths = {ctx.type(i).shape[2] for i in inputs[:3]}
+        if not heads or int(ctx.attr("kv_num_heads", 0)) != heads or widths != {q.shape[2]} or not isinstance(q.shape[2], int) or q.shape[2] % heads:
             return False
+        split_size = head_size = q.shape[2] // heads
     elif q.rank == 4:
-        heads = 0
+        head_size, split_size = q.shape[3], 0
     else:
         return False
     mask = inputs[3] if len(inputs) == 4 and inputs[3] else None
     if mask is not None and ctx.type(mask).dtype != q.dtype:
         return False  # a boolean mask
-    head_size = head_split(q.shape, heads)[3]
     if not isinstance(head_size, int):
         return False
     scale = float(ctx.attr("scale", 1 / math.sqrt(head_size)))
-    ctx.emit(attention, inputs[:3] + ([mask] if mask else []), ctx.outputs[:1], scale=scale, heads=heads)
+    ctx.emit(attention, inputs[:3] + ([mask] if mask else []), ctx.outputs[:1], scale=scale, head_size=split_size)
     return True
 
 
@@ -111,8 +126,9 @@ def _export_attention(ctx, node) -> None:
         inputs = list(node.inputs)
         if len(inputs) == 4:
             inputs[3] = _full_mask(ctx, node)
-        heads = {"q_num_heads": node.params["heads"], "kv_num_heads": node.params["heads"]} if node.params["heads"] else {}
-        ctx.emit("Attention", inputs, list(node.outputs), scale=float(node.params["scale"]), **heads)
+        size = node.params["head_size"]
+        count = ctx.type(node.inputs[0]).shape[2] // size if size else 0
+        ctx.emit("Attention", inputs, list(node.outputs), scale=float(node.params["scale"]), **({"q_num_heads": count, "kv_num_heads": count} if count else {}))
     else:
         _export_written_out(ctx, node)
 
@@ -121,7 +137,8 @@ def _full_mask(ctx, node) -> str:
     """The mask with the scores' query axis (ONNX Runtime 1.32 requires it; ONNX's Attention only broadcast)."""
     mask = node.inputs[3]
     shape = ctx.type(mask).shape
-    queries = head_split(ctx.type(node.inputs[0]).shape, node.params["heads"])[2]
+    q_shape = ctx.type(node.inputs[0]).shape
+    queries = head_split(q_shape, q_shape, node.params["head_size"])[2]
     if len(shape) >= 2 and shape[-2] == queries:
         return mask
     full = ctx.fresh(f"{mask}_expanded")
@@ -132,8 +149,9 @@ def _full_mask(ctx, node) -> str:
 def _export_written_out(ctx, node) -> None:
     """softmax(q @ k^T * scale + mask) @ v as torch's exporters write it, the heads split and merged by Reshape and
     Transpose around it (ONNX Runtime fuses the transpose and the scale into its product at load)."""
-    heads, out = node.params["heads"], node.outputs[0]
+    size, out = node.params["head_size"], node.outputs[0]
     q_type = ctx.type(node.inputs[0])
+    heads = q_type.shape[2] // size if size else 0
 
     def apply(op_type: str, *inputs: str, output: str | None = None, **attrs) -> str:
         value = output or ctx.fresh(f"{out}_{op_type.lower()}")
@@ -161,11 +179,11 @@ def _export_written_out(ctx, node) -> None:
 attention = define(
     "attention",
     arity=(3, 4),
-    params=[Param("scale", "float"), Param("heads", "int", 0)],
+    params=[Param("scale", "float"), Param("head_size", "int", 0)],
     shape=_attention_shape,
     numpy=_attention,
     torch=_attention_torch,
     onnx=OnnxMapping(("Attention",), _import_attention, _export_attention, native_opset=ATTENTION_OPSET),
     groups=("attention",),
-    doc="softmax(q @ k^T * scale + mask) @ v (ONNX's Attention); heads > 0: q, k, v are [batch, seq, heads * head size]",
+    doc="softmax(q @ k^T * scale + mask) @ v (ONNX's Attention); head_size > 0: q, k, v are [batch, seq, heads * head_size]",
 )

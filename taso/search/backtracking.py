@@ -20,7 +20,7 @@ from ..cost import CostModel
 from ..ir import Graph
 from ..rules import Rule
 from .cleanup import clean_up, may_clean_up
-from .core import CLEAN_UP, Expansion, RuleIndex, SearchConfig, SearchReport, SeedIndex, Step, StopReason
+from .core import CLEAN_UP, Expansion, RuleIndex, SearchConfig, SearchReport, SeedIndex, Step, StopReason, decomposed_ops
 from .groups import GroupLibrary, Groups, find_groups, merge_chain
 from .rewrite import CompiledRule, Plan, find_matches, plan_match
 
@@ -191,7 +191,7 @@ def backtracking_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost
                         progress: Callable[[int, float], None] | None = None) -> tuple[Graph, SearchReport]:
     """TASO's search from ``graph`` (see the module docstring); the best graph found (never costlier) and the report."""
     start = time.perf_counter()
-    rule_index = RuleIndex(rules, config.connected_only, config.excluded)
+    rule_index = RuleIndex(rules, config.connected_only, config.excluded, decomposed_ops(graph))
     pricer = _Pricer(cost_model)
     groups = GroupLibrary.shipped() if config.groups else None
     pricer.measure_ahead(graph)  # the input's nodes, in bulk, before they are priced one by one

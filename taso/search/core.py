@@ -298,6 +298,14 @@ class LazyRules(Sequence[Rule]):
         return iter(self._rules())
 
 
+def decomposed_ops(graph: Graph) -> frozenset[str]:
+    """The ops ``graph`` would be written with as their decompositions (ONNX's Attention below opset 23, where its target
+    allows no raise): a rewrite into one would only buy the measuring's noise, so the search makes none."""
+    from ..ops import OPS
+
+    return frozenset(op.name for op in OPS.values() if op.onnx.native_opset and not graph.meta.writes_natively(op.onnx.native_opset))
+
+
 class RuleIndex:
     """The rules one search uses: a rule is compiled once every operator of its source has occurred in a graph the search expanded.
 
@@ -307,9 +315,11 @@ class RuleIndex:
     the same rewrites, in the same order, as with every rule compiled up front.
     """
 
-    def __init__(self, rules: Iterable[Rule | CompiledRule], connected_only: bool = False, excluded: frozenset[str] = frozenset()):
+    def __init__(self, rules: Iterable[Rule | CompiledRule], connected_only: bool = False, excluded: frozenset[str] = frozenset(),
+                 decomposed: frozenset[str] = frozenset()):
         self.connected_only = connected_only
         self.excluded = excluded
+        self.decomposed = decomposed  # ops a rewrite must not make: the graph writes them as the form they replace
         slots = rules.slots if isinstance(rules, LazyRules) else [RuleSlot.of(r) for r in rules]
         self._pending = list(enumerate(slots))
         self._admitted: list[tuple[int, CompiledRule]] = []
@@ -342,6 +352,8 @@ class RuleIndex:
         for position, slot in ready:
             crule = slot.compiled()
             if crule is None or (self.connected_only and not crule.connected) or crule.label in self.excluded:
+                continue
+            if self.decomposed and {n.op for n in crule.rule.target} & self.decomposed - {n.op for n in crule.rule.source}:
                 continue
             if crule.rule_id not in self._ids:
                 self._ids.add(crule.rule_id)

@@ -65,7 +65,7 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
     ``config`` is the search's :class:`~taso.search.SearchConfig`: its time limit is shared,
     ``eqsat_share`` of it for saturation and the rest for extraction.
     """
-    from ..core import EqsatStats, SearchReport, Step, StopReason
+    from ..core import EqsatStats, SearchReport, Step, StopReason, decomposed_ops
 
     started = time.perf_counter()
     initial = cost_model.graph_cost(graph)
@@ -81,7 +81,7 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
         texts.update({match.rule.label: library.describe(match.rule.rule) for match in seeds})
         versions = _add_cleaned_versions(egraph, graph, library, config.excluded, seeds, (started + saturated_by) / 2, texts)
     limits = Limits(nodes=config.eqsat_nodes, iterations=config.eqsat_iterations, seconds=max(saturated_by - time.perf_counter(), 0.5))
-    saturation = saturate(egraph, rules, limits, config.connected_only, config.excluded, seeds)
+    saturation = saturate(egraph, rules, limits, config.connected_only, config.excluded, seeds, decomposed_ops(graph))
     remaining = max(config.time_limit - (time.perf_counter() - started), 1.0)
     extraction = extract(egraph, cost_model, remaining, priced=lambda g: _priced(cost_model, g))
     # The extraction prices node by node; the whole graph's price also sees what runs between nodes (weights read

@@ -151,17 +151,18 @@ class EGraph:
 
 
 def saturate(egraph: EGraph, rules: Iterable[Rule | CompiledRule], limits: Limits, connected_only: bool = True,
-             excluded: frozenset[str] = frozenset(), seeds: Iterable[Match] = ()) -> Saturation:
+             excluded: frozenset[str] = frozenset(), seeds: Iterable[Match] = (), decomposed: frozenset[str] = frozenset()) -> Saturation:
     """Grows ``egraph`` with the rules; returns what it did.
 
     ``seeds``: matches found on the input graph by other means (the group merges of :mod:`taso.search.groups`, whose k-ary
-    rules no e-matching finds), added before the first round.
+    rules no e-matching finds), added before the first round; ``decomposed``: ops no rewrite may make
+    (:func:`taso.search.core.decomposed_ops`).
     """
     from ..core import RuleIndex
 
     started = time.perf_counter()
     report = Saturation()
-    index = RuleIndex(rules, connected_only, excluded)
+    index = RuleIndex(rules, connected_only, excluded, decomposed)
     patterns: dict[str, RulePattern] = {}  # rule id -> its pattern
     numbered: list[RulePattern] = []  # by the number its matches are tagged with
     seen: set[tuple] = set()
