@@ -78,3 +78,18 @@ def test_the_exporters_position_tables_bound_seq_and_taso_info_says_why(capsys, 
     assert seq.sizes == (table,) and why in seq.why
     assert main(["info", path]) == 0
     assert f"seq (input_ids axis 1): {table}: the largest the file runs at: " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_table_sliced_up_to_its_bound_keeps_the_symbol_so_what_follows_is_taso_s(exporter):
+    """Sliced to ``[:, :seq]`` with seq at most the table's length, BERT's position ids are ``[1, seq]`` at every size the
+    file runs at: the embeddings' sum, the attention's reshapes and products after it are taso's operators, not opaque
+    nodes of sizes of their own; the model reads back equal at another size."""
+    path = os.path.join(DATA, f"bert_hf_tiny.{exporter}.onnx")
+    graph = taso.load_onnx(path)
+    opaque = {onnx.NodeProto.FromString(n.params["proto"]).op_type for n in graph.nodes if n.op.name == "opaque"}
+    assert not opaque & {"Add", "MatMul", "Reshape", "Expand", "Slice"}, opaque
+    rng = np.random.default_rng(0)
+    feeds = {"input_ids": rng.integers(0, 100, (3, 40)).astype(np.int64), "attention_mask": np.ones((3, 40), np.int64)}
+    feeds["attention_mask"][1, 30:] = 0
+    np.testing.assert_allclose(run_ort(taso.export_onnx(graph), feeds)[0], run_ort(path, feeds)[0], rtol=1e-5, atol=1e-5)

@@ -88,6 +88,10 @@ class ImportContext:
         self.pending_derived: dict[tuple[str, str], str] = {}
         self.pending_aliases: dict[str, str] = {}
 
+    def size_bound(self, symbol: str) -> int | None:
+        """The largest size of ``symbol`` at which the file runs, where the file implies one (:mod:`taso.onnx.size_bounds`)."""
+        return self._state.size_bounds.get(symbol)
+
     def attr(self, name: str, default: Any = None) -> Any:
         if name not in self._attrs:
             return default
@@ -176,6 +180,7 @@ class ImportState:
         self.input_names: set[str] = set()
         # Graph inputs read by an If with a branch that cannot run at the fixed shapes (see _types_by_branch_probe).
         self.branch_inputs: set[str] = set()
+        self.size_bounds: dict[str, int] = {}  # the largest size of a symbol at which the file runs (taso.onnx.size_bounds)
         self._counter = 0
 
     def resolve(self, name: str) -> str:

@@ -220,6 +220,7 @@ def load_onnx(source: str | os.PathLike | onnx.ModelProto, input_shapes: Mapping
     bounds = symbolic.implied_size_bounds(model)
     input_types, sizes = symbolic.input_types(model, input_shapes or {}, static, element_dtype, bounds)
     state = ImportState(model, opset, InferredTypes(model, input_types))
+    state.size_bounds = {symbol: size for symbol, (size, _why) in bounds.items()}
     state.types.update(input_types)
     state.input_names.update(input_types)
     for init in g.initializer:

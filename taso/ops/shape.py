@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir import TensorType
-from ..ir.dims import Dim, UndecidableDim, broadcast_dims, floordiv, is_static_shape, prod
+from ..ir.dims import Dim, UndecidableDim, bare_symbol, broadcast_dims, floordiv, is_static_shape, prod
 from .base import OnnxMapping, Param, as_dims, contiguous, define, define_importer, normalize_axis, require
 
 
@@ -286,8 +286,9 @@ def _slice_torch(rt, xs, p):
 _UNBOUNDED = 1 << 31
 
 
-def _clamp_slice(start: int, end: int, step: int, dim: int) -> tuple[int, int | None]:
-    """ONNX slice bounds (negative = from the end, clamped) as Python slice bounds (symbolic dims allowed)."""
+def _clamp_slice(start: int, end: int, step: int, dim: int, end_within: bool = False) -> tuple[int, int | None]:
+    """ONNX slice bounds (negative = from the end, clamped) as Python slice bounds (symbolic dims allowed).
+    ``end_within``: a forward slice's end is known not to pass the axis (a symbol the file bounds by its length)."""
     if type(end) is int and abs(end) >= _UNBOUNDED and isinstance(dim, Dim):
         end = dim if end > 0 else -1 - dim
     if type(start) is int and abs(start) >= _UNBOUNDED and isinstance(dim, Dim):
@@ -297,7 +298,7 @@ def _clamp_slice(start: int, end: int, step: int, dim: int) -> tuple[int, int | 
     if end < 0:
         end += dim
     if step > 0:
-        return _clamp(start, 0, dim), _clamp(end, 0, dim)
+        return _clamp(start, 0, dim), _clamp(end, 0, end if end_within else dim)
     start = _clamp(start, -1, dim - 1)
     end = _clamp(end, -1, dim - 1)
     return start, None if end < 0 else end
@@ -344,10 +345,19 @@ def _import_slice(ctx) -> bool:
         axes = axes if axes is not None else list(range(len(starts)))
         steps = steps if steps is not None else [1] * len(starts)
     axes = [normalize_axis(int(a), x.rank) for a in axes]
-    bounds = [_clamp_slice(s, e, int(t), x.shape[a]) for s, e, t, a in zip(as_dims(starts), as_dims(ends), steps, axes)]
+    bounds = [_clamp_slice(s, e, int(t), x.shape[a], _within_by_bound(ctx, e, x.shape[a])) for s, e, t, a in zip(as_dims(starts), as_dims(ends), steps, axes)]
     ctx.emit(slice_, [ctx.inputs[0]], ctx.outputs, starts=tuple(b[0] for b in bounds), ends=tuple(b[1] for b in bounds),
              axes=tuple(axes), steps=tuple(int(t) for t in steps))
     return True
+
+
+def _within_by_bound(ctx, end: int, dim: int) -> bool:
+    """Whether a slice's end is a symbol the file itself bounds by a static axis's length (BERT's position ids sliced to
+    ``[:, :seq]``): past it the file does not run (:mod:`taso.onnx.size_bounds`), so at every size it runs the slice
+    ends at the symbol, not short of it."""
+    name = bare_symbol(end)
+    bound = ctx.size_bound(name) if name is not None else None
+    return bound is not None and not isinstance(dim, Dim) and bound <= dim
 
 
 def _export_slice(ctx, node) -> None:

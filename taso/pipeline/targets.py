@@ -80,9 +80,36 @@ def _same_meaning(params, opset: int, raised: int) -> bool:
     if proto.domain not in ("", "ai.onnx") or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in proto.attribute):
         return False
     try:
-        return onnx.defs.get_schema(proto.op_type, opset).since_version == onnx.defs.get_schema(proto.op_type, raised).since_version
+        if onnx.defs.get_schema(proto.op_type, opset).since_version == onnx.defs.get_schema(proto.op_type, raised).since_version:
+            return True
     except onnx.defs.SchemaError:
         return False
+    return proto.op_type not in _SAME_FORM_NEW_MEANING and _converts_unchanged(proto.op_type, len(proto.input), len(proto.output),
+                                                                               proto.attribute, opset, raised)
+
+
+# Operators whose newer version keeps the node's form and changes what it computes, where ONNX's version converter
+# leaves the node as it is: GroupNormalization 21 reads its scale and bias per channel, 18 per group.
+_SAME_FORM_NEW_MEANING = frozenset({"GroupNormalization"})
+
+
+def _converts_unchanged(op_type: str, inputs: int, outputs: int, attributes, opset: int, raised: int) -> bool:
+    """Whether ONNX's version converter takes the node from ``opset`` to ``raised`` as it is: the versions between
+    only widened its types (the converter's adapters rewrite a node whose meaning changed, and refuse where they cannot)."""
+    from onnx import version_converter
+
+    names = [f"i{k}" for k in range(inputs)]
+    node = onnx.helper.make_node(op_type, names, [f"o{k}" for k in range(outputs)])
+    node.attribute.extend(attributes)
+    graph = onnx.helper.make_graph([node], "one", [onnx.helper.make_value_info(n, onnx.TypeProto()) for n in names],
+                                   [onnx.helper.make_value_info(f"o{k}", onnx.TypeProto()) for k in range(outputs)])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    try:
+        converted = version_converter.convert_version(model, raised).graph.node
+    except Exception:  # noqa: BLE001 - the converter refuses in many ways; each means "not known to be the same"
+        return False
+    return len(converted) == 1 and converted[0].op_type == op_type and list(converted[0].input) == names and \
+        sorted(a.SerializeToString() for a in converted[0].attribute) == sorted(a.SerializeToString() for a in attributes)
 
 
 def with_opset_limit(graph: Graph, limit: int | None) -> Graph:
