@@ -1,15 +1,23 @@
-"""Scaled dot-product attention (ONNX's Attention, 23), defined by the form torch's exporters write.
+"""Scaled dot-product attention (ONNX's Attention, 23), defined by the forms torch's exporters write.
 
 On heads ``[batch, heads, seq, size]`` (``head_size = 0``), attention is
 ``matmul(softmax(scalar_mul(matmul(q, k^T), scale) + mask, axis=3), v)``: the product scaled after it, as both
-exporters write transformers' attention (the scale a one-element constant). On projections ``[batch, seq, heads *
-d]`` (``head_size = d``) it is the same on their heads: each reshaped to ``[batch, seq, heads, d]`` and transposed,
-the output transposed back and reshaped; the head count is the width over ``d``. Softmax stays uninterpreted: both
-sides apply it to the same scores.
+exporters write transformers' eager attention (the scale a one-element constant). Torch's
+``scaled_dot_product_attention``, as both exporters write it (transformers' default attention, ``nn.MultiheadAttention``),
+scales q and k^T each by the root of the scale before the product, and with a mask puts a NaN guard after the softmax,
+``where(is_nan(p), 0, p)``: the rows a mask of -inf leaves nothing to attend to read zero, as ONNX's Attention
+defines them (and ONNX Runtime's kernel computes them). Each is a definition of its own, checked against the NumPy
+semantics and ONNX Runtime's kernel (``tests/test_attention.py``); is_nan stays uninterpreted, as softmax does: both
+sides apply them to the same scores.
 
-The definitions are stated at the head sizes models use, each at its default scale ``1 / sqrt(d)`` as a float32; on
-heads for the masks exporters write, ``[1 or batch, 1, queries, keys]`` (ONNX Runtime requires the query axis); a rule at
-another scale or mask shape stays unproved rather than assumed.
+On projections ``[batch, seq, heads * d]`` (``head_size = d``) attention is the same on their heads: each reshaped to
+``[batch, seq, heads, d]`` and transposed, the output transposed back and reshaped; the head count is the width over
+``d``.
+
+The definitions are stated at the head sizes models use, each at its default scale ``1 / sqrt(d)`` as a float32 (its
+root ``d ** -0.25`` as a float32 for the split form); on heads for the masks exporters write, ``[1 or batch, 1,
+queries, keys]`` (ONNX Runtime requires the query axis) or ``[queries, keys]`` (``nn.MultiheadAttention``'s); a rule
+at another scale or mask shape stays unproved rather than assumed.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from .base import Axiom, OpSpec, Slot, Unsupported, all_of, any_of, idiv
 from .elementwise import constant
 from .terms import dim, eq, op, rank, tensors
 
-__all__ = ["specs", "axioms", "definitions", "HEAD_SIZES", "default_scale"]
+__all__ = ["specs", "axioms", "definitions", "HEAD_SIZES", "MASKS", "default_scale", "split_scale"]
 
 HEAD_SIZES = (8, 16, 32, 64, 80, 96, 128)
 
@@ -30,6 +38,12 @@ HEAD_SIZES = (8, 16, 32, 64, 80, 96, 128)
 def default_scale(head_size: int) -> float:
     """1 / sqrt(head size) as a file holds it (a float32)."""
     return float(np.float32(1 / math.sqrt(head_size)))
+
+
+def split_scale(head_size: int) -> float:
+    """The root of the scale, ``d ** -0.25``, as a file holds it (a float32): what torch's attention export scales q and
+    k^T by; the product's scale is its square."""
+    return float(np.float32(head_size ** -0.25))
 
 
 def _scores_mask(mask, scores) -> list:
@@ -68,20 +82,22 @@ specs = [
 ]
 
 attention, matmul, softmax, scalar_mul, add = op("attention"), op("matmul"), op("softmax"), op("scalar_mul"), op("add")
+is_nan, where, fill = op("is_nan"), op("where"), op("fill")
 transpose, reshape = op("transpose"), op("reshape")
 q, k, v, m = tensors("q k v m")
 HEADS_FIRST = (0, 2, 1, 3)
 
 
 def _sampler(rank_: int, head_size: int, mask: str | None):
-    """q, k, v (and a mask of ``mask``'s batch: "one" or "batch") of ``rank_`` 4 on heads or 3 on projections of
-    heads of ``head_size``. Near misses, one in six: another batch or head count for k, another head size for q, or
-    a mask one longer on one axis (broadcasting a score axis of 1 on the right, where attention refuses it)."""
+    """q, k, v (and a mask of ``mask``'s shape: "one" or "batch" [1 or batch, 1, queries, keys], "2d" [queries, keys])
+    of ``rank_`` 4 on heads or 3 on projections of heads of ``head_size``. Near misses, one in eight: another batch or
+    head count for k, another head size for q, or a mask one longer on one axis (broadcasting a score axis of 1 on the
+    right, where attention refuses it)."""
 
     def sample(rng: np.random.Generator):
-        miss = int(rng.integers(0, 24))
+        miss = int(rng.integers(0, 32))
         scores = [int(d) for d in rng.integers(1, 4, size=4)]
-        mask_axis = int(rng.integers(0, 4))
+        mask_axis = int(rng.integers(2 if mask == "2d" else 0, 4))
         if miss == 3 and mask:  # a score axis of 1 the mask would broadcast to 2
             scores[mask_axis] = 1
         batch, heads, queries, keys = scores
@@ -92,7 +108,7 @@ def _sampler(rank_: int, head_size: int, mask: str | None):
         else:
             valuation = {"q": (batch, queries, heads * size), "k": (batch, keys, heads * size), "v": (batch, keys, heads * size)}
         if mask:
-            valuation["m"] = (1 if mask == "one" else batch, 1, queries, keys)
+            valuation["m"] = (queries, keys) if mask == "2d" else (1 if mask == "one" else batch, 1, queries, keys)
         if miss == 0:
             valuation["k"] = (batch + 1, *valuation["k"][1:])
         elif miss == 1 and rank_ == 4:
@@ -100,7 +116,8 @@ def _sampler(rank_: int, head_size: int, mask: str | None):
         elif miss == 2:
             valuation["q"] = (*valuation["q"][:-1], valuation["q"][-1] + 1)
         elif miss == 3 and mask:
-            valuation["m"] = tuple(2 if i == mask_axis else d for i, d in enumerate(valuation["m"]))
+            offset = 4 - len(valuation["m"])
+            valuation["m"] = tuple(2 if i + offset == mask_axis else d for i, d in enumerate(valuation["m"]))
         return valuation
 
     return sample
@@ -109,24 +126,43 @@ def _sampler(rank_: int, head_size: int, mask: str | None):
 def _mask_guards(mask: str | None, scores_batch, queries, keys) -> tuple:
     if not mask:
         return ()
+    if mask == "2d":
+        return (eq(rank(m), 2), eq(dim(m, 0), queries), eq(dim(m, 1), keys))
     return (eq(rank(m), 4), eq(dim(m, 0), 1 if mask == "one" else scores_batch), eq(dim(m, 1), 1), eq(dim(m, 2), queries), eq(dim(m, 3), keys))
 
 
 def _on_heads(scale: float, mask: str | None) -> Axiom:
-    """Attention on heads is the exporters' form: the scaled product of q and k^T, plus the mask, softmax, times v."""
+    """Attention on heads is the exporters' eager form: the scaled product of q and k^T, plus the mask, softmax, times v."""
     scores = scalar_mul(matmul(q, transpose(k, perm=(0, 1, 3, 2))), constant(scale))
-    masked = add(scores, m) if mask else scores
+    return _heads_axiom(f"attention-definition-heads{_mask_suffix(mask)}[{scale:.6g}]", scale, scores, mask, guarded=False)
+
+
+def _on_heads_split(head_size: int, mask: str | None, guarded: bool) -> Axiom:
+    """Attention on heads is torch's scaled_dot_product_attention as exported: q and k^T each scaled by the root of
+    the scale, their product plus the mask, softmax (NaN rows zero where ``guarded``), times v."""
+    root = split_scale(head_size)
+    scores = matmul(scalar_mul(q, constant(root)), scalar_mul(transpose(k, perm=(0, 1, 3, 2)), constant(root)))
+    name = f"attention-definition-heads-sdpa{_mask_suffix(mask)}{'-guarded' if guarded else ''}-d{head_size}"
+    return _heads_axiom(name, root * root, scores, mask, guarded)
+
+
+def _mask_suffix(mask: str | None) -> str:
+    return f"-mask-{mask}" if mask else ""
+
+
+def _heads_axiom(name: str, scale: float, scores, mask: str | None, guarded: bool) -> Axiom:
+    weights = softmax(add(scores, m) if mask else scores, axis=3)
+    if guarded:
+        weights = where(is_nan(weights), constant(0), weights)
     same_heads = (eq(rank(q), 4), eq(rank(v), 4), eq(dim(k, 0), dim(q, 0)), eq(dim(v, 0), dim(q, 0)),
                   eq(dim(k, 1), dim(q, 1)), eq(dim(v, 1), dim(q, 1)))
     inputs = (q, k, v, m) if mask else (q, k, v)
-    return Axiom(f"attention-definition-heads{'-mask-' + mask if mask else ''}[{scale:.6g}]", attention(*inputs, scale=scale, head_size=0),
-                 matmul(softmax(masked, axis=3), v), _sampler(4, 0, mask),
+    return Axiom(name, attention(*inputs, scale=scale, head_size=0), matmul(weights, v), _sampler(4, 0, mask),
                  when=same_heads + _mask_guards(mask, dim(q, 0), dim(q, 2), dim(k, 2)), unfold=True)
 
 
-def _on_projections(head_size: int, mask: str | None) -> Axiom:
+def _on_projections(head_size: int, mask: str | None, scale: float) -> Axiom:
     """Attention on projections is attention on their heads, its output's heads merged back."""
-    scale = default_scale(head_size)
     heads = dim(q, 2) // head_size
 
     def split(t):
@@ -136,16 +172,18 @@ def _on_projections(head_size: int, mask: str | None) -> Axiom:
     on_heads = attention(split(q), split(k), split(v), *((m,) if mask else ()), scale=scale, head_size=0)
     # Only the ranks: each other condition on the sizes is the reshapes' or attention's own typing, the same on both sides.
     ranks = (eq(rank(q), 3), eq(rank(k), 3), eq(rank(v), 3))
-    return Axiom(f"attention-definition-projections-d{head_size}{'-mask' if mask else ''}", attention(*inputs, scale=scale, head_size=head_size),
+    form = "" if scale == default_scale(head_size) else "-sdpa"
+    return Axiom(f"attention-definition-projections{form}-d{head_size}{'-mask' if mask else ''}", attention(*inputs, scale=scale, head_size=head_size),
                  reshape(transpose(on_heads, perm=HEADS_FIRST), shape=(dim(q, 0), dim(q, 1), dim(q, 2))), _sampler(3, head_size, mask),
                  when=ranks, unfold=True)
 
 
-MASKS = (None, "one", "batch")
+MASKS = (None, "one", "batch", "2d")
 axioms: list[Axiom] = []  # attention has its definitions only
 
 # (after every other family's axioms in AXIOMS: specs/__init__.py)
 definitions = [
     *[_on_heads(default_scale(d), mask) for d in HEAD_SIZES for mask in MASKS],
-    *[_on_projections(d, mask) for d in HEAD_SIZES for mask in (None, "batch")],
+    *[_on_heads_split(d, mask, guarded) for d in HEAD_SIZES for mask in MASKS for guarded in (False, True)],
+    *[_on_projections(d, mask, scale) for d in HEAD_SIZES for mask in (None, "batch") for scale in dict.fromkeys((default_scale(d), split_scale(d) ** 2))],
 ]

@@ -34,6 +34,13 @@ def _broadcast_rule(dims, params):
     return [out], all_of([any_of(p == 1, q == 1, p == q) for p, q in zip(a, b)])
 
 
+def _broadcast_rule_3(dims, params):
+    """Three operands broadcast as the first two, then that with the third."""
+    (ab,), fits_ab = _broadcast_rule(dims[:2], params)
+    (out,), fits = _broadcast_rule([ab, dims[2]], params)
+    return [out], fits_ab + fits
+
+
 def _scalar_mul_rule(dims, params):
     return [list(dims[0])], all_of([d == 1 for d in dims[1]])
 
@@ -44,6 +51,8 @@ specs += [OpSpec(name, (), same_shape_rule, doc=f"element-wise {name}") for name
 specs += [OpSpec(name, (), _broadcast_rule, doc=f"broadcasting {name}") for name in ("add", "sub", "mul", "div", "pow")]
 specs += [OpSpec("sum", (), _broadcast_rule, doc="ONNX's Sum of two tensors, defined as add")]
 specs += [OpSpec("scalar_mul", (), _scalar_mul_rule, doc="x times a one-element tensor")]
+specs += [OpSpec("is_nan", (), same_shape_rule, doc="whether each element is NaN (uninterpreted: nothing is assumed of it)")]
+specs += [OpSpec("where", (), _broadcast_rule_3, doc="condition ? x : y, broadcasting")]
 specs += [OpSpec("gelu", (Slot("approximate", "enum", ("none", "tanh")),), same_shape_rule,
                  doc="ONNX's Gelu (opset 20), defined by its decomposition (gelu-erf, gelu-tanh)")]
 specs += [OpSpec("fast_gelu", (), same_shape_rule, doc="ONNX Runtime's FastGelu, defined as the tanh GELU")]

@@ -114,7 +114,8 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("global_avg_pool-concat", "drop guard rank(x) == 4"): _POOLED_RANK_5,
     **{(f"bn_kernel-mul[{eps:g}]", "drop guard rank(v) == 4"): _RANK_5 for eps in EPSILONS},
     **{(f"bn_kernel-smul[{eps:g}]", "drop guard rank(s) <= rank(w)"): _RANK_5 for eps in EPSILONS},
-    **{(a.name, "drop guard rank(m) == 4"): _MASK_RANK_5 for a in AXIOMS if a.name.startswith("attention-definition-heads-mask")},
+    **{(a.name, "drop guard rank(m) == 4"): _MASK_RANK_5 for a in AXIOMS
+       if a.name.startswith(("attention-definition-heads-mask", "attention-definition-heads-sdpa-mask")) and "mask-2d" not in a.name},
     **{(a.name, f"rhs: swap operands of sub{list(path)}"): _SQUARED for a in AXIOMS for path in _squared_differences(a.rhs)},
 }
 

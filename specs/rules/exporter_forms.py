@@ -20,7 +20,7 @@ import numpy as np
 
 from taso.ir import TensorType
 from taso.rules import Library, Rule, RuleInput, RuleNode
-from taso.specs.attention import HEAD_SIZES, default_scale
+from taso.specs.attention import HEAD_SIZES, default_scale, split_scale
 
 __all__ = ["FORMS", "NORM_FORMS", "ATTENTION_MASKS", "rules", "main"]
 
@@ -127,8 +127,9 @@ def _norm_rules() -> list[Rule]:
 
 
 # The masks exporters add to attention's scores: none (ViT), one for the whole batch ([1, 1, queries, keys]: GPT-2's
-# causal mask), one per sequence ([batch, 1, queries, keys]: BERT's padding mask)
-ATTENTION_MASKS = (None, "one", "batch")
+# causal mask), one per sequence ([batch, 1, queries, keys]: BERT's padding mask), one of the scores' last two axes
+# ([queries, keys]: nn.MultiheadAttention's attn_mask)
+ATTENTION_MASKS = (None, "one", "batch", "2d")
 
 
 def _dim(name: str, axis: int) -> dict:
@@ -136,7 +137,11 @@ def _dim(name: str, axis: int) -> dict:
 
 
 def _mask_input(mask: str, queries: tuple, keys: tuple) -> tuple[RuleInput, list[dict]]:
-    """The mask input, and the constraints that it is ``[1 or batch, 1, queries, keys]`` (those ONNX Runtime runs)."""
+    """The mask input, and the constraints that it is ``[1 or batch, 1, queries, keys]`` or ``[queries, keys]`` (those
+    ONNX Runtime runs)."""
+    if mask == "2d":
+        constraints = [{"eq": [_dim("m", 0), _dim(*queries)]}, {"eq": [_dim("m", 1), _dim(*keys)]}]
+        return RuleInput("m", "act", TensorType((4, 5), "float32")), constraints
     batch = 1 if mask == "one" else 2
     constraints = [{"eq": [_dim("m", 0), 1 if mask == "one" else _dim("q", 0)]}, {"eq": [_dim("m", 1), 1]},
                    {"eq": [_dim("m", 2), _dim(*queries)]}, {"eq": [_dim("m", 3), _dim(*keys)]}]
@@ -144,16 +149,34 @@ def _mask_input(mask: str, queries: tuple, keys: tuple) -> tuple[RuleInput, list
 
 
 def _scores(s: Side, q: str, k_t: str, v: str, scale: float, mask: str | None) -> str:
-    """softmax(q @ k^T * scale (+ mask)) @ v as both exporters write transformers' attention: the product scaled."""
+    """softmax(q @ k^T * scale (+ mask)) @ v as both exporters write transformers' eager attention: the product scaled."""
     scores = s("scalar_mul", s("matmul", q, k_t), s.const(scale))
     return s("matmul", s("softmax", s("add", scores, "m") if mask else scores, axis=3), v)
 
 
-def _attention_on_heads(head_size: int, mask: str | None) -> Rule:
-    """The exporters' form on heads q [b, h, s, d], k^T [b, h, d, t], v [b, h, t, e] into attention on heads."""
-    scale = default_scale(head_size)
+def _sdpa_scores(s: Side, q: str, k_t: str, v: str, root: float, mask: str | None, guarded: bool) -> str:
+    """torch's scaled_dot_product_attention as both exporters write it: q and k^T each scaled by the scale's root,
+    the product (plus the mask) softmaxed, its NaN rows zeroed where ``guarded``, times v."""
+    scores = s("matmul", s("scalar_mul", q, s.const(root)), s("scalar_mul", k_t, s.const(root)))
+    weights = s("softmax", s("add", scores, "m") if mask else scores, axis=3)
+    if guarded:
+        weights = s("where", s("is_nan", weights), s.const(0), weights)
+    return s("matmul", weights, v)
+
+
+def _attention_on_heads(head_size: int, mask: str | None, sdpa: bool = False, guarded: bool = False) -> Rule:
+    """An exporter's form on heads q [b, h, s, d], k^T [b, h, d, t], v [b, h, t, e] into attention on heads: the
+    eager form, or torch's scaled_dot_product_attention (``sdpa``) with its NaN guard or without."""
     source, target = Side(), Side("target")
-    y = _scores(source, "q", "kt", "v", scale, mask)
+    if sdpa:
+        root = split_scale(head_size)
+        scale = root * root
+        y = _sdpa_scores(source, "q", "kt", "v", root, mask, guarded)
+        name = f"attention-heads-sdpa{'-mask-' + mask if mask else ''}{'-guarded' if guarded else ''}-d{head_size}"
+    else:
+        scale = default_scale(head_size)
+        y = _scores(source, "q", "kt", "v", scale, mask)
+        name = f"attention-heads{'-mask-' + mask if mask else ''}[{scale:.6g}]"
     inputs = [RuleInput("q", "act", TensorType((2, 3, 4, head_size), "float32")), RuleInput("kt", "act", TensorType((2, 3, head_size, 5), "float32")),
               RuleInput("v", "act", TensorType((2, 3, 5, 6), "float32"))]
     constraints = [{"eq": [_dim(t, a), _dim("q", a)]} for t in ("kt", "v") for a in (0, 1)]
@@ -163,27 +186,39 @@ def _attention_on_heads(head_size: int, mask: str | None) -> Rule:
         constraints += mask_constraints
     z = target("attention", "q", target("transpose", "kt", perm=(0, 1, 3, 2)), "v", *(("m",) if mask else ()), scale=scale, head_size=0)
     return Rule(inputs=tuple(inputs), source=tuple(source.nodes), target=tuple(target.nodes), outputs=((y, z),), constraints=tuple(constraints),
-                name=f"attention-heads{'-mask-' + mask if mask else ''}[{scale:.6g}]")
+                name=name)
+
+
+def _split_heads(side: Side, t: str, head_size: int, perm: tuple) -> str:
+    """A projection [b, s, h * d] reshaped to heads [b, s, h, d] and transposed by ``perm``."""
+    example = (2, 4 if t == "q" else 5, 2, head_size)
+    shape = [_dim(t, 0), _dim(t, 1), {"div": [_dim(t, 2), head_size]}, head_size]
+    return side("transpose", side("reshape", t, shaped={"shape": (example, shape)}), perm=perm)
+
+
+def _merge_heads(side: Side, heads: str, head_size: int) -> str:
+    """Heads [b, h, s, d] transposed back and reshaped to [b, s, h * d]."""
+    return side("reshape", side("transpose", heads, perm=(0, 2, 1, 3)), shaped={"shape": ((2, 4, 2 * head_size), [_dim("q", 0), _dim("q", 1), _dim("v", 2)])})
+
+
+def _projection_inputs(head_size: int) -> list[RuleInput]:
+    return [RuleInput("q", "act", TensorType((2, 4, 2 * head_size), "float32")), RuleInput("k", "act", TensorType((2, 5, 2 * head_size), "float32")),
+            RuleInput("v", "act", TensorType((2, 5, 2 * head_size), "float32"))]
+
+
+_SAME_PROJECTIONS = [{"eq": [_dim("k", 2), _dim("q", 2)]}, {"eq": [_dim("v", 2), _dim("q", 2)]}, {"eq": [_dim("k", 0), _dim("q", 0)]},
+                     {"eq": [_dim("v", 0), _dim("q", 0)]}, {"eq": [_dim("v", 1), _dim("k", 1)]}]
 
 
 def _attention_on_projections(head_size: int, mask: str | None) -> Rule:
-    """The exporters' whole form on projections q [b, s, h * d], k and v [b, t, h * d]: each reshaped to heads and
-    transposed (k to [b, h, d, t]), the scores, and the output transposed and reshaped back, into attention on
+    """The exporters' whole eager form on projections q [b, s, h * d], k and v [b, t, h * d]: each reshaped to heads
+    and transposed (k to [b, h, d, t]), the scores, and the output transposed and reshaped back, into attention on
     projections (Attention-23's 3-D form); the head count is the width over d."""
-    scale, heads = default_scale(head_size), 2
+    scale = default_scale(head_size)
     source, target = Side(), Side("target")
-
-    def split(t: str, perm: tuple) -> str:
-        example = (2, 4 if t == "q" else 5, heads, head_size)
-        shape = [_dim(t, 0), _dim(t, 1), {"div": [_dim(t, 2), head_size]}, head_size]
-        return source("transpose", source("reshape", t, shaped={"shape": (example, shape)}), perm=perm)
-
-    product = _scores(source, split("q", (0, 2, 1, 3)), split("k", (0, 2, 3, 1)), split("v", (0, 2, 1, 3)), scale, mask)
-    y = source("reshape", source("transpose", product, perm=(0, 2, 1, 3)), shaped={"shape": ((2, 4, heads * head_size), [_dim("q", 0), _dim("q", 1), _dim("v", 2)])})
-    inputs = [RuleInput("q", "act", TensorType((2, 4, heads * head_size), "float32")), RuleInput("k", "act", TensorType((2, 5, heads * head_size), "float32")),
-              RuleInput("v", "act", TensorType((2, 5, heads * head_size), "float32"))]
-    constraints = [{"eq": [_dim("k", 2), _dim("q", 2)]}, {"eq": [_dim("v", 2), _dim("q", 2)]}, {"eq": [_dim("k", 0), _dim("q", 0)]},
-                   {"eq": [_dim("v", 0), _dim("q", 0)]}, {"eq": [_dim("v", 1), _dim("k", 1)]}]
+    split = [_split_heads(source, t, head_size, perm) for t, perm in (("q", (0, 2, 1, 3)), ("k", (0, 2, 3, 1)), ("v", (0, 2, 1, 3)))]
+    y = _merge_heads(source, _scores(source, *split, scale, mask), head_size)
+    inputs, constraints = _projection_inputs(head_size), list(_SAME_PROJECTIONS)
     if mask:
         mask_input, mask_constraints = _mask_input(mask, ("q", 1), ("k", 1))
         inputs.append(mask_input)
@@ -193,8 +228,23 @@ def _attention_on_projections(head_size: int, mask: str | None) -> Rule:
                 constraints=tuple(constraints), name=f"attention-projections-d{head_size}{'-mask-' + mask if mask else ''}")
 
 
+def _heads_to_projections(head_size: int, scale: float, mask: bool) -> Rule:
+    """Attention on the heads of projections, its output's heads merged back, into attention on the projections: what
+    a rule into attention on heads leaves of a model's layer (the split form's scale and the eager one's)."""
+    source, target = Side(), Side("target")
+    split = [_split_heads(source, t, head_size, (0, 2, 1, 3)) for t in "qkv"]
+    y = _merge_heads(source, source("attention", *split, *(("m",) if mask else ()), scale=scale, head_size=0), head_size)
+    inputs = _projection_inputs(head_size) + ([RuleInput("m", "act", TensorType((2, 1, 4, 5), "float32"))] if mask else [])
+    z = target("attention", "q", "k", "v", *(("m",) if mask else ()), scale=scale, head_size=head_size)
+    form = "sdpa" if scale != default_scale(head_size) else "eager"
+    return Rule(inputs=tuple(inputs), source=tuple(source.nodes), target=tuple(target.nodes), outputs=((y, z),), params=tuple(source.params),
+                constraints=tuple(_SAME_PROJECTIONS), name=f"attention-heads-to-projections-{form}-d{head_size}{'-mask' if mask else ''}")
+
+
 def _attention_rules() -> list[Rule]:
-    return [form(d, mask) for form in (_attention_on_heads, _attention_on_projections) for d in HEAD_SIZES for mask in ATTENTION_MASKS]
+    return [*[form(d, mask) for form in (_attention_on_heads, _attention_on_projections) for d in HEAD_SIZES for mask in ATTENTION_MASKS],
+            *[_attention_on_heads(d, mask, sdpa=True, guarded=guarded) for d in HEAD_SIZES for mask in ATTENTION_MASKS for guarded in (False, True)],
+            *[_heads_to_projections(d, scale, mask) for d in HEAD_SIZES for scale in dict.fromkeys((default_scale(d), split_scale(d) ** 2)) for mask in (False, True)]]
 
 
 def rules() -> list[Rule]:

@@ -557,6 +557,25 @@ for _name, (_fn, _onnx_type) in _COMPARISONS.items():
     )
 
 
+def _import_is_nan(ctx) -> bool:
+    if len(ctx.inputs) != 1 or ctx.attr_names or not ctx.type(ctx.inputs[0]).dtype.startswith("float"):
+        return False
+    ctx.emit(is_nan, list(ctx.inputs), ctx.outputs)
+    return True
+
+
+is_nan = define(
+    "is_nan",
+    arity=1,
+    shape=lambda types, p: TensorType(types[0].shape, "bool"),
+    numpy=lambda xs, p: as_array(np.isnan(xs[0])),
+    torch=lambda rt, xs, p: rt.torch.isnan(xs[0]),
+    onnx=OnnxMapping(("IsNaN",), _import_is_nan, _exporter_as("IsNaN")),
+    groups=("elementwise",),
+    doc="whether each element is NaN, a bool tensor (the guard torch's attention export puts after its softmax)",
+)
+
+
 def _where_shape(types, p) -> TensorType:
     condition, x, y = types
     require(condition.dtype == "bool", f"where: the condition must be bool, got {condition.dtype}")
@@ -606,4 +625,4 @@ define_importer(("Sum",), _import_variadic(add))
 define_importer(("Max",), _import_variadic(BINARY_OPS["max"]))
 define_importer(("Min",), _import_variadic(BINARY_OPS["min"]))
 
-__all__ = ["UNARY_OPS", "BINARY_OPS", "COMPARISON_OPS", "where", "apply_activation", "apply_activation_exact", "exact_with_activation", "emit_with_activation", "ACTIVATION_PARAM", "broadcast_shape"]
+__all__ = ["UNARY_OPS", "BINARY_OPS", "COMPARISON_OPS", "is_nan", "where", "apply_activation", "apply_activation_exact", "exact_with_activation", "emit_with_activation", "ACTIVATION_PARAM", "broadcast_shape"]

@@ -45,6 +45,7 @@ VERSIONS: dict[str, tuple[int, ...]] = {
     "Dropout": (7, 10, 12, 13, 22),
     "Equal": (7, 11, 13, 19),
     "Erf": (9, 13),
+    "IsNaN": (9, 13, 20),  # 13 and 20 added element types only
     "Exp": (6, 13),
     "Expand": (8, 13),
     "Flatten": (1, 9, 11, 13, 21, 23, 24, 25),

@@ -75,6 +75,7 @@ class CompiledRule:
         self.constants = frozenset(n.index for n in nodes if n.op_name == "fill" and not n.inputs and n.literal is not None
                                    and not set(n.outputs) & self.mapped)
         self.constant_values = frozenset(v for i in self.constants for v in nodes[i].outputs)
+        self.rank_free = _rank_free_constants(rule, nodes, self.constants)
         self.target_ops = [get(rn.op) for rn in rule.target]
         self.target_params = [_node_params(rn) for rn in rule.target]
         self.interior = {v for rn in rule.source for v in rn.outputs} - self.constant_values
@@ -170,16 +171,42 @@ def params_fit(p: _PatternNode, node: Node) -> bool:
     return all(node.params.get(k) == v for k, v in p.fixed)
 
 
-def constant_node(graph: Graph, value: str, p: _PatternNode) -> Node | None:
+def constant_node(graph: Graph, value: str, p: _PatternNode, rank_free: bool = False) -> Node | None:
     """The node that plays source constant ``p`` where the match reads ``value``: the graph's fill node of the same
-    parameters, or a stand-in for a one-element weight of the same value; None when ``value`` is another value."""
+    parameters, or a stand-in for a one-element weight of the same value; None when ``value`` is another value.
+    ``rank_free`` (:func:`_rank_free_constants`): a weight of shape [1] plays a scalar constant too."""
     producer = graph.producer(value)
     if producer is not None:
         return producer if producer.op.name == "fill" and producer.params == p.literal else None
     weight = graph.weights.get(value)
+    if weight is not None and rank_free and weight.shape == (1,):
+        weight = weight.reshape(())
     if weight is None or as_fill(weight) != p.literal:
         return None
     return Node(get("fill"), p.literal, (), (value,), "constant")
+
+
+_BROADCASTING = frozenset({"scalar_mul", "add", "sub", "mul", "div", "pow", "where"})
+
+
+def _rank_free_constants(rule: Rule, nodes: Sequence[_PatternNode], constants: frozenset[int]) -> frozenset[int]:
+    """The scalar source constants that a one-element weight of shape [1] may play (exporters write 0.5 either way):
+    each is read only by broadcasting element-wise ops whose result has rank 1 or more at the rule's shapes, so a
+    [1] in its place changes no value and no type (a match binds inputs of the ranks the rule's have)."""
+    if not constants:
+        return frozenset()
+    try:
+        types = rule.side_graph("source").types
+    except TasoError:
+        return frozenset()
+    free = set()
+    for index in constants:
+        value, literal = nodes[index].outputs[0], nodes[index].literal
+        users = [n for n in nodes if value in n.inputs]
+        if literal["shape"] == () and users and all(
+                n.op_name in _BROADCASTING and all(types[o].rank >= 1 for o in n.outputs) for n in users):
+            free.add(index)
+    return frozenset(free)
 
 
 def _candidates(graph: Graph, crule: CompiledRule, p: _PatternNode, values: dict) -> list[Node]:
@@ -255,7 +282,7 @@ def find_matches(graph: Graph, crule: CompiledRule, seed: tuple[int, Node] | Non
             return
         p = crule.nodes[order[depth]]
         if p.index in crule.constants:
-            node = constant_node(graph, values[p.outputs[0]], p) if p.outputs[0] in values else None
+            node = constant_node(graph, values[p.outputs[0]], p, p.index in crule.rank_free) if p.outputs[0] in values else None
             if node is not None:
                 choose(p.index, node, None)
                 yield from extend(depth + 1, values)
