@@ -166,3 +166,16 @@ def test_the_ort_target_raises_the_opset_only_where_every_node_it_keeps_means_th
     graph = _one_opaque_node(op_type, opset, inputs, **attrs)
     assert [n.op.name for n in graph.nodes] == ["opaque"]
     assert opset_limit(graph, "ort") == (ORT_OPSET if raised else None)
+
+
+def test_a_default_run_says_what_attention_the_ort_target_would_add():
+    """The exporter's form at the file's opset 17: the default target writes it as it is, and the report's note counts
+    the place where --target ort would write Attention (the analytic costs price the one node below the form)."""
+    from taso.cost import make_cost_model
+    from taso.pipeline.targets import ort_gain
+
+    source = _rule("attention-heads-sdpa-mask-batch-guarded-d64").side_graph("source", {"q": (2, 12, 128, 64), "kt": (2, 12, 64, 128),
+                                                                                         "v": (2, 12, 128, 64), "m": (2, 1, 128, 128)})
+    assert source.meta.opset < ORT_OPSET and opset_limit(source, "onnx") is None
+    gain = ort_gain(source, make_cost_model("analytic"))
+    assert gain.places == 1 and "ONNX's Attention at opset 23" in gain.note()

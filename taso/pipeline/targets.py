@@ -16,7 +16,7 @@ from ..cost.model import CostModel
 from ..ir import Graph
 from ..rules import Library
 from ..search.rewrite import CompiledRule, plans
-from .library import ORT_FUSIONS
+from .library import EXPORTER_FORMS, ORT_FUSIONS
 
 __all__ = ["TargetGain", "ort_gain", "ORT_OPSET", "opset_limit", "with_opset_limit"]
 
@@ -36,24 +36,31 @@ class TargetGain(NamedTuple):
         """The report's line, or None when there is nothing worth saying."""
         if not self.places or self.seconds < _WORTH_SAYING * self.cost:
             return None
-        return (f"--target ort (ONNX Runtime's contrib operators) could rewrite {self.places} place(s) more, predicted "
+        return (f"--target ort (ONNX Runtime's contrib operators, ONNX's Attention at opset 23) could rewrite {self.places} "
+                f"place(s) more, predicted "
                 f"{self.seconds / self.cost:.1%} of the cost faster")
 
 
 def ort_gain(graph: Graph, cost_model: CostModel) -> TargetGain:
-    """The fusions' rewrites of ``graph`` that the cost model prices as gains, each priced alone from ``graph`` (their
-    sum is an estimate: two near one another may share a neighbour). Measures the fused nodes it meets without the
-    search's deadline, as the search would have."""
+    """The rewrites of ``graph`` only ``--target ort`` makes that the cost model prices as gains, each priced alone from
+    ``graph`` (their sum is an estimate: two near one another may share a neighbour): the fusions into ONNX Runtime's
+    contrib operators, and the rules into ONNX's Attention where the file's opset could be raised to 23. Measures the
+    fused nodes it meets without the search's deadline, as the search would have."""
     deadline, cost_model.deadline = cost_model.deadline, float("inf")
     try:
         cost = cost_model.graph_cost(graph)
         present = {n.op.name for n in graph.nodes}
         places, gain = 0, 0.0
-        for rule in Library.load(ORT_FUSIONS).rules:
-            if rule.status != "proved" or not {n.op for n in rule.source} <= present:
+        limit = opset_limit(graph, "ort")
+        raised = with_opset_limit(graph, limit) if limit is not None and not graph.meta.writes_natively(ORT_OPSET) else None
+        candidates = [(graph, rule) for rule in Library.load(ORT_FUSIONS).rules]
+        if raised is not None:
+            candidates += [(raised, rule) for rule in Library.load(EXPORTER_FORMS).rules if any(n.op == "attention" for n in rule.target)]
+        for where, rule in candidates:
+            if rule.status != "proved" or not {n.op for n in rule.source if n.op != "fill"} <= present:  # (constants: weights)
                 continue
-            for plan in plans(graph, CompiledRule(rule)):
-                delta = cost - cost_model.rewrite_cost(graph, cost, plan.removed, plan.added, plan)
+            for plan in plans(where, CompiledRule(rule)):
+                delta = cost - cost_model.rewrite_cost(where, cost, plan.removed, plan.added, plan)
                 if delta > 0:
                     places, gain = places + 1, gain + delta
         return TargetGain(places, gain, cost)
