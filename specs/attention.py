@@ -30,7 +30,7 @@ from .base import Axiom, OpSpec, Slot, Unsupported, all_of, any_of, idiv
 from .elementwise import constant
 from .terms import dim, eq, op, rank, tensors
 
-__all__ = ["specs", "axioms", "definitions", "HEAD_SIZES", "MASKS", "default_scale", "split_scale"]
+__all__ = ["specs", "axioms", "definitions", "HEAD_SIZES", "MASKS", "default_scale", "split_scale", "scales"]
 
 HEAD_SIZES = (8, 16, 32, 64, 80, 96, 128)
 
@@ -44,6 +44,12 @@ def split_scale(head_size: int) -> float:
     """The root of the scale, ``d ** -0.25``, as a file holds it (a float32): what torch's attention export scales q and
     k^T by; the product's scale is its square."""
     return float(np.float32(head_size ** -0.25))
+
+
+def scales(head_size: int) -> tuple[float, ...]:
+    """The scales exporters write attention at for ``head_size``: the eager form's and the split form's square (one
+    where they are the same float, as at 16)."""
+    return tuple(dict.fromkeys((default_scale(head_size), split_scale(head_size) ** 2)))
 
 
 def _scores_mask(mask, scores) -> list:
@@ -82,7 +88,7 @@ specs = [
 ]
 
 attention, matmul, softmax, scalar_mul, add = op("attention"), op("matmul"), op("softmax"), op("scalar_mul"), op("add")
-is_nan, where, fill = op("is_nan"), op("where"), op("fill")
+is_nan, where = op("is_nan"), op("where")
 transpose, reshape = op("transpose"), op("reshape")
 q, k, v, m = tensors("q k v m")
 HEADS_FIRST = (0, 2, 1, 3)
@@ -178,6 +184,9 @@ def _on_projections(head_size: int, mask: str | None, scale: float) -> Axiom:
                  when=ranks, unfold=True)
 
 
+# The masks exporters add to attention's scores: none (ViT), one for the whole batch ([1, 1, queries, keys]: GPT-2's
+# causal mask), one per sequence ([batch, 1, queries, keys]: BERT's padding mask), one of the scores' last two axes
+# ([queries, keys]: nn.MultiheadAttention's attn_mask)
 MASKS = (None, "one", "batch", "2d")
 axioms: list[Axiom] = []  # attention has its definitions only
 
@@ -185,5 +194,5 @@ axioms: list[Axiom] = []  # attention has its definitions only
 definitions = [
     *[_on_heads(default_scale(d), mask) for d in HEAD_SIZES for mask in MASKS],
     *[_on_heads_split(d, mask, guarded) for d in HEAD_SIZES for mask in MASKS for guarded in (False, True)],
-    *[_on_projections(d, mask, scale) for d in HEAD_SIZES for mask in (None, "batch") for scale in dict.fromkeys((default_scale(d), split_scale(d) ** 2))],
+    *[_on_projections(d, mask, scale) for d in HEAD_SIZES for mask in (None, "batch") for scale in scales(d)],
 ]

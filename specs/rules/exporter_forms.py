@@ -20,7 +20,7 @@ import numpy as np
 
 from taso.ir import TensorType
 from taso.rules import Library, Rule, RuleInput, RuleNode
-from taso.specs.attention import HEAD_SIZES, default_scale, split_scale
+from taso.specs.attention import HEAD_SIZES, MASKS, default_scale, scales, split_scale
 
 __all__ = ["FORMS", "NORM_FORMS", "ATTENTION_MASKS", "rules", "main"]
 
@@ -126,10 +126,7 @@ def _norm_rules() -> list[Rule]:
     return out
 
 
-# The masks exporters add to attention's scores: none (ViT), one for the whole batch ([1, 1, queries, keys]: GPT-2's
-# causal mask), one per sequence ([batch, 1, queries, keys]: BERT's padding mask), one of the scores' last two axes
-# ([queries, keys]: nn.MultiheadAttention's attn_mask)
-ATTENTION_MASKS = (None, "one", "batch", "2d")
+ATTENTION_MASKS = MASKS  # the masks exporters add to attention's scores (taso.specs.attention)
 
 
 def _dim(name: str, axis: int) -> dict:
@@ -244,7 +241,7 @@ def _heads_to_projections(head_size: int, scale: float, mask: bool) -> Rule:
 def _attention_rules() -> list[Rule]:
     return [*[form(d, mask) for form in (_attention_on_heads, _attention_on_projections) for d in HEAD_SIZES for mask in ATTENTION_MASKS],
             *[_attention_on_heads(d, mask, sdpa=True, guarded=guarded) for d in HEAD_SIZES for mask in ATTENTION_MASKS for guarded in (False, True)],
-            *[_heads_to_projections(d, scale, mask) for d in HEAD_SIZES for scale in dict.fromkeys((default_scale(d), split_scale(d) ** 2)) for mask in (False, True)]]
+            *[_heads_to_projections(d, scale, mask) for d in HEAD_SIZES for scale in scales(d) for mask in (False, True)]]
 
 
 def rules() -> list[Rule]:

@@ -8,6 +8,7 @@ table (:func:`ort_gain`)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import NamedTuple
 
 import onnx
@@ -37,8 +38,7 @@ class TargetGain(NamedTuple):
         if not self.places or self.seconds < _WORTH_SAYING * self.cost:
             return None
         return (f"--target ort (ONNX Runtime's contrib operators, ONNX's Attention at opset 23) could rewrite {self.places} "
-                f"place(s) more, predicted "
-                f"{self.seconds / self.cost:.1%} of the cost faster")
+                f"place(s) more, predicted {self.seconds / self.cost:.1%} of the cost faster")
 
 
 def ort_gain(graph: Graph, cost_model: CostModel) -> TargetGain:
@@ -91,8 +91,9 @@ def _same_meaning(params, opset: int, raised: int) -> bool:
             return True
     except onnx.defs.SchemaError:
         return False
+    attributes = tuple(a.SerializeToString() for a in proto.attribute)
     return proto.op_type not in _SAME_FORM_NEW_MEANING and _converts_unchanged(proto.op_type, len(proto.input), len(proto.output),
-                                                                               proto.attribute, opset, raised)
+                                                                               attributes, opset, raised)
 
 
 # Operators whose newer version keeps the node's form and changes what it computes, where ONNX's version converter
@@ -100,14 +101,16 @@ def _same_meaning(params, opset: int, raised: int) -> bool:
 _SAME_FORM_NEW_MEANING = frozenset({"GroupNormalization"})
 
 
-def _converts_unchanged(op_type: str, inputs: int, outputs: int, attributes, opset: int, raised: int) -> bool:
-    """Whether ONNX's version converter takes the node from ``opset`` to ``raised`` as it is: the versions between
-    only widened its types (the converter's adapters rewrite a node whose meaning changed, and refuse where they cannot)."""
+@functools.lru_cache(maxsize=1024)
+def _converts_unchanged(op_type: str, inputs: int, outputs: int, attributes: tuple[bytes, ...], opset: int, raised: int) -> bool:
+    """Whether ONNX's version converter takes the node (its ``attributes`` serialized) from ``opset`` to ``raised`` as
+    it is: the versions between only widened its types (the converter's adapters rewrite a node whose meaning changed,
+    and refuse where they cannot). Cached: a file holds many nodes alike (its Shape and Cast nodes)."""
     from onnx import version_converter
 
     names = [f"i{k}" for k in range(inputs)]
     node = onnx.helper.make_node(op_type, names, [f"o{k}" for k in range(outputs)])
-    node.attribute.extend(attributes)
+    node.attribute.extend(onnx.AttributeProto.FromString(a) for a in attributes)
     graph = onnx.helper.make_graph([node], "one", [onnx.helper.make_value_info(n, onnx.TypeProto()) for n in names],
                                    [onnx.helper.make_value_info(f"o{k}", onnx.TypeProto()) for k in range(outputs)])
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
@@ -116,7 +119,7 @@ def _converts_unchanged(op_type: str, inputs: int, outputs: int, attributes, ops
     except Exception:  # noqa: BLE001 - the converter refuses in many ways; each means "not known to be the same"
         return False
     return len(converted) == 1 and converted[0].op_type == op_type and list(converted[0].input) == names and \
-        sorted(a.SerializeToString() for a in converted[0].attribute) == sorted(a.SerializeToString() for a in attributes)
+        sorted(a.SerializeToString() for a in converted[0].attribute) == sorted(attributes)
 
 
 def with_opset_limit(graph: Graph, limit: int | None) -> Graph:
