@@ -46,6 +46,7 @@ def size_dispatch(branches: Sequence[onnx.ModelProto], input_name: str, axis: in
     _check_branches(branches)
     _check_thresholds(thresholds, len(branches))
     axis = _normalized_axis(branches[0].graph, input_name, axis)
+    branches = _at_one_opset(branches)
     opsets = _merged_opsets(branches)
     inputs = [value.name for value in branches[0].graph.input]
     outputs = [value.name for value in branches[0].graph.output]
@@ -115,6 +116,32 @@ def _normalized_axis(graph: onnx.GraphProto, input_name: str, axis: int) -> int:
     if isinstance(axis, bool) or not isinstance(axis, Integral) or not -rank <= axis < rank:
         raise TasoError(f"axis {axis!r} is out of range for input {input_name!r} of rank {rank}")
     return int(axis) % rank
+
+
+def _at_one_opset(branches: Sequence[onnx.ModelProto]) -> list[onnx.ModelProto]:
+    """The branches, each below the newest default-domain opset among them converted up to it.
+
+    Raises:
+        TasoError: a branch ONNX's version converter cannot convert.
+    """
+    from onnx import version_converter
+
+    defaults = [_default_opset(branch) for branch in branches]
+    known = [version for version in defaults if version is not None]
+    newest = max(known, default=None)
+    if newest is None or newest < _MIN_OPSET:
+        return list(branches)
+    converted = []
+    for k, (branch, version) in enumerate(zip(branches, defaults)):
+        if version is None or version == newest:
+            converted.append(branch)
+            continue
+        try:
+            converted.append(version_converter.convert_version(branch, newest))
+        except Exception as e:  # the converter raises RuntimeError, ValueError or its C++ errors by kind of node
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise TasoError(f"branch {k} imports opset {version} and cannot be converted to opset {newest}: {reason}") from None
+    return converted
 
 
 def _merged_opsets(branches: Sequence[onnx.ModelProto]) -> list[onnx.OperatorSetIdProto]:
