@@ -122,13 +122,14 @@ class ExportContext:
         out = parts[0] if len(parts) == 1 else self._op("Concat", parts, "sizes", axis=0)
         return out if dtype == "int64" else self._op("Cast", [out], "sizes", to=self.onnx_dtype(dtype))
 
-    def reshape_target(self, data: str, shape) -> str:
+    def reshape_target(self, data: str, shape, given=None) -> str:
         """Reshape's shape operand: 0 where a dim is the input's dim at the same position, -1 for one
-        other symbolic dim, a run-time computation only when that does not suffice."""
+        other symbolic dim, a run-time computation only when that does not suffice. ``given``: the data's shape, where
+        the data is a value this exporter wrote (not in the graph)."""
         shape = tuple(shape)
         if is_static_shape(shape):
             return self.const(np.asarray([int(d) for d in shape], np.int64).reshape(len(shape)))
-        given = self.type(data).shape
+        given = self.type(data).shape if given is None else tuple(given)
         target: list[int | None] = []
         for i, d in enumerate(shape):
             if isinstance(d, Dim):

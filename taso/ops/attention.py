@@ -13,6 +13,11 @@ The mask is additive (a float tensor each of whose dims is 1 or the scores' dim,
 masks, causal flag, past keys, soft cap, windows and extra outputs are not modelled, and a node using them stays
 opaque. Below opset 23 (or where the graph's target does not allow raising the opset) the operator is written as the
 form the exporters write.
+
+ONNX Runtime's own attention kernels, MultiHeadAttention and Attention (com.microsoft: its transformers optimizer
+writes them), are read into this operator, Attention's packed projection as the product and the split before it, so a
+file that holds them is rewritten like any other. They are not written: on ONNX Runtime's CPU, Attention-23 runs
+1.23-1.39x the exporters' form and MultiHeadAttention level with it to 1.12x (``bench_attention_kernels.py``).
 """
 
 from __future__ import annotations
@@ -22,8 +27,11 @@ import math
 import numpy as np
 
 from ..ir import TensorType
-from .base import OnnxMapping, Param, define, require
+from .base import ORT_DOMAIN, OnnxMapping, Param, define, define_contrib_importer, require
+from .elementwise import add
+from .linalg import matmul
 from .onnx_versions import understood
+from .shape import split
 
 __all__ = ["attention", "head_split", "ATTENTION_OPSET"]
 
@@ -120,6 +128,55 @@ def _import_attention(ctx) -> bool:
     return True
 
 
+def _import_ort_multi_head_attention(ctx) -> bool:
+    """MultiHeadAttention (com.microsoft) on separate q, k, v ``[batch, seq, heads * size]`` of one width: its bias an
+    Add to each, its attention bias the additive mask. A key padding mask, past keys, the causal flag, packed or
+    head-split inputs, or an output beyond the first keep the node opaque."""
+    inputs = list(ctx.inputs) + [""] * (10 - len(ctx.inputs))
+    if (ctx.attr_names - {"num_heads", "scale", "mask_filter_value", "unidirectional"} or ctx.attr("unidirectional", 0)
+            or not all(inputs[:3]) or any(inputs[4:5] + inputs[6:]) or not ctx.outputs[0] or any(ctx.outputs[1:])):
+        return False
+    q, k, v = inputs[:3]
+    width = ctx.type(q).shape[2] if ctx.type(q).rank == 3 else None
+    if not isinstance(width, int) or {ctx.type(t).rank for t in (k, v)} != {3} or {ctx.type(t).shape[2] for t in (k, v)} != {width}:
+        return False
+    if inputs[3]:
+        q, k, v = (ctx.emit(add, [t, b])[0] for t, b in zip((q, k, v), ctx.emit(split, [inputs[3]], axis=0, sizes=(width,) * 3)))
+    return _emit_on_projections(ctx, q, k, v, inputs[5], width)
+
+
+def _import_ort_attention(ctx) -> bool:
+    """Attention (com.microsoft): ``x @ weights + bias`` split into q, k and v of one width, then attention on them; its
+    attention bias the additive mask. A mask index, past keys, the causal flag or rotary embeddings keep it opaque."""
+    inputs = list(ctx.inputs) + [""] * (7 - len(ctx.inputs))
+    allowed = {"num_heads", "scale", "mask_filter_value", "unidirectional", "qkv_hidden_sizes", "do_rotary", "past_present_share_buffer"}
+    if (ctx.attr_names - allowed or ctx.attr("unidirectional", 0) or ctx.attr("do_rotary", 0) or ctx.attr("past_present_share_buffer", 0)
+            or not all(inputs[:2]) or any(inputs[3:5] + inputs[6:]) or not ctx.outputs[0] or any(ctx.outputs[1:])):
+        return False
+    x, weights, bias = inputs[:3]
+    packed = ctx.type(weights).shape[1]
+    sizes = tuple(ctx.attr("qkv_hidden_sizes", ())) or ((packed // 3,) * 3 if isinstance(packed, int) and packed % 3 == 0 else ())
+    if ctx.type(x).rank != 3 or len(set(sizes)) != 1 or sum(sizes) != packed:
+        return False
+    projected = ctx.emit(matmul, [x, weights])[0]
+    if bias:
+        projected = ctx.emit(add, [projected, bias])[0]
+    q, k, v = ctx.emit(split, [projected], axis=2, sizes=sizes)
+    return _emit_on_projections(ctx, q, k, v, inputs[5], sizes[0])
+
+
+def _emit_on_projections(ctx, q: str, k: str, v: str, mask: str, width: int) -> bool:
+    """attention on projections of ``width`` split into the node's ``num_heads`` heads, at its scale (default
+    1 / sqrt(head size)), the mask a float tensor where there is one."""
+    heads = int(ctx.attr("num_heads", 0))
+    if heads <= 0 or width % heads or (mask and ctx.type(mask).dtype != ctx.type(q).dtype):
+        return False
+    size = width // heads
+    scale = float(ctx.attr("scale", 0.0)) or 1 / math.sqrt(size)  # ONNX Runtime reads a scale of 0 as the default
+    ctx.emit(attention, [q, k, v] + ([mask] if mask else []), ctx.outputs[:1], scale=scale, head_size=size)
+    return True
+
+
 def _export_attention(ctx, node) -> None:
     """Attention where the model's opset holds Attention-23; otherwise the form the exporters write."""
     if ctx.opset >= ATTENTION_OPSET and understood("Attention", ctx.opset):
@@ -173,7 +230,8 @@ def _export_written_out(ctx, node) -> None:
     product = apply("MatMul", apply("Softmax", scores, axis=-1), v, output=None if heads else out)
     if heads:
         merged = apply("Transpose", product, perm=[0, 2, 1, 3])
-        apply("Reshape", merged, ctx.reshape_target(merged, ctx.type(out).shape), output=out)
+        merged_shape = (*q_type.shape[:2], heads, ctx.type(out).shape[2] // heads)
+        apply("Reshape", merged, ctx.reshape_target(merged, ctx.type(out).shape, merged_shape), output=out)
 
 
 attention = define(
@@ -187,3 +245,5 @@ attention = define(
     groups=("attention",),
     doc="softmax(q @ k^T * scale + mask) @ v (ONNX's Attention); head_size > 0: q, k, v are [batch, seq, heads * head_size]",
 )
+define_contrib_importer(ORT_DOMAIN, "MultiHeadAttention", _import_ort_multi_head_attention)
+define_contrib_importer(ORT_DOMAIN, "Attention", _import_ort_attention)

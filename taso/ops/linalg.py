@@ -1,4 +1,4 @@
-"""Matrix products: batched matmul with a fused activation; Gemm imported as matmul/transpose/add."""
+"""Matrix products: batched matmul with a fused activation; Gemm and ONNX Runtime's FusedMatMul imported as matmul/transpose/add."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 
 from ..ir import TensorType
 from ..ir.dims import broadcast_dims
-from .base import OnnxMapping, define, define_importer, require
+from .base import ORT_DOMAIN, OnnxMapping, define, define_contrib_importer, define_importer, require
 from .elementwise import ACTIVATION_PARAM, BINARY_OPS, apply_activation, emit_with_activation, exact_with_activation, scalar_mul, torch_activation
 from .shape import transpose
 
@@ -76,5 +76,34 @@ def _import_gemm(ctx) -> bool:
 
 
 define_importer(("Gemm",), _import_gemm)
+
+
+def _import_fused_matmul(ctx) -> bool:
+    """FusedMatMul (com.microsoft) = alpha * op(A) @ op(B), op a swap of the last two axes where transA / transB say,
+    read as transpose/matmul/scalar_mul. ONNX Runtime fuses exactly these back at load (its MatMulScale and
+    transpose fusions), so it is never written: the written form runs as the fused kernel. transBatchA / transBatchB
+    keep the node opaque."""
+    if ctx.attr_names - {"alpha", "transA", "transB", "transBatchA", "transBatchB"} or ctx.attr("transBatchA", 0) or ctx.attr("transBatchB", 0):
+        return False
+    a, b = ctx.inputs[:2]
+    for flag, name in (("transA", "a"), ("transB", "b")):
+        if not ctx.attr(flag, 0):
+            continue
+        value = a if name == "a" else b
+        rank = ctx.type(value).rank
+        if rank < 2:
+            return False
+        perm = (*range(rank - 2), rank - 1, rank - 2)
+        swapped = (ctx.derived_weight(value, f"swapped{rank}", lambda w, perm=perm: np.transpose(w, perm)) if ctx.const(value) is not None
+                   else ctx.emit(transpose, [value], perm=perm)[0])
+        a, b = (swapped, b) if name == "a" else (a, swapped)
+    alpha = float(ctx.attr("alpha", 1.0))
+    y = ctx.emit(matmul, [a, b], ctx.outputs if alpha == 1.0 else None)[0]
+    if alpha != 1.0:
+        ctx.emit(scalar_mul, [y, ctx.weight(np.asarray([alpha], ctx.type(a).dtype), "alpha")], ctx.outputs)
+    return True
+
+
+define_contrib_importer(ORT_DOMAIN, "FusedMatMul", _import_fused_matmul)
 
 __all__ = ["matmul"]
