@@ -282,7 +282,7 @@ def test_onnx_runtime_failing_on_the_optimized_model_is_exit_3(tmp_path, library
 def test_onnx_runtime_failing_while_timing(tmp_path, library, capsys, monkeypatch, failing, expected_code):
     """The input failing is the user's problem (2), the optimized model failing is taso's (3); a re-export is only dropped."""
     monkeypatch.setenv("TASO_CACHE_DIR", str(tmp_path / "cache"))
-    src, out = _save(tmp_path, matmul_relu_model(), "mr.onnx"), tmp_path / "o.onnx"
+    src = _save(tmp_path, matmul_relu_model(), "mr.onnx")
 
     def failing_times(labels):
         position = {0: 0, 1: 1, 2: 1}[failing]  # the input, or the candidate beside it
