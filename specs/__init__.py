@@ -1,7 +1,7 @@
 """taso.specs: the Z3 specification of every operator the generator uses, and their axioms.
 
 One module per operator family (``elementwise``, ``linalg``, ``conv``, ``shape``,
-``constants``, ``norm``, ``attention``); each declares ``specs`` (one :class:`OpSpec` per registry op: the Z3
+``constants``, ``norm``, ``attention``, ``recurrent``); each declares ``specs`` (one :class:`OpSpec` per registry op: the Z3
 signature and a symbolic shape rule) and ``axioms`` (equations in the term language of
 :mod:`taso.specs.terms`, each with the valuations it is validated on). The verifier reads
 :data:`SPECS` and :data:`AXIOMS`; nothing else keeps a list of operators or axioms.
@@ -9,13 +9,13 @@ signature and a symbolic shape rule) and ``axioms`` (equations in the term langu
 
 from __future__ import annotations
 
-from . import attention, constants, conv, elementwise, linalg, norm, shape
+from . import attention, constants, conv, elementwise, linalg, norm, recurrent, shape
 from .base import Axiom, OpSpec, Slot, Unsupported
 from .terms import TensorVar
 
 __all__ = ["SPECS", "AXIOMS", "UNFOLDINGS", "FAMILIES", "spec_of", "axiom", "Axiom", "OpSpec", "Slot", "Unsupported"]
 
-FAMILIES = (elementwise, linalg, conv, shape, constants, norm, attention)
+FAMILIES = (elementwise, linalg, conv, shape, constants, norm, attention, recurrent)
 
 SPECS: dict[str, OpSpec] = {}
 AXIOMS: list[Axiom] = []
@@ -33,6 +33,7 @@ for _family in FAMILIES:
 AXIOMS.extend(linalg.batched_axioms)  # batched matmul laws, last (see linalg.batched_axioms)
 AXIOMS.extend(norm.definitions)  # the normalizations' definitions after them: the axioms before keep their places
 AXIOMS.extend(attention.definitions)  # and attention's after those
+AXIOMS.extend(recurrent.definitions)  # and the recurrent cells' last
 
 _BY_NAME = {a.name: a for a in AXIOMS}
 if len(_BY_NAME) != len(AXIOMS):

@@ -1,5 +1,5 @@
 """The candidate rules from the forms exporters write into ONNX's fused operators (GELU, LayerNormalization,
-RMSNormalization, Attention): writes ``exporter_forms.json``.
+RMSNormalization, Attention, LSTM and GRU): writes ``exporter_forms.json``.
 
     python specs/rules/exporter_forms.py          # then:
     taso verify specs/rules/exporter_forms.json -o taso/data/exporter_forms.jsonl.gz --record-axioms
@@ -44,6 +44,14 @@ class Side:
             self.params.append({"side": self.side, "node": len(self.nodes), "param": param, "value": expression})
         self.nodes.append(RuleNode(op, params, inputs, (name,)))
         return name
+
+    def multi(self, op: str, count: int, *inputs: str, shaped: dict | None = None, **params) -> tuple[str, ...]:
+        """A node with ``count`` outputs (a split, a recurrent cell); returns them."""
+        first = self(op, *inputs, shaped=shaped, **params)
+        names = (first,) + tuple(f"{first}_{k}" for k in range(1, count))
+        node = self.nodes[-1]
+        self.nodes[-1] = RuleNode(node.op, node.params, node.inputs, names)
+        return names
 
     def const(self, value: float) -> str:
         """A float32 scalar, as exporters write it."""
@@ -244,12 +252,69 @@ def _attention_rules() -> list[Rule]:
             *[_heads_to_projections(d, scale, mask) for d in HEAD_SIZES for scale in scales(d) for mask in (False, True)]]
 
 
+# ---- recurrent cells: an unrolled nn.LSTMCell / nn.GRUCell loop into ONNX's LSTM / GRU (taso.specs.recurrent) -------
+
+_CELL = {"batch": 2, "hidden": 3, "features": 5}
+
+
+def _gate_split(s: Side, value: str, gates: int) -> tuple[str, ...]:
+    """A cell's gates split along axis 1 into ``gates`` parts as wide as the state."""
+    return s.multi("split", gates, value, axis=1, shaped={"sizes": ((_CELL["hidden"],) * gates, [_dim("h", 1)] * gates)})
+
+
+def _lstm_cell(s: Side, x: str, h: str, c: str) -> tuple[str, str]:
+    """(h', c') of nn.LSTMCell as both exporters write it (the recurrent product's sum first, the gates i, f, g, o)."""
+    gates = s("add", s("add", s("matmul", h, "wh"), "bh"), s("add", s("matmul", x, "wi"), "bi"))
+    i, f, g, o = _gate_split(s, gates, 4)
+    new_c = s("add", s("mul", s("sigmoid", f), c), s("mul", s("sigmoid", i), s("tanh", g)))
+    return s("mul", s("sigmoid", o), s("tanh", new_c)), new_c
+
+
+def _gru_cell(s: Side, x: str, h: str) -> tuple[str]:
+    """h' of nn.GRUCell as both exporters write it (each product and its bias split r, z, n; h' = (h - n) * z + n)."""
+    ir, iz, in_ = _gate_split(s, s("add", s("matmul", x, "wi"), "bi"), 3)
+    hr, hz, hn = _gate_split(s, s("add", s("matmul", h, "wh"), "bh"), 3)
+    r, z = s("sigmoid", s("add", hr, ir)), s("sigmoid", s("add", hz, iz))
+    n = s("tanh", s("add", in_, s("mul", hn, r)))
+    return (s("add", s("mul", s("sub", h, n), z), n),)
+
+
+def _recurrent_rule(kind: str, extend: bool) -> Rule:
+    """A cell into the op over its one step (``extend`` False), or the op over a sequence followed by the next cell into
+    the op over the sequence and that step (``extend``): an unrolled loop becomes one node a cell at a time."""
+    batch, hidden, features = _CELL["batch"], _CELL["hidden"], _CELL["features"]
+    gates, states = (4, ("h", "c")) if kind == "lstm" else (3, ("h",))
+    width = gates * hidden
+    weights = ("wi", "bi", "wh", "bh")
+    source, target = Side(), Side("target")
+    ins = source.multi(kind, len(states), "xs", *states, *weights) if extend else states
+    outs = _lstm_cell(source, "x", *ins) if kind == "lstm" else _gru_cell(source, "x", *ins)
+    sequence = target("concat", "xs", "x", axis=0) if extend else "x"
+    fused = target.multi(kind, len(states), sequence, *states, *weights)
+    inputs = [RuleInput("x", "act", TensorType((batch, features), "float32")),
+              *[RuleInput(s, "act", TensorType((batch, hidden), "float32")) for s in states],
+              RuleInput("wi", "weight", TensorType((features, width), "float32")), RuleInput("bi", "vec", TensorType((width,), "float32")),
+              RuleInput("wh", "weight", TensorType((hidden, width), "float32")), RuleInput("bh", "vec", TensorType((width,), "float32"))]
+    if extend:
+        inputs.insert(0, RuleInput("xs", "act", TensorType((2 * batch, features), "float32")))
+    constraints = [{"eq": [_dim("x", 0), _dim("h", 0)]}, *[{"eq": [_dim(s, k), _dim("h", k)]} for s in states[1:] for k in (0, 1)],
+                   *[{"eq": [_dim(w, a), _dim("wh", 1)]} for w, a in (("wi", 1), ("bi", 0), ("bh", 0))]]
+    if extend:
+        constraints.append({"eq": [_dim("xs", 1), _dim("x", 1)]})
+    return Rule(inputs=tuple(inputs), source=tuple(source.nodes), target=tuple(target.nodes), outputs=tuple(zip(outs, fused)),
+                params=tuple(source.params + target.params), constraints=tuple(constraints), name=f"{kind}-cell-{'extend' if extend else 'start'}")
+
+
+def _recurrent_rules() -> list[Rule]:
+    return [_recurrent_rule(kind, extend) for kind in ("lstm", "gru") for extend in (False, True)]
+
+
 def rules() -> list[Rule]:
-    return _gelu_rules() + _norm_rules() + _attention_rules()
+    return _gelu_rules() + _norm_rules() + _attention_rules() + _recurrent_rules()
 
 
 def main() -> None:
-    library = Library(rules(), {"about": "Candidate rules from the forms exporters write into ONNX's fused operators (GELU, layer and RMS norm, attention); "
+    library = Library(rules(), {"about": "Candidate rules from the forms exporters write into ONNX's fused operators (GELU, layer and RMS norm, attention, LSTM and GRU); "
                                          "written by `python specs/rules/exporter_forms.py`, proved into "
                                          "taso/data/exporter_forms.jsonl.gz by `taso verify specs/rules/exporter_forms.json "
                                          "-o taso/data/exporter_forms.jsonl.gz --record-axioms`"})

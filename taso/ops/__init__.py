@@ -1,13 +1,13 @@
 """The operator registry: every operator taso knows, each declared once.
 
 Families live in their own modules (``elementwise``, ``linalg``, ``conv``, ``norm``, ``attention``,
-``shape``, ``resize``, ``constants``, ``opaque``); importing this package declares them all. Operator
+``recurrent``, ``shape``, ``resize``, ``constants``, ``opaque``); importing this package declares them all. Operator
 groups are named once here, as frozensets of canonical names, and reused everywhere.
 """
 
 from __future__ import annotations
 
-from . import attention, constants, conv, elementwise, linalg, norm, opaque, resize, shape  # noqa: F401 - declare every op
+from . import attention, constants, conv, elementwise, linalg, norm, opaque, recurrent, resize, shape  # noqa: F401 - declare every op
 from .base import ACTIVATIONS, OnnxMapping, Op, Param, contrib_importers, onnx_importers, registry
 
 OPS: dict[str, Op] = registry()

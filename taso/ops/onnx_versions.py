@@ -53,12 +53,14 @@ VERSIONS: dict[str, tuple[int, ...]] = {
     "Gather": (1, 11, 13),
     "Gelu": (20,),
     "Gemm": (7, 9, 11, 13),
+    "GRU": (7, 14, 22),  # written only (taso.ops.recurrent), forward, default activations; 14 added layout (default 0, the earlier one)
     "GlobalAveragePool": (1, 22),
     "GlobalMaxPool": (1, 22),
     "Greater": (7, 9, 13),
     "HardSigmoid": (6, 22),
     "HardSwish": (14, 22),
     "Identity": (1, 13, 14, 16, 19, 21, 23, 24, 25),
+    "LSTM": (7, 14, 22),  # written only (taso.ops.recurrent), forward, default activations; 14 added layout (default 0, the earlier one)
     "LayerNormalization": (17,),
     "LeakyRelu": (6, 16),
     "Less": (7, 9, 13),
