@@ -23,6 +23,7 @@ from .cleanup import clean_up, may_clean_up
 from .core import CLEAN_UP, Expansion, RuleIndex, SearchConfig, SearchReport, SeedIndex, Step, StopReason, decomposed_ops
 from .groups import GroupLibrary, Groups, find_groups, merge_chain
 from .rewrite import CompiledRule, Plan, find_matches, plan_match
+from .sequences import SEQUENCE_OPS, folded_loops
 
 __all__ = ["backtracking_search"]
 
@@ -187,6 +188,25 @@ def _queue_merge_chain(queue: list, tie: Iterator[int], seen: set, graph: Graph,
             heapq.heappush(queue, (cost, next(tie), step.graph, trace))
 
 
+def _queue_folded_loops(queue: list, tie: Iterator[int], seen: set, graph: Graph, rule_index: RuleIndex, pricer: _Pricer,
+                        deadline: float) -> None:
+    """Queues the graph with its unrolled recurrent loops folded (:func:`taso.search.sequences.folded_loops`), priced
+    whole, as a graph the search may start from. The rules that extend a sequence read a sequence node, which the
+    input holds none of: they are admitted with the input's rules."""
+    rule_index.admit(graph)
+    rule_index.admit_variants(set(SEQUENCE_OPS))
+    folded = folded_loops(graph, rule_index.compiled, deadline)
+    if folded is None:
+        return
+    result, labels = folded
+    key = result.index.search_key()
+    if key not in seen:
+        seen.add(key)
+        pricer.measure_ahead(result)
+        cost = pricer.graph_cost(result)
+        heapq.heappush(queue, (cost, next(tie), result, tuple(Step(label, cost) for label in labels) + (Step(CLEAN_UP, cost),)))
+
+
 def backtracking_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model: CostModel, config: SearchConfig,
                         progress: Callable[[int, float], None] | None = None) -> tuple[Graph, SearchReport]:
     """TASO's search from ``graph`` (see the module docstring); the best graph found (never costlier) and the report."""
@@ -203,6 +223,7 @@ def backtracking_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost
     seen = {graph.index.search_key()}
     if groups is not None:
         _queue_merge_chain(queue, tie, seen, graph, groups, pricer, config, start + config.time_limit * _CHAIN_SHARE, report)
+    _queue_folded_loops(queue, tie, seen, graph, rule_index, pricer, start + config.time_limit * _CHAIN_SHARE)
     best_trace: tuple[Step, ...] = ()
     options_of: dict[int, list[_Option]] = {}  # an expanded graph's rewrites, inherited by its children
     while queue:

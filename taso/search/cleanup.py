@@ -29,7 +29,8 @@ on its result. Each step is an instance of an equality the project has proved, r
 * ``gathered-slices``: the concatenation of every slice ``gather(x, i, axis=a)``, i = 0..n-1
   in order, is a transpose and reshape of ``x`` (by the definitions of gather, concat,
   transpose and reshape; the specs model no gather). Merging the input products of an
-  unrolled cell concatenates its per-step inputs: one transpose instead of n gathers;
+  unrolled cell concatenates its per-step inputs: one transpose instead of n gathers; so does a chain of
+  concatenations on one axis (``concat-assoc``), as folding a recurrent loop leaves its steps' inputs;
 * ``dead-code``: nodes and weights no output depends on (counted together).
 
 Constant subgraphs (weights transposed, split or scaled by the exporter) need no clean-up:
@@ -80,7 +81,8 @@ CLEANUPS: tuple[Cleanup, ...] = (
     Cleanup("whole-slice", "slice(x, 0:dim:1 on every axis it names)  ->  x", "the operator's definition (checked against ONNX Runtime in tests)"),
     Cleanup("zero-pad", "pad(x, pads all 0)  ->  x", "the operator's definition (checked against ONNX Runtime in tests)"),
     Cleanup("gathered-slices", "concat(gather(x, 0, axis=a), ..., gather(x, n-1, axis=a), axis=c)  ->  reshape(transpose(x, a before c))",
-            "the definitions of gather, concat, transpose and reshape (checked against ONNX Runtime in tests)"),
+            "the definitions of gather, concat, transpose and reshape (checked against ONNX Runtime in tests); a chain of "
+            "concatenations on axis c joins what one does (spec axiom concat-assoc)"),
     Cleanup("dead-code", "a node no output reads  ->  nothing", "the outputs do not depend on it"),
 )
 _IDENTITY_STEP = {"add": "neutral-operand", "mul": "neutral-operand", "slice": "whole-slice", "pad": "zero-pad"}
@@ -193,7 +195,7 @@ def may_clean_up(graph: Graph, nodes: Iterable[Node]) -> bool:
             continue
         if _identity_of(node, graph) is not None:
             return True
-        if node.op.name == "concat" and _gathered_whole(node, {v: graph.producer(v) for v in node.inputs}, graph) is not None:
+        if node.op.name == "concat" and _gathered_whole(node, _Producers(graph), graph) is not None:
             return True
         chained = node.op.name in ("transpose", "reshape")
         producer = graph.producer(node.inputs[0])
@@ -264,13 +266,36 @@ def _shortened(node: Node, producer: Mapping[str, Node], steps: Counter) -> Node
     return replace(node, params=params, inputs=inner.inputs)
 
 
+def _concat_leaves(node: Node, producer: Mapping[str, Node | None]) -> list[str]:
+    """The values a concatenation joins, through the concatenations on its own axis that it reads: a chain of
+    two-input ones, as the rules that extend a sequence leave it (``taso.search.sequences``), joins what one would."""
+    leaves = []
+    for value in node.inputs:
+        inner = producer.get(value)
+        if inner is not None and inner.op is node.op and inner.params["axis"] == node.params["axis"]:
+            leaves += _concat_leaves(inner, producer)
+        else:
+            leaves.append(value)
+    return leaves
+
+
+class _Producers:
+    """A graph's producers as the mapping :func:`_gathered_whole` reads."""
+
+    def __init__(self, graph: Graph):
+        self.graph = graph
+
+    def get(self, value: str, default: Node | None = None) -> Node | None:
+        return self.graph.producer(value) or default
+
+
 def _gathered_whole(node: Node, producer: Mapping[str, Node | None], graph: Graph) -> tuple[Node, ...] | None:
     """For ``concat(gather(x, 0, axis=a), ..., gather(x, n-1, axis=a), axis=c)`` with n = x's size along a (scalar
     constant indices, in order): the transpose that moves axis a before the concatenation's axis and the reshape that
     merges the two, writing the concatenation's output; None for any other node."""
     if node.op.name != "concat" or len(node.inputs) < 2:
         return None
-    gathers = [producer.get(v) for v in node.inputs]
+    gathers = [producer.get(v) for v in _concat_leaves(node, producer)]
     first = gathers[0]
     if first is None or first.op.name != "gather":
         return None
