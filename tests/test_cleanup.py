@@ -418,6 +418,28 @@ def test_a_concatenation_of_every_slice_is_a_transpose_and_reshape_at_every_batc
         np.testing.assert_array_equal(run_ort(out, {"x": x})[0], run_ort(model, {"x": x})[0])
 
 
+def test_a_chain_of_concatenations_of_every_slice_is_one_transpose_and_reshape():
+    """concat(concat(g0, g1), g2) on one axis, as folding a recurrent loop a cell at a time leaves its steps' inputs."""
+    model = model_from_text("""
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float[batch, 3, 3] x) => (float[?, ?] y) {
+            i0 = Constant <value: tensor = int64 {0}> ()
+            i1 = Constant <value: tensor = int64 {1}> ()
+            i2 = Constant <value: tensor = int64 {2}> ()
+            g0 = Gather <axis: int = 1> (x, i0)
+            g1 = Gather <axis: int = 1> (x, i1)
+            g2 = Gather <axis: int = 1> (x, i2)
+            c01 = Concat <axis: int = 0> (g0, g1)
+            c = Concat <axis: int = 0> (c01, g2)
+            y = Relu(c)
+        }""")
+    _, cleaned, report, out = _cleaned(model)
+    assert report.steps["gathered-slices"] == 1 and "gather" not in cleaned.op_histogram() and "concat" not in cleaned.op_histogram()
+    for batch in (1, 4):
+        x = np.random.default_rng(batch).standard_normal((batch, 3, 3)).astype(np.float32)
+        np.testing.assert_array_equal(run_ort(out, {"x": x})[0], run_ort(model, {"x": x})[0])
+
+
 @pytest.mark.parametrize("indices, scalar", [((1, 0, 2), True), ((0, 1), True), ((0, 1, 2), False)],
                          ids=["out-of-order", "not-every-slice", "rank-1-indices"])
 def test_slices_that_are_not_the_whole_in_order_are_left_alone(indices, scalar):

@@ -84,6 +84,21 @@ def _gru(xs, p):
     return h.astype(x.dtype)
 
 
+def _torch_cell(kernel: str, states: int):
+    """torch's own sequence kernel (``torch.lstm`` / ``torch.gru``: cuDNN's on a GPU, the kernel a deployment runs),
+    which takes the weights transposed, ``[gates * hidden, rows]``, in the gate order taso's ops already use."""
+    def run(rt, xs, p):
+        x, initial, (wi, bi, wh, bh) = xs[0], xs[1:1 + states], xs[1 + states:]
+        batch = initial[0].shape[0]
+        sequence = x.reshape(-1, batch, x.shape[1])
+        hx = [s.unsqueeze(0) for s in initial]
+        weights = [wi.t().contiguous(), wh.t().contiguous(), bi, bh]
+        out = getattr(rt.torch, kernel)(sequence, tuple(hx) if states > 1 else hx[0], weights, True, 1, 0.0, False, False, False)
+        last = [state.squeeze(0) for state in out[1:]]
+        return last if states > 1 else last[0]
+    return run
+
+
 def _onnx_weights(ctx, weight: str, gates: int, order: tuple[int, ...]) -> str:
     """``[rows, gates * hidden]`` in torch's gate order as ONNX's ``[1, gates * hidden, rows]`` in its own."""
     rows, width = ctx.type(weight).shape
@@ -143,6 +158,7 @@ lstm = define(
     numpy=_lstm,
     onnx=OnnxMapping((), None, lambda ctx, n: _export_cell(ctx, n, "LSTM", LSTM_GATES, _LSTM_TO_ONNX)),
     groups=("recurrent", "multi_output"),
+    torch=_torch_cell("lstm", 2),
     doc="nn.LSTMCell over the steps of x [steps, batch, input] from states h, c: the last (h, c); weights in torch's gate order",
 )
 
@@ -153,6 +169,7 @@ gru = define(
     numpy=_gru,
     onnx=OnnxMapping((), None, lambda ctx, n: _export_cell(ctx, n, "GRU", GRU_GATES, _GRU_TO_ONNX, linear_before_reset=1)),
     groups=("recurrent",),
+    torch=_torch_cell("gru", 1),
     doc="nn.GRUCell over the steps of x [steps, batch, input] from state h: the last h; weights in torch's gate order",
 )
 
