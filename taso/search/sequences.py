@@ -12,13 +12,14 @@ folded, priced whole, to start from; every step of it is a proved rule applied a
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from ..ir import Graph
+from ..rules import Rule, operator_variant
 from .cleanup import clean_up
 from .rewrite import CompiledRule, Match, apply_match, find_matches
 
-__all__ = ["START", "EXTEND", "SEQUENCE_OPS", "cell_chains", "folded_loops"]
+__all__ = ["START", "EXTEND", "SEQUENCE_OPS", "cell_chains", "cell_rules", "folded_loops"]
 
 START, EXTEND = "-cell-start", "-cell-extend"
 SEQUENCE_OPS = ("lstm", "gru")  # (taso.ops.recurrent)
@@ -29,6 +30,19 @@ def cell_chains(compiled: Sequence[CompiledRule]) -> list[tuple[CompiledRule, Co
     by_name = {c.rule.name: c for c in compiled if c.rule.name}
     return [(c, by_name[name[:-len(START)] + EXTEND]) for name, c in by_name.items()
             if name.endswith(START) and name[:-len(START)] + EXTEND in by_name]
+
+
+def cell_rules(graph: Graph, rules: Iterable[Rule | CompiledRule], excluded: frozenset[str] = frozenset(),
+               decomposed: frozenset[str] = frozenset()) -> list[CompiledRule]:
+    """The start and extend rules among ``rules`` that ``graph``'s operators make possible, but the ``excluded``
+    labels, compiled; the rest of a lazily parsed library stays unparsed where its operators are absent, and
+    uncompiled."""
+    from .core import RuleIndex
+
+    index = RuleIndex(rules, False, excluded, decomposed)
+    index.admit_variants({operator_variant(op, params) for op, params in graph.index.op_params} | set(SEQUENCE_OPS),
+                         fits=lambda rule: (rule.name or "").endswith((START, EXTEND)))
+    return index.compiled
 
 
 def _first_cells(graph: Graph, start: CompiledRule) -> list[Match]:

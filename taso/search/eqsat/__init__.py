@@ -15,12 +15,13 @@ space is explored differs.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ...cost import CostModel
 from ...ir import Graph
 from ...rules import Rule
 from ..rewrite import CompiledRule
+from ..sequences import cell_rules, folded_loops
 from .extract import Extraction, extract
 from .saturate import EGraph, Limits, Saturation, saturate
 
@@ -52,6 +53,21 @@ def _add_cleaned_versions(egraph: EGraph, graph: Graph, library, excluded, seeds
     return versions
 
 
+def _add_folded_loops(egraph: EGraph, graph: Graph, rules: Iterable[Rule | CompiledRule], config, deadline: float,
+                      texts: dict[str, str]) -> list[tuple[list[str], Graph]]:
+    """The input with its unrolled recurrent loops folded (:func:`taso.search.sequences.folded_loops`) as another
+    version: saturation applies the start rule at every cell but extends no sequence (the extend rule reads
+    ``concat(xs, x)``, which only a fold's previous step makes), so extraction alone ran one fused node per step."""
+    from ..core import decomposed_ops
+
+    compiled = cell_rules(graph, rules, config.excluded, decomposed_ops(graph))
+    folded = folded_loops(graph, compiled, deadline)
+    if folded is None or not egraph.add_version(folded[0], folded[1][-1]):
+        return []
+    texts.update({c.label: str(c.rule) for c in compiled if c.label in folded[1]})
+    return [(folded[1], folded[0])]
+
+
 def _priced(cost_model: CostModel, graph: Graph) -> tuple[float, int]:
     """The graph's whole price, and how many of its nodes were estimated rather than measured (past the time limit)."""
     before = cost_model.estimated
@@ -68,6 +84,7 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
     from ..core import EqsatStats, SearchReport, Step, StopReason, decomposed_ops
 
     started = time.perf_counter()
+    rules = rules if isinstance(rules, Sequence) else list(rules)  # read twice: the loops' fold, then saturation
     initial = cost_model.graph_cost(graph)
     egraph = EGraph(graph)
     saturated_by = started + config.time_limit * config.eqsat_share
@@ -80,6 +97,7 @@ def eqsat_search(graph: Graph, rules: Iterable[Rule | CompiledRule], cost_model:
         seeds = [merge.match for merge in find_groups(graph, library, excluded=config.excluded).merges]
         texts.update({match.rule.label: library.describe(match.rule.rule) for match in seeds})
         versions = _add_cleaned_versions(egraph, graph, library, config.excluded, seeds, (started + saturated_by) / 2, texts)
+    versions += _add_folded_loops(egraph, graph, rules, config, (started + saturated_by) / 2, texts)
     limits = Limits(nodes=config.eqsat_nodes, iterations=config.eqsat_iterations, seconds=max(saturated_by - time.perf_counter(), 0.5))
     saturation = saturate(egraph, rules, limits, config.connected_only, config.excluded, seeds, decomposed_ops(graph))
     remaining = max(config.time_limit - (time.perf_counter() - started), 1.0)
