@@ -154,3 +154,18 @@ def test_both_searches_reach_the_fused_node(search):
         graph = taso.load_onnx(str(DATA / f"{name}.dynamo.onnx"))
         best = taso.optimize(graph, cost="analytic", search=search, time_limit=20, confirm=False)
         assert best.op_histogram().get(name.split("_")[0]) == 1, (name, best.op_histogram())
+
+
+def test_the_report_cuts_a_long_rule_and_the_json_report_keeps_it_whole(tmp_path, capsys):
+    """An LSTM cell written out is 800-1,100 characters: the printed report cuts it, ``--report`` has it whole."""
+    import json
+
+    from taso.cli import main
+
+    path, out, report = DATA / "lstm_cell_loop.dynamo.onnx", tmp_path / "out.onnx", tmp_path / "report.json"
+    assert main(["optimize", str(path), "-o", str(out), "--cost", "analytic", "--time-limit", "5", "--report", str(report)]) == 0
+    printed = capsys.readouterr().out
+    applied = [line for line in printed.splitlines() if "lstm-cell-" in line]
+    assert len(applied) == 2 and all(len(line) <= 180 and "--report's rule_texts" in line for line in applied), applied
+    texts = json.loads(report.read_text())["rule_texts"]
+    assert len(texts["lstm-cell-extend"]) > 800 and "lstm(xs, h, c, wi, bi, wh, bh)" in texts["lstm-cell-extend"]

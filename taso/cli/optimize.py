@@ -300,6 +300,20 @@ def _size_lines(outcome) -> list[str]:
     return lines
 
 
+RULE_TEXT_WIDTH = 160  # a rule text past this (an LSTM cell written out: 1,100 characters) is cut; --report has it whole
+
+
+def _applied_lines(report) -> list[str]:
+    """One line per rule applied, with its count and the rule as people read it."""
+    lines = []
+    for rule, count in report.applied.most_common():
+        text = report.rule_texts.get(rule, "")
+        if len(text) > RULE_TEXT_WIDTH:
+            text = text[:RULE_TEXT_WIDTH - 60].rstrip() + f" ... ({len(text)} characters: --report's rule_texts)"
+        lines.append(f"    {count:>3}  {rule}  {text}".rstrip())
+    return lines
+
+
 def _format_report(args, before, outcome, folding) -> str:
     from ..measure.inputs import describe_sizes
     from ..search import StopReason
@@ -329,12 +343,12 @@ def _format_report(args, before, outcome, folding) -> str:
         lines.append(f"  check    {outcome.comparison.describe()}{at} ({outcome.check_seconds:.1f} s)")
     if report.applied and outcome.kept == "dispatch":
         lines.append(f"  rules applied in the branches optimized at the measurement sizes ({outcome.dispatch}):")
-        lines += [f"    {count:>3}  {rule}  {report.rule_texts.get(rule, '')}".rstrip() for rule, count in report.applied.most_common()]
+        lines += _applied_lines(report)
     elif report.applied and outcome.kept != "optimized":
         lines.append(f"  rules applied: none kept ({sum(report.applied.values())} rewrites found did not pay end to end)")
     elif report.applied:
         lines.append("  rules applied:")
-        lines += [f"    {count:>3}  {rule}  {report.rule_texts.get(rule, '')}".rstrip() for rule, count in report.applied.most_common()]
+        lines += _applied_lines(report)
     else:
         lines.append("  rules applied: none (no rewrite lowered the cost)")
     return "\n".join(lines)
