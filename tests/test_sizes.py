@@ -16,7 +16,7 @@ from taso.cli import main, parse_input_shapes
 from taso.errors import TasoError
 from taso.onnx.symbolic import is_batch_like
 from taso.pipeline import size_guard
-from taso.pipeline.size_guard import NEVER_SLOWER, choose_single, size_winners
+from taso.pipeline.size_guard import NEVER_SLOWER, choose_single, dispatch_beats, size_winners
 from taso.pipeline.sizes import LARGE_BATCH, SizeRange
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "symbolic")
@@ -113,6 +113,15 @@ def test_a_candidate_slower_at_any_size_is_not_kept_as_one_file():
     assert choose_single({"optimized": [2.5, 0.91]}) is None
     assert choose_single({"optimized": [1.01, 1.0]}) is None, "faster by the margin at one size at least"
     assert choose_single({"optimized": [1.5, NEVER_SLOWER]}) is None, "a single file is not slower at any size"
+
+
+def test_the_size_choosing_file_wins_where_the_single_file_s_gain_at_a_size_is_within_the_margin():
+    """Session 44's LSTM loop: the fused file read 1.01x at batch 128 in the guard (0.94x by the benchmark's timer)."""
+    assert dispatch_beats([1.94, 0.999], [1.915, 1.014])
+    assert dispatch_beats([1.90, 1.00], [1.90, 1.01]), "level, the file that runs the input's graph at 128 wins"
+    assert not dispatch_beats([1.90, 1.00], [1.90, 1.10]), "a confirmed gain at 128 counts"
+    assert not dispatch_beats([1.90, 0.97], [1.50, 1.00]), "slower than the input at a size"
+    assert not dispatch_beats([1.01, 1.00], [1.00, 1.00]), "faster by the margin at one size at least"
 
 
 def test_each_size_has_its_winner_or_the_input():
