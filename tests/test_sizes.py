@@ -136,7 +136,7 @@ def test_the_default_run_searches_each_size_and_writes_a_file_choosing_by_size(t
     from taso.pipeline.source import ModelSource
     from taso.search import SearchConfig
 
-    planted = {"optimized": {1: 1.8, 11: 1.2, 128: 0.9}, "dispatch": {1: 1.75, 128: 1.0}}
+    planted = {"optimized": {1: 1.8, 11: 1.2, 38: 1.05, 70: 0.97, 128: 0.9}, "dispatch": {1: 1.75, 128: 1.0}}
     timed = []
 
     def speedup_at(outcome, source, name, model, feeds, checks, threads, series=3):
@@ -147,14 +147,15 @@ def test_the_default_run_searches_each_size_and_writes_a_file_choosing_by_size(t
     monkeypatch.setattr(size_guard, "_speedup_at", speedup_at)
     source = ModelSource.from_file(CELL_LOOP)
     outcome = optimize_model(source, cost=AnalyticCost(), config=SearchConfig(budget=20, time_limit=5), confirm=True)
-    assert outcome.kept == "dispatch" and outcome.dispatch == "batch<=11: optimized; above: input"
-    assert set(outcome.size_speedups["optimized"]) == {"batch=1", "batch=128"} and ("optimized", 11) in timed
+    assert outcome.kept == "dispatch" and outcome.dispatch == "batch<=38: optimized; above: input", "bisected: 11, 38, then 70"
+    assert set(outcome.size_speedups["optimized"]) == {"batch=1", "batch=128"}
+    assert [batch for name, batch in timed if batch not in (1, 128)] == [11, 38, 70]
     assert {"batch": LARGE_BATCH} in outcome.checked_sizes
     written = outcome.model
     assert [n.op_type for n in written.graph.node][-1] == "If"
     original = ort.InferenceSession(CELL_LOOP, providers=["CPUExecutionProvider"])
     chosen = ort.InferenceSession(written.SerializeToString(), providers=["CPUExecutionProvider"])
-    for batch in (1, 11, 12, 128):
+    for batch in (1, 38, 39, 128):
         feeds = {"x": np.random.default_rng(batch).standard_normal((batch, 4, 32)).astype(np.float32)}
         np.testing.assert_allclose(chosen.run(None, feeds)[0], original.run(None, feeds)[0], rtol=1e-4, atol=1e-5)
 
@@ -175,7 +176,7 @@ def test_a_size_choosing_file_below_the_bar_where_it_runs_the_input_is_timed_aga
             return 0.95 if series == 3 else 1.0
         if name == "dispatch":
             return 1.75
-        return {1: 1.8, 11: 1.2, 128: 0.9}[batch] if name == "optimized" else 1.0
+        return {1: 1.8, 11: 1.2, 128: 0.9}.get(batch, 1.0) if name == "optimized" else 1.0
 
     monkeypatch.setattr(size_guard, "_speedup_at", speedup_at)
     outcome = optimize_model(ModelSource.from_file(CELL_LOOP), cost=AnalyticCost(), config=SearchConfig(budget=20, time_limit=5), confirm=True)

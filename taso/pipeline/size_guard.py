@@ -142,30 +142,43 @@ def _speedup_at(outcome: Outcome, source: ModelSource, name: str, model, feeds: 
     return statistics.median(speedups)
 
 
+THRESHOLD_STEPS = 3  # halvings of the gap between two sizes' winners (in log scale): 1..128 to within 1.8x
+
+
 def _plan(outcome: Outcome, source: ModelSource, candidates: dict, checks: Checks, threads: int, clock: StageClock,
           winners: list[str], sizes: list[int]) -> Dispatch | None:
-    """Consecutive sizes with one winner share a branch; between two branches the threshold is the geometric middle of
-    their sizes where the smaller size's winner is still at least as fast there (timed), else the smaller size."""
+    """Consecutive sizes with one winner share a branch; between two branches the threshold is found by bisecting their
+    sizes in log scale, ``THRESHOLD_STEPS`` timed sizes at most: up to the last size where the smaller size's winner
+    was timed at least as fast as the larger's. (One timed middle put the fused LSTM loop's threshold at batch 11, and
+    batch 32, where the fused loop runs 1.12x, ran the input.)"""
     branches, thresholds = [winners[0]], []
     for k in range(1, len(winners)):
         if winners[k] == branches[-1]:
             continue
         low, high = sizes[k - 1], sizes[k]
-        middle = round(math.sqrt(low * high))
-        threshold = low
-        if low < middle < high:
-            valuation = {**source.sizes.valuations()[0], source.sizes.ranged[0].symbol: middle}
-            from ..measure.inputs import InputDrawer
-
-            feeds = InputDrawer(source.graph, source.model).draw(0, valuation)
-            with clock.stage("timing"):
-                small, large = (1.0 if name == INPUT else _speedup_at(outcome, source, name, candidates[name][1], feeds, checks, threads)
-                                for name in (branches[-1], winners[k]))
-            if small >= large:
-                threshold = middle
-        thresholds.append(threshold)
+        for _ in range(THRESHOLD_STEPS):
+            middle = round(math.sqrt(low * high))
+            if not low < middle < high:
+                break
+            small, large = (_speedup_between(outcome, source, candidates, checks, threads, clock, name, middle)
+                            for name in (branches[-1], winners[k]))
+            low, high = (middle, high) if small >= large else (low, middle)
+        thresholds.append(low)
         branches.append(winners[k])
     return Dispatch(tuple(branches), tuple(thresholds))
+
+
+def _speedup_between(outcome: Outcome, source: ModelSource, candidates: dict, checks: Checks, threads: int, clock: StageClock,
+                     name: str, size: int) -> float:
+    """A candidate's speedup over the input with the ranged symbol at ``size`` (the input's own: 1)."""
+    if name == INPUT:
+        return 1.0
+    from ..measure.inputs import InputDrawer
+
+    valuation = {**source.sizes.valuations()[0], source.sizes.ranged[0].symbol: size}
+    feeds = InputDrawer(source.graph, source.model).draw(0, valuation)
+    with clock.stage("timing"):
+        return _speedup_at(outcome, source, name, candidates[name][1], feeds, checks, threads)
 
 
 def _dispatch_kept(outcome: Outcome, source: ModelSource, candidates: dict, checks: Checks, threads: int, clock: StageClock,
