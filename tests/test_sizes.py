@@ -122,6 +122,8 @@ def test_the_size_choosing_file_wins_where_the_single_file_s_gain_at_a_size_is_w
     assert not dispatch_beats([1.90, 1.00], [1.90, 1.10]), "a confirmed gain at 128 counts"
     assert not dispatch_beats([1.90, 0.97], [1.50, 1.00]), "slower than the input at a size"
     assert not dispatch_beats([1.01, 1.00], [1.00, 1.00]), "faster by the margin at one size at least"
+    assert dispatch_beats([1.96, 1.006], [2.01, 1.0097], shared=[True, False]), "at batch 1 both run the same graph"
+    assert not dispatch_beats([1.96, 1.006], [2.01, 1.05], shared=[True, False])
 
 
 def test_each_size_has_its_winner_or_the_input():
