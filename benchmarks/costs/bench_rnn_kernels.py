@@ -7,8 +7,9 @@ their outputs are checked equal, then they are timed side by side in alternating
 batch.
 
 It prints loop time / fused time per batch (above 1: the fused kernel is faster), the median of the rounds. This is
-the kernel the size-choosing file's small-batch branch would run once a proved rule writes it: the best graph taso
-reaches today by rewriting the loop (its input projections merged) reads 1.32-1.44x at batch 1 (docs/measured.md).
+the kernel the size-choosing file's small-batch branch runs since the proved rules ``lstm-cell-start`` /
+``-extend`` (and GRU's) write it; before them the best graph taso reached, the loop's input projections merged, read
+1.32-1.44x at batch 1 (docs/measured.md, "Session 44").
 
 Run: python benchmarks/costs/bench_rnn_kernels.py [--hidden 256] [--steps 24] [--batches 1 8 32 128] [--rounds 9]
 """
