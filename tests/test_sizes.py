@@ -162,6 +162,36 @@ def test_the_default_run_searches_each_size_and_writes_a_file_choosing_by_size(t
         np.testing.assert_allclose(chosen.run(None, feeds)[0], original.run(None, feeds)[0], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("spilled", [False, True])
+def test_a_size_choosing_file_is_built_from_an_input_whose_weights_are_external_data(tmp_path, monkeypatch, spilled):
+    """The dynamo exporter writes its weights to a .data file beside the .onnx: the file choosing by size still holds
+    them (one If holds every branch), whole, or spilled into a scratch directory when it is large."""
+    from taso.cost import AnalyticCost
+    from taso.onnx.files import SpilledModel
+    from taso.pipeline.run import optimize_model
+    from taso.pipeline.source import ModelSource
+    from taso.search import SearchConfig
+
+    path = str(tmp_path / "loop.onnx")
+    onnx.save_model(onnx.load(CELL_LOOP), path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="loop.onnx.data", size_threshold=0)
+    planted = {"optimized": {1: 1.8, 11: 1.2, 38: 1.05, 70: 0.97, 128: 0.9}, "dispatch": {1: 1.75, 128: 1.0}}
+    monkeypatch.setattr(size_guard, "_speedup_at", lambda outcome, source, name, model, feeds, checks, threads, series=3:
+                        planted.get(name.partition("@")[0], {}).get(int(feeds["x"].shape[0]), 1.0))
+    if spilled:
+        monkeypatch.setattr(size_guard, "SPILL_BYTES", 0)
+    outcome = optimize_model(ModelSource.from_file(path), cost=AnalyticCost(), config=SearchConfig(budget=20, time_limit=5), confirm=True)
+    assert outcome.kept == "dispatch", outcome.notes
+    assert isinstance(outcome.model, SpilledModel) == spilled
+    written = str(tmp_path / "loop.taso.onnx")
+    taso.pipeline.source.write_model(outcome.model, written)
+    original = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    chosen = ort.InferenceSession(written, providers=["CPUExecutionProvider"])
+    for batch in (1, 39):
+        feeds = {"x": np.random.default_rng(batch).standard_normal((batch, 4, 32)).astype(np.float32)}
+        np.testing.assert_allclose(chosen.run(None, feeds)[0], original.run(None, feeds)[0], rtol=1e-4, atol=1e-5)
+
+
 def test_a_size_choosing_file_below_the_bar_where_it_runs_the_input_is_timed_again_with_twice_the_series(tmp_path, monkeypatch):
     """Its first three series read 0.95x at batch 128, where it runs the input's own graph; six more read 1.0x: kept."""
     from taso.cost import AnalyticCost

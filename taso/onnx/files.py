@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 import onnx
-from onnx.external_data_helper import ExternalDataInfo
+from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_model
 
 from ..errors import TasoError
 
@@ -259,20 +259,52 @@ class SpilledModel:
         """Writes the model to ``target``: one file with its weights embedded, streamed from the data files, or, over
         :data:`EXTERNAL_DATA_BYTES`, the model and one data file beside it named after ``final_name`` (the name
         ``target`` will be renamed to; default: its own)."""
-        if self.weight_bytes > EXTERNAL_DATA_BYTES:
-            data = (final_name or os.path.basename(target)) + ".data"
+        data = (final_name or os.path.basename(target)) + ".data"
+        if _nested_external(self.model):
+            whole = self._loaded()
+            large = embedded_weight_bytes(whole) > EXTERNAL_DATA_BYTES
+            onnx.save_model(whole, target, save_as_external_data=large, all_tensors_to_one_file=True, location=data)
+        elif self.weight_bytes > EXTERNAL_DATA_BYTES:
             _write_external(self.model, self.directory, target, data)
-            return
-        with open(target, "wb") as out:
-            _stream_embedded(self.model, self.directory, out)
+        else:
+            with open(target, "wb") as out:
+                _stream_embedded(self.model, self.directory, out)
 
     def to_bytes(self) -> bytes:
         """The model serialized with its weights embedded (a full copy in memory: for small models and tests)."""
         import io
 
+        if _nested_external(self.model):
+            return self._loaded().SerializeToString()
         buffer = io.BytesIO()
         _stream_embedded(self.model, self.directory, buffer)
         return buffer.getvalue()
+
+    def _loaded(self) -> onnx.ModelProto:
+        """A copy with every weight read into it, those of nested graphs too (a size-choosing file's branches), which
+        the streaming writers, field by field over the main graph's initializers, do not reach."""
+        whole = onnx.ModelProto.FromString(self.model.SerializeToString())
+        load_external_data_for_model(whole, self.directory)
+        return whole
+
+
+def _nested_external(model: onnx.ModelProto) -> bool:
+    """Whether a tensor of a nested graph (an If's branch) is kept in external data."""
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for g in _nested_graphs(model.graph) for t in _graph_tensors(g))
+
+
+def _nested_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    for node in graph.node:
+        for attribute in node.attribute:
+            yield from ([attribute.g] if attribute.HasField("g") else [])
+            yield from attribute.graphs
+
+
+def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """A graph's initializers and those of the graphs nested in it."""
+    yield from graph.initializer
+    for nested in _nested_graphs(graph):
+        yield from _graph_tensors(nested)
 
 
 def external_region(tensor: onnx.TensorProto) -> tuple[str, int, int | None]:

@@ -17,12 +17,15 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import onnx
+
 from ..errors import TasoError
+from ..onnx.files import SPILL_BYTES, SpilledModel, embedded_weight_bytes
 from .checks import Checks, OutputMismatchError, check_into
 from .guard import MIN_CONFIRMED_SPEEDUP, _time_beside_input
 from .outcome import Outcome
 from .sizes import SizeRange, label
-from .source import ModelSource, runnable
+from .source import CandidateModel, ModelSource, runnable
 from .stages import StageClock
 
 __all__ = ["NEVER_SLOWER", "SINGLE_NEVER_SLOWER", "keep_fastest_at_sizes", "choose_single", "size_winners", "dispatch_beats", "Dispatch"]
@@ -113,6 +116,15 @@ def dispatch_beats(dispatch: Sequence[float], single: Sequence[float], shared: S
     return not apart or _geomean(credited([dispatch[k] for k in apart])) >= _geomean(credited([single[k] for k in apart]))
 
 
+def _in_memory(branch: CandidateModel) -> onnx.ModelProto:
+    """A branch with its weights in the proto: one ``If`` holds every branch, and ONNX Runtime reads a file's external
+    data only beside that file (a dynamo export keeps its weights in a ``.data`` file; the spilled candidates in a
+    scratch directory of their own). A size-choosing file that large is spilled again as a whole."""
+    if isinstance(branch, SpilledModel):
+        return onnx.ModelProto.FromString(branch.to_bytes())
+    return branch
+
+
 def _geomean(row: Sequence[float]) -> float:
     return math.exp(statistics.fmean(math.log(max(s, 1e-9)) for s in row))
 
@@ -192,9 +204,12 @@ def _dispatch_kept(outcome: Outcome, source: ModelSource, candidates: dict, chec
 
     symbol = source.sizes.ranged[0]
     try:
-        branches = [source.model if name == INPUT else candidates[name][1] for name in plan.branches]
         with clock.stage("export"):
+            branches = [_in_memory(source.spilled or source.model if name == INPUT else candidates[name][1]) for name in plan.branches]
             model = size_dispatch(branches, symbol.input, symbol.axis, plan.thresholds)
+            del branches
+            if embedded_weight_bytes(model) >= SPILL_BYTES:
+                model = source.scratch().spill(model, "dispatch")
     except (TasoError, TypeError) as e:
         outcome.notes.append(f"no size-choosing file ({plan.describe(symbol.symbol)}): {e}")
         return False
