@@ -19,6 +19,7 @@ import onnx
 from onnx import helper
 
 from ..errors import TasoError
+from .files import graph_tensors, subgraphs
 
 __all__ = ["size_dispatch"]
 
@@ -81,7 +82,7 @@ def _check_branches(branches: Sequence[onnx.ModelProto]) -> None:
             raise TasoError(f"branch {k} is a {type(branch).__name__}, not an onnx.ModelProto")
         if branch.functions:
             raise TasoError(f"branch {k} has local functions: not supported")
-        if any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in _tensors(branch.graph)):
+        if any(tensor.data_location == onnx.TensorProto.EXTERNAL for tensor in graph_tensors(branch.graph)):
             raise TasoError(f"branch {k} has external-data initializers: not supported")
     first = branches[0].graph
     for k, branch in enumerate(branches[1:], start=1):
@@ -272,7 +273,7 @@ def _rename_node(node: onnx.NodeProto, scope: dict[str, str], prefix: str) -> No
             field[i] = scope.get(name, name)
     if node.name:
         node.name = prefix + node.name
-    for graph in _subgraphs(node):
+    for graph in subgraphs(node):
         _rename_graph(graph, scope, prefix)
 
 
@@ -283,28 +284,6 @@ def _local_names(graph: onnx.GraphProto) -> Iterator[str]:
     yield from (sparse.values.name for sparse in graph.sparse_initializer)
     for node in graph.node:
         yield from (name for name in node.output if name)
-
-
-def _subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
-    """The graphs held by a node's attributes (If, Loop, Scan bodies)."""
-    for attribute in node.attribute:
-        if attribute.HasField("g"):
-            yield attribute.g
-        yield from attribute.graphs
-
-
-def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """Every tensor ``graph`` holds: initializers, sparse ones, attribute tensors, those of nested graphs."""
-    yield from graph.initializer
-    for sparse in graph.sparse_initializer:
-        yield from (sparse.values, sparse.indices)
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.HasField("t"):
-                yield attribute.t
-            yield from attribute.tensors
-        for subgraph in _subgraphs(node):
-            yield from _tensors(subgraph)
 
 
 def _delete_where(field: Any, doomed: Callable[[Any], bool]) -> None:

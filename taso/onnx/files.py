@@ -26,7 +26,7 @@ from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_m
 from ..errors import TasoError
 
 __all__ = ["check_writable", "SPILL_BYTES", "EXTERNAL_DATA_BYTES", "SpilledModel", "Scratch", "WeightsFile", "embedded_weight_bytes", "external_region",
-           "write_atomically", "write_bytes_atomically", "write_text_atomically"]
+           "write_atomically", "write_bytes_atomically", "write_text_atomically", "graph_tensors", "subgraphs"]
 
 # A model with at least this many bytes of weights embedded is spilled before ONNX Runtime sees it.
 SPILL_BYTES = 64 << 20
@@ -290,21 +290,29 @@ class SpilledModel:
 
 def _nested_external(model: onnx.ModelProto) -> bool:
     """Whether a tensor of a nested graph (an If's branch) is kept in external data."""
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for g in _nested_graphs(model.graph) for t in _graph_tensors(g))
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for node in model.graph.node for g in subgraphs(node) for t in graph_tensors(g))
 
 
-def _nested_graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+def subgraphs(node: onnx.NodeProto) -> Iterator[onnx.GraphProto]:
+    """The graphs held by a node's attributes (If, Loop, Scan bodies)."""
+    for attribute in node.attribute:
+        if attribute.HasField("g"):
+            yield attribute.g
+        yield from attribute.graphs
+
+
+def graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """Every tensor ``graph`` holds: initializers, sparse ones, attribute tensors, those of nested graphs."""
+    yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
     for node in graph.node:
         for attribute in node.attribute:
-            yield from ([attribute.g] if attribute.HasField("g") else [])
-            yield from attribute.graphs
-
-
-def _graph_tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
-    """A graph's initializers and those of the graphs nested in it."""
-    yield from graph.initializer
-    for nested in _nested_graphs(graph):
-        yield from _graph_tensors(nested)
+            if attribute.HasField("t"):
+                yield attribute.t
+            yield from attribute.tensors
+        for subgraph in subgraphs(node):
+            yield from graph_tensors(subgraph)
 
 
 def external_region(tensor: onnx.TensorProto) -> tuple[str, int, int | None]:
