@@ -261,7 +261,7 @@ class SpilledModel:
         ``target`` will be renamed to; default: its own)."""
         data = (final_name or os.path.basename(target)) + ".data"
         if _nested_external(self.model):
-            whole = self._loaded()
+            whole = self.loaded()
             large = embedded_weight_bytes(whole) > EXTERNAL_DATA_BYTES
             onnx.save_model(whole, target, save_as_external_data=large, all_tensors_to_one_file=True, location=data)
         elif self.weight_bytes > EXTERNAL_DATA_BYTES:
@@ -275,14 +275,14 @@ class SpilledModel:
         import io
 
         if _nested_external(self.model):
-            return self._loaded().SerializeToString()
+            return self.loaded().SerializeToString()
         buffer = io.BytesIO()
         _stream_embedded(self.model, self.directory, buffer)
         return buffer.getvalue()
 
-    def _loaded(self) -> onnx.ModelProto:
-        """A copy with every weight read into it, those of nested graphs too (a size-choosing file's branches), which
-        the streaming writers, field by field over the main graph's initializers, do not reach."""
+    def loaded(self) -> onnx.ModelProto:
+        """A copy with every weight read into it, those of nested graphs too (a size-choosing file's branches, which
+        the streaming writers, field by field over the main graph's initializers, do not reach)."""
         whole = onnx.ModelProto.FromString(self.model.SerializeToString())
         load_external_data_for_model(whole, self.directory)
         return whole

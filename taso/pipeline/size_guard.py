@@ -121,7 +121,7 @@ def _in_memory(branch: CandidateModel) -> onnx.ModelProto:
     data only beside that file (a dynamo export keeps its weights in a ``.data`` file; the spilled candidates in a
     scratch directory of their own). A size-choosing file that large is spilled again as a whole."""
     if isinstance(branch, SpilledModel):
-        return onnx.ModelProto.FromString(branch.to_bytes())
+        return branch.loaded()
     return branch
 
 
@@ -207,7 +207,7 @@ def _dispatch_kept(outcome: Outcome, source: ModelSource, candidates: dict, chec
         with clock.stage("export"):
             branches = [_in_memory(source.spilled or source.model if name == INPUT else candidates[name][1]) for name in plan.branches]
             model = size_dispatch(branches, symbol.input, symbol.axis, plan.thresholds)
-            del branches
+            del branches  # (their weights are the dispatch's now: not held twice while it spills)
             if embedded_weight_bytes(model) >= SPILL_BYTES:
                 model = source.scratch().spill(model, "dispatch")
     except (TasoError, TypeError) as e:
